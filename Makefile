@@ -1,0 +1,35 @@
+# Two commands on a fresh clone: `make serve` and `make test`. Both create .venv when missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install serve test test-fast lint clean
+
+# torch goes in first and alone, pinned to the exact release, so pip takes the CPU build that
+# lies on disk and no later requirement pulls a CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+serve: install
+	$(VENV)/bin/cadenza serve $(ARGS)
+
+test: install lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: install
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check cadenza tests benchmarks
+	$(VENV)/bin/ruff format --check cadenza tests benchmarks
+	$(VENV)/bin/mypy cadenza
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,62 @@
+"""Validation limits in one place, for every transport: model, voice, text, duration.
+
+Each check raises :class:`InvalidRequest`, which carries what an API error needs: an HTTP status,
+a machine-readable ``code`` and the offending ``param``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cadenza.config import LimitsConfig
+
+
+class InvalidRequest(ValueError):
+    def __init__(
+        self, message: str, *, code: str, param: str | None = None, status: int = 400
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.param = param
+        self.status = status
+
+
+def validate_synthesis(
+    *,
+    model: str,
+    text: str,
+    voice: str,
+    max_duration_s: float | None,
+    served_model: str,
+    voices: Sequence[str],
+    limits: LimitsConfig,
+) -> None:
+    """Raise :class:`InvalidRequest` for the first problem found, else return ``None``."""
+    if model != served_model:
+        raise InvalidRequest(
+            f"model {model!r} is not served here; available: {served_model!r}",
+            code="model_not_found",
+            param="model",
+            status=404,
+        )
+    if voice not in voices:
+        raise InvalidRequest(
+            f"voice {voice!r} is not available for {served_model!r}; voices: {', '.join(voices)}",
+            code="voice_not_found",
+            param="voice",
+        )
+    if not text.strip():
+        raise InvalidRequest("input must not be empty", code="empty_input", param="input")
+    if len(text) > limits.max_input_chars:
+        raise InvalidRequest(
+            f"input is {len(text)} characters; the limit is {limits.max_input_chars}",
+            code="input_too_long",
+            param="input",
+        )
+    if max_duration_s is not None and not 0 < max_duration_s <= limits.max_duration_s:
+        raise InvalidRequest(
+            f"max_duration_s must be in (0, {limits.max_duration_s}]",
+            code="invalid_duration",
+            param="max_duration_s",
+        )

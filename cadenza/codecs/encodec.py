@@ -1,0 +1,94 @@
+"""EnCodec through ``transformers``: offline encode/decode of codec frames.
+
+``load_codec("encodec_24khz")`` builds the 24 kHz model from a fixed seed (random weights; the
+library's initialisation leaves codebooks at zero, so they are drawn from the seed too); a local
+Hugging Face EnCodec directory loads real weights. The 24 kHz model is causal: decoding a prefix
+of a code sequence gives exactly the prefix of the full decode.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import EncodecConfig, EncodecModel
+
+DEFAULT_CODEC = "encodec_24khz"
+
+
+class CodecError(ValueError):
+    """Codes or audio the codec cannot take (wrong shape, out-of-range ids)."""
+
+
+class EncodecCodec:
+    """One EnCodec model at a fixed bandwidth (which fixes the number of codebooks)."""
+
+    def __init__(self, model: Any, bandwidth_kbps: float) -> None:
+        config = model.config
+        if bandwidth_kbps not in config.target_bandwidths:
+            raise CodecError(f"bandwidth {bandwidth_kbps} kbps not in {config.target_bandwidths}")
+        # transformers' type hints for EnCodec are narrower than its behaviour (decode takes
+        # None scales, encode returns an output object): treat the model as untyped here.
+        self.model: Any = model.eval()
+        self.bandwidth_kbps = bandwidth_kbps
+        self.sample_rate: int = config.sampling_rate
+        self.hop_length: int = int(torch.tensor(config.upsampling_ratios).prod())
+        self.frame_rate: float = self.sample_rate / self.hop_length
+        bits_per_codebook = self.frame_rate * torch.tensor(config.codebook_size).log2().item()
+        self.num_codebooks: int = round(bandwidth_kbps * 1000 / bits_per_codebook)
+        self.codebook_size: int = config.codebook_size
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @torch.inference_mode()
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """``codes [B, K, T]`` int -> float32 audio ``[B, T * hop_length]`` in [-1, 1]-ish."""
+        self.check_codes(codes)
+        audio = self.model.decode(codes.to(self.device)[None], [None])[0]
+        return audio[:, 0, : codes.shape[-1] * self.hop_length].float()
+
+    @torch.inference_mode()
+    def encode(self, audio: torch.Tensor) -> torch.Tensor:
+        """float audio ``[B, N]`` at ``sample_rate`` -> codes ``[B, K, ceil(N / hop_length)]``."""
+        if audio.dim() != 2:
+            raise CodecError(f"audio must be [batch, samples], got shape {tuple(audio.shape)}")
+        encoded = self.model.encode(audio[:, None].to(self.device), bandwidth=self.bandwidth_kbps)
+        return encoded.audio_codes[0]
+
+    def check_codes(self, codes: torch.Tensor) -> None:
+        if codes.dim() != 3 or codes.shape[1] != self.num_codebooks:
+            raise CodecError(
+                f"codes must be [batch, {self.num_codebooks}, frames], got {tuple(codes.shape)}"
+            )
+        if codes.dtype not in (torch.int32, torch.int64):
+            raise CodecError(f"codes must be integers, got {codes.dtype}")
+        if codes.numel() and (codes.min() < 0 or codes.max() >= self.codebook_size):
+            raise CodecError(f"codes must lie in [0, {self.codebook_size})")
+
+
+def load_codec(
+    name_or_path: str = DEFAULT_CODEC,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    bandwidth_kbps: float = 6.0,
+) -> EncodecCodec:
+    """``"encodec_24khz"`` (random, from ``seed``) or a local Hugging Face EnCodec directory."""
+    model: Any
+    if name_or_path == DEFAULT_CODEC:
+        generator = torch.Generator().manual_seed(seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = EncodecModel(EncodecConfig())
+        with torch.no_grad():
+            for name, buffer in model.quantizer.named_buffers():
+                if name.endswith("codebook.embed"):
+                    buffer.copy_(torch.randn(buffer.shape, generator=generator))
+    elif Path(name_or_path).is_dir():
+        model = EncodecModel.from_pretrained(name_or_path)
+    else:
+        raise CodecError(f"unknown codec {name_or_path!r}: not {DEFAULT_CODEC!r} nor a directory")
+    model.to(torch.device(device))
+    return EncodecCodec(model, bandwidth_kbps)

@@ -1,0 +1,45 @@
+"""PCM and WAV for streaming responses (numpy only, so the edge can use it).
+
+A streamed WAV cannot know its length up front, so :func:`streaming_wav_header` declares the
+largest sizes a RIFF file can hold (``0xFFFFFFFF`` minus the header); players and decoders
+(ffmpeg, PyAV, browsers) read such files to the end of the data.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+_UNKNOWN_SIZE = 0xFFFFFFFF
+
+
+def float_to_s16le(audio: np.ndarray) -> bytes:
+    """float32 samples in [-1, 1] (clipped) -> 16-bit signed little-endian PCM."""
+    clipped = np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0)
+    return (clipped * 32767.0).round().astype("<i2").tobytes()
+
+
+def streaming_wav_header(sample_rate: int, channels: int = 1, bits_per_sample: int = 16) -> bytes:
+    """A 44-byte PCM WAV header whose sizes say "until the end of the stream"."""
+    byte_rate = sample_rate * channels * bits_per_sample // 8
+    block_align = channels * bits_per_sample // 8
+    return (
+        b"RIFF"
+        + struct.pack("<I", _UNKNOWN_SIZE)
+        + b"WAVEfmt "
+        + struct.pack(
+            "<IHHIIHH", 16, 1, channels, sample_rate, byte_rate, block_align, bits_per_sample
+        )
+        + b"data"
+        + struct.pack("<I", _UNKNOWN_SIZE - 36)
+    )
+
+
+def wav_file_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
+    """A complete WAV file (exact sizes) for float32 mono ``audio``."""
+    data = float_to_s16le(audio)
+    header = bytearray(streaming_wav_header(sample_rate))
+    header[4:8] = struct.pack("<I", 36 + len(data))
+    header[40:44] = struct.pack("<I", len(data))
+    return bytes(header) + data

@@ -1,0 +1,195 @@
+"""One typed configuration tree for the whole server.
+
+Values come from, highest priority first: command-line flags, ``CADENZA_*`` environment
+variables (nested keys joined with ``__``, e.g. ``CADENZA_SERVER__PORT=8001``), an optional TOML
+file (``--config FILE``), then the defaults below. Unknown keys are an error, so a typo in a
+file or variable name never passes silently.
+
+The tree is plain data: the edge process hands it to the engine process as JSON.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+ENV_PREFIX = "CADENZA_"
+ENV_NESTED_DELIMITER = "__"
+
+
+class ConfigError(ValueError):
+    """The configuration (file, environment or flags) is invalid; the message says where."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Section):
+    """The edge process: where it listens and how it logs."""
+
+    host: str = Field("127.0.0.1", description="address the HTTP server binds to")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port (0 picks a free one)")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="log level of the edge and engine processes"
+    )
+
+
+class ModelConfig(_Section):
+    """Which model the engine serves and on what device."""
+
+    name: str = Field(
+        "cadenza-tiny",
+        description="a built-in model name or a local checkpoint directory",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="auto picks cuda when available, else cpu"
+    )
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
+        "auto", description="weight and activation dtype (auto: float32 on cpu, bfloat16 on cuda)"
+    )
+    seed: int = Field(0, description="seed that builds the weights of built-in random models")
+    torch_threads: int = Field(
+        0, ge=0, description="intra-op threads for torch in the engine (0: torch's default)"
+    )
+
+
+class EngineConfig(_Section):
+    """The engine process and how the edge talks to it."""
+
+    mode: Literal["process", "inprocess"] = Field(
+        "process",
+        description="process: engine in its own process over ZeroMQ; inprocess: a thread (tests)",
+    )
+    chunk_frames: int = Field(
+        15, ge=1, le=750, description="codec frames per audio chunk sent to the edge"
+    )
+    first_chunk_frames: int = Field(
+        6, ge=1, le=750, description="codec frames in a stream's first chunk (small: fast TTFA)"
+    )
+    startup_timeout_s: float = Field(
+        180.0, gt=0, description="how long the edge waits for the engine to load"
+    )
+    max_pending_requests: int = Field(
+        256, ge=1, description="requests the engine holds (running + waiting) before refusing"
+    )
+
+
+class LimitsConfig(_Section):
+    """Validation limits applied to every request, whatever the transport."""
+
+    max_input_chars: int = Field(4096, ge=1, description="longest text accepted")
+    max_duration_s: float = Field(300.0, gt=0, description="longest audio one request may ask for")
+    chars_per_second: float = Field(
+        14.0, gt=0, description="speaking rate used to derive a request's duration from its text"
+    )
+    min_duration_s: float = Field(1.0, gt=0, description="shortest derived duration")
+
+
+class CadenzaConfig(BaseSettings):
+    """The whole configuration. Build it with :func:`load_config`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_NESTED_DELIMITER,
+        extra="forbid",
+        frozen=True,
+    )
+
+    server: ServerConfig = ServerConfig()
+    model: ModelConfig = ModelConfig()
+    engine: EngineConfig = EngineConfig()
+    limits: LimitsConfig = LimitsConfig()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Flags (init kwargs) beat the environment; there is no .env or secrets-dir source.
+        return init_settings, env_settings
+
+
+def load_config(
+    config_file: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> CadenzaConfig:
+    """Build the configuration: ``overrides`` (flags) > environment > ``config_file`` > defaults.
+
+    ``overrides`` is a nested dict such as ``{"server": {"port": 8001}}``; ``None`` values are
+    dropped so unset flags do not mask the environment. Raises :class:`ConfigError`.
+    """
+    file_values: dict[str, Any] = {}
+    if config_file is not None:
+        path = Path(config_file)
+        try:
+            file_values = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    flag_values = _drop_none(overrides or {})
+    try:
+        # The environment sits between the file and the flags, so the file's values are
+        # applied as defaults underneath a settings object built from env + flags.
+        env_and_flags = CadenzaConfig(**flag_values)
+        explicit = env_and_flags.model_dump(exclude_unset=True)
+        return CadenzaConfig(**_deep_merge(file_values, explicit))
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from exc
+
+
+def config_reference() -> str:
+    """Every configuration key with its environment variable, default and meaning (for --help)."""
+    lines = []
+    for section_name, section_field in CadenzaConfig.model_fields.items():
+        section_type = section_field.annotation
+        assert isinstance(section_type, type) and issubclass(section_type, BaseModel)
+        for key, field in section_type.model_fields.items():
+            env = f"{ENV_PREFIX}{section_name.upper()}{ENV_NESTED_DELIMITER}{key.upper()}"
+            lines.append(
+                f"  {section_name}.{key} (env {env}, default {field.default!r}): "
+                f"{field.description}"
+            )
+    return "\n".join(lines)
+
+
+def _drop_none(values: dict[str, Any]) -> dict[str, Any]:
+    cleaned: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            nested = _drop_none(value)
+            if nested:
+                cleaned[key] = nested
+        elif value is not None:
+            cleaned[key] = value
+    return cleaned
+
+
+def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _describe(exc: ValidationError) -> str:
+    problems = []
+    for error in exc.errors():
+        location = ".".join(str(part) for part in error["loc"]) or "(root)"
+        problems.append(f"{location}: {error['msg']}")
+    return "invalid configuration: " + "; ".join(problems)

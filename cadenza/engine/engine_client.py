@@ -1,0 +1,289 @@
+"""``EngineClient``: the edge's asynchronous handle on the engine, over ZeroMQ + msgpack.
+
+It starts the engine (a child process, or a thread for ``mode = "inprocess"``), waits for its
+``ready``, then routes each stream's outputs to the caller iterating :meth:`generate`. It never
+imports torch, so the edge process stays free of model work.
+
+Backpressure: every stream has a bounded queue of undelivered outputs. A consumer that falls
+``MAX_QUEUED_OUTPUTS`` behind is cut off: its request is aborted in the engine and its iterator
+raises :class:`EngineError` with code ``slow_consumer``. Leaving the iteration early (a client
+that disconnects) aborts the request, which frees it at the engine's next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from cadenza.config import CadenzaConfig
+from cadenza.engine import messages
+from cadenza.engine.request import FinishReason, StreamOutput, SynthesisRequest
+
+log = logging.getLogger(__name__)
+
+MAX_QUEUED_OUTPUTS = 256
+HEARTBEAT_TIMEOUT_S = 5.0
+_SEND_HWM = 10_000
+
+
+class EngineError(RuntimeError):
+    """A stream could not be served. ``code``: ``rejected`` (the engine refused the request),
+    ``internal`` (it failed inside the engine), ``unavailable`` (no engine), ``slow_consumer``."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+StatsCallback = Callable[[list[float], int], None]
+
+
+class EngineClient:
+    def __init__(self, config: CadenzaConfig, on_stats: StatsCallback | None = None) -> None:
+        self.config = config
+        self.on_stats = on_stats
+        self.info: messages.EngineInfo | None = None
+        self._context = zmq.asyncio.Context()
+        self._sync_context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.shadow(
+            self._context.underlying
+        )
+        self._to_engine: zmq.Socket[bytes] = self._sync_context.socket(zmq.PUSH)
+        self._to_engine.setsockopt(zmq.SNDHWM, _SEND_HWM)
+        self._from_engine = self._context.socket(zmq.PULL)
+        self._streams: dict[str, asyncio.Queue[tuple[StreamOutput, str | None] | EngineError]] = {}
+        self._process: subprocess.Popen[bytes] | None = None
+        self._thread: threading.Thread | None = None
+        self._thread_stop = threading.Event()
+        self._socket_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._last_heartbeat = 0.0
+        self._failure: str | None = None
+        self._closed = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the engine and wait until it has loaded. Raises :class:`EngineError`."""
+        inbound, outbound = self._bind()
+        if self.config.engine.mode == "process":
+            self._process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "cadenza.engine.engine_process",
+                    "--config-json",
+                    json.dumps(self.config.model_dump(mode="json")),
+                    "--inbound",
+                    inbound,
+                    "--outbound",
+                    outbound,
+                ],
+            )
+        else:
+            self._thread = threading.Thread(
+                target=self._run_in_thread,
+                args=(inbound, outbound),
+                name="cadenza-engine",
+                daemon=True,
+            )
+            self._thread.start()
+        deadline = time.monotonic() + self.config.engine.startup_timeout_s
+        while self.info is None:
+            if time.monotonic() > deadline:
+                await self.close()
+                raise EngineError("engine did not become ready in time", "unavailable")
+            if not self._engine_alive():
+                await self.close()
+                raise EngineError("engine exited during start-up", "unavailable")
+            if await self._from_engine.poll(100):
+                message = messages.unpack(await self._from_engine.recv())
+                if message["type"] == "fatal":
+                    await self.close()
+                    raise EngineError(str(message["message"]), "unavailable")
+                if message["type"] == "ready":
+                    self.info = messages.info_from_message(message)
+        self._last_heartbeat = time.monotonic()
+        self._reader = asyncio.create_task(self._read_outputs(), name="cadenza-engine-reader")
+
+    async def close(self) -> None:
+        """Stop the engine and release every socket; pending streams fail ``unavailable``."""
+        if self._closed:
+            return
+        self._closed = True
+        self._fail_all("engine is shutting down")
+        with contextlib.suppress(zmq.ZMQError):
+            self._to_engine.send(messages.pack({"type": "shutdown"}), flags=zmq.NOBLOCK)
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        if self._process is not None:
+            await asyncio.to_thread(self._stop_process, self._process)
+        if self._thread is not None:
+            self._thread_stop.set()
+            await asyncio.to_thread(self._thread.join, 30)
+        self._to_engine.close(linger=0)
+        self._from_engine.close(linger=0)
+        self._context.term()
+        if self._socket_dir is not None:
+            self._socket_dir.cleanup()
+
+    def is_ready(self) -> bool:
+        """Loaded, alive, and heard from within the heartbeat timeout."""
+        return (
+            self.info is not None
+            and not self._closed
+            and self._failure is None
+            and self._engine_alive()
+            and time.monotonic() - self._last_heartbeat < HEARTBEAT_TIMEOUT_S
+        )
+
+    @property
+    def num_streams(self) -> int:
+        return len(self._streams)
+
+    @property
+    def engine_pid(self) -> int | None:
+        """The engine's process id, or ``None`` when it runs in a thread."""
+        return self._process.pid if self._process is not None else None
+
+    # -- streams ----------------------------------------------------------------------------
+
+    async def generate(self, request: SynthesisRequest) -> AsyncGenerator[StreamOutput, None]:
+        """Submit ``request`` and yield its outputs until the finished one.
+
+        Raises :class:`EngineError` when the request is refused, fails, or loses its engine.
+        """
+        if not self.is_ready():
+            raise EngineError(self._failure or "engine is not ready", "unavailable")
+        if request.request_id in self._streams:
+            raise EngineError(f"duplicate request id {request.request_id!r}", "rejected")
+        queue: asyncio.Queue[tuple[StreamOutput, str | None] | EngineError] = asyncio.Queue(
+            MAX_QUEUED_OUTPUTS
+        )
+        self._streams[request.request_id] = queue
+        finished = False
+        try:
+            self._send(messages.add_message(request))
+            while True:
+                item = await queue.get()
+                if isinstance(item, EngineError):
+                    finished = item.code != "slow_consumer"
+                    raise item
+                output, error_code = item
+                if output.finish_reason is FinishReason.ERROR:
+                    finished = True
+                    raise EngineError(output.error or "request failed", error_code or "internal")
+                if output.finished:
+                    finished = True
+                yield output
+                if finished:
+                    return
+        finally:
+            self._streams.pop(request.request_id, None)
+            if not finished:
+                self.abort(request.request_id)
+
+    def abort(self, request_id: str) -> None:
+        """Cancel a stream in the engine (no-op if it already ended)."""
+        self._streams.pop(request_id, None)
+        if not self._closed:
+            with contextlib.suppress(zmq.ZMQError, EngineError):
+                self._send({"type": "abort", "request_id": request_id})
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _bind(self) -> tuple[str, str]:
+        if self.config.engine.mode == "process":
+            self._socket_dir = tempfile.TemporaryDirectory(prefix="cadenza-")
+            inbound = f"ipc://{self._socket_dir.name}/to-engine"
+            outbound = f"ipc://{self._socket_dir.name}/from-engine"
+        else:
+            tag = uuid.uuid4().hex
+            inbound, outbound = f"inproc://{tag}-to-engine", f"inproc://{tag}-from-engine"
+        self._to_engine.bind(inbound)
+        self._from_engine.bind(outbound)
+        return inbound, outbound
+
+    def _run_in_thread(self, inbound: str, outbound: str) -> None:
+        from cadenza.engine.engine_process import run_engine_loop  # imports torch
+
+        run_engine_loop(self.config, self._sync_context, inbound, outbound, self._thread_stop)
+
+    def _send(self, message: dict[str, Any]) -> None:
+        try:
+            self._to_engine.send(messages.pack(message), flags=zmq.NOBLOCK)
+        except zmq.Again as exc:
+            raise EngineError("engine input queue is full", "unavailable") from exc
+
+    def _engine_alive(self) -> bool:
+        if self._process is not None:
+            return self._process.poll() is None
+        if self._thread is not None:
+            return self._thread.is_alive()
+        return False
+
+    async def _read_outputs(self) -> None:
+        while True:
+            if not await self._from_engine.poll(250):
+                if not self._engine_alive():
+                    self._failure = "engine process exited"
+                    log.error(self._failure)
+                    self._fail_all(self._failure)
+                    return
+                continue
+            message = messages.unpack(await self._from_engine.recv())
+            kind = message["type"]
+            if kind == "output":
+                self._deliver(message)
+            elif kind == "stats":
+                self._last_heartbeat = time.monotonic()
+                if self.on_stats is not None:
+                    self.on_stats(list(message["step_s"]), int(message["num_requests"]))
+            elif kind == "fatal":
+                self._failure = str(message["message"])
+                self._fail_all(self._failure)
+
+    def _deliver(self, message: dict[str, Any]) -> None:
+        output = messages.output_from_message(message)
+        queue = self._streams.get(output.request_id)
+        if queue is None:
+            return  # the stream was abandoned; its abort is on the way
+        try:
+            queue.put_nowait((output, message.get("error_code")))
+        except asyncio.QueueFull:
+            self.abort(output.request_id)
+            with contextlib.suppress(asyncio.QueueEmpty):
+                queue.get_nowait()  # make room for the error
+            queue.put_nowait(EngineError("client is not reading fast enough", "slow_consumer"))
+
+    def _fail_all(self, reason: str) -> None:
+        for queue in self._streams.values():
+            while queue.full():
+                queue.get_nowait()
+            queue.put_nowait(EngineError(reason, "unavailable"))
+
+    @staticmethod
+    def _stop_process(process: subprocess.Popen[bytes]) -> None:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.terminate()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

@@ -1,0 +1,1 @@
+"""Model families (one file each), the delay pattern, and the registry that builds them."""

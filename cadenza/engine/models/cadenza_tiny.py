@@ -1,0 +1,133 @@
+"""``cadenza-tiny``: the default model, a small Llama-backbone codec LM built from a fixed seed.
+
+Layout ``parallel+delay``: every sequence position holds a *row* of ``K = 8`` ids, one per
+EnCodec codebook; a row's embedding is the sum of its ``K`` codebook embeddings, and one step
+predicts ``K`` ids through ``K`` heads (fused into one matrix). Text is a byte-level prefix:
+a text token sits in column 0 (ids offset past the audio vocabulary) with pad elsewhere.
+
+Per-codebook audio vocabulary: codes ``0 .. codebook_size-1``, then ``pad_id`` (delay padding and
+the begin-of-audio row) and ``eos_id`` (end of utterance, meaningful on codebook 0).
+
+The weights are random (Hugging Face's initialisation, seeded): the model exercises every
+serving path at the cost of a real one, and its audio is not speech. The EOS rows of the heads
+are zero, so a random model's EOS logit sits mid-distribution: greedy and top-k (k <= 250)
+sampling never pick it, and an utterance ends at the length derived from its text.
+
+Sizing (docs/architecture.md has the reasoning): hidden 256, 8 layers, 4 query / 2 KV heads of
+width 64, SwiGLU 768: 6.3 M backbone and 2.1 M head parameters, about 17 MFLOP per frame
+against EnCodec's ~40 MFLOP per frame of decoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from cadenza.engine.models.delay_pattern import DelayPattern
+from cadenza.engine.models.llama import LlamaBackbone, LlamaBackboneConfig
+from cadenza.engine.sequence_kv_cache import SequenceKVCache
+from cadenza.engine.text_tokenizer import ByteTokenizer
+
+MODEL_NAME = "cadenza-tiny"
+
+
+@dataclass(frozen=True)
+class CadenzaTinySpec:
+    backbone: LlamaBackboneConfig = field(
+        default_factory=lambda: LlamaBackboneConfig(
+            hidden_size=256,
+            num_layers=8,
+            num_heads=4,
+            num_kv_heads=2,
+            head_dim=64,
+            intermediate_size=768,
+        )
+    )
+    num_codebooks: int = 8
+    codebook_size: int = 1024
+    text_vocab_size: int = ByteTokenizer().vocab_size
+    codec_name: str = "encodec_24khz"
+    voices: tuple[str, ...] = ("default",)
+    init_std: float = 0.02
+
+    @property
+    def pad_id(self) -> int:
+        return self.codebook_size
+
+    @property
+    def eos_id(self) -> int:
+        return self.codebook_size + 1
+
+    @property
+    def audio_vocab_size(self) -> int:
+        return self.codebook_size + 2
+
+    @property
+    def delay_pattern(self) -> DelayPattern:
+        return DelayPattern(self.num_codebooks, self.pad_id)
+
+
+class CadenzaTinyModel(nn.Module):
+    """Rows of ``K`` ids in, logits ``[T, K, audio_vocab]`` out."""
+
+    def __init__(self, spec: CadenzaTinySpec) -> None:
+        super().__init__()
+        self.spec = spec
+        d = spec.backbone.hidden_size
+        vocab = spec.audio_vocab_size
+        self.embed_codebooks = nn.ModuleList(
+            nn.Embedding(vocab + (spec.text_vocab_size if k == 0 else 0), d)
+            for k in range(spec.num_codebooks)
+        )
+        self.backbone = LlamaBackbone(spec.backbone)
+        self.heads = nn.Linear(d, spec.num_codebooks * vocab, bias=False)
+
+    @classmethod
+    def from_seed(cls, seed: int, spec: CadenzaTinySpec | None = None) -> CadenzaTinyModel:
+        """Build the model with deterministic random weights (same seed, same weights)."""
+        spec = spec or CadenzaTinySpec()
+        model = cls(spec)
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
+                    param.fill_(1.0)
+                else:
+                    param.normal_(0.0, spec.init_std, generator=generator)
+            heads = model.heads.weight.view(spec.num_codebooks, spec.audio_vocab_size, -1)
+            heads[:, spec.eos_id].zero_()
+        return model.eval()
+
+    def prompt_rows(self, text_ids: list[int]) -> torch.Tensor:
+        """Rows for a text prompt followed by the begin-of-audio row (all pad): ``[T+1, K]``."""
+        spec = self.spec
+        rows = torch.full((len(text_ids) + 1, spec.num_codebooks), spec.pad_id, dtype=torch.long)
+        rows[:-1, 0] = torch.tensor(text_ids, dtype=torch.long) + spec.audio_vocab_size
+        return rows
+
+    def forward(
+        self, rows: torch.Tensor, positions: torch.Tensor, kv_cache: SequenceKVCache
+    ) -> torch.Tensor:
+        """``rows [T, K]`` at ``positions [T]`` -> logits ``[T, K, audio_vocab]``."""
+        num_tokens, num_codebooks = rows.shape
+        assert num_codebooks == self.spec.num_codebooks, rows.shape
+        embeddings = self.embed_codebooks[0](rows[:, 0])
+        for k in range(1, num_codebooks):
+            embeddings = embeddings + self.embed_codebooks[k](rows[:, k])
+        hidden = self.backbone(embeddings, positions, kv_cache)
+        logits = self.heads(hidden)
+        return logits.view(num_tokens, num_codebooks, self.spec.audio_vocab_size)
+
+    def new_kv_cache(self, max_tokens: int) -> SequenceKVCache:
+        config = self.spec.backbone
+        weight = self.heads.weight
+        return SequenceKVCache(
+            config.num_layers,
+            max_tokens,
+            config.num_kv_heads,
+            config.head_dim,
+            weight.dtype,
+            weight.device,
+        )

@@ -1,0 +1,32 @@
+"""Per-request sampling settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How a request's tokens are drawn.
+
+    ``temperature == 0`` is greedy. ``top_k == 0`` and ``top_p == 1`` disable those filters.
+    ``seed`` makes a request reproducible on its own, whatever else is in the batch; ``None``
+    draws a fresh seed.
+    """
+
+    temperature: float = 1.0
+    top_k: int = 250
+    top_p: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if self.top_k < 0:
+            raise ValueError("top_k must be >= 0")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0

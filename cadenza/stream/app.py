@@ -1,0 +1,90 @@
+"""The edge application: FastAPI routes over one :class:`EngineClient`.
+
+``create_app(config)`` builds the app; its lifespan starts the engine (a child process unless
+``engine.mode = "inprocess"``) and stops it on shutdown. Routes: health, readiness, metrics and
+the OpenAI speech API.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from cadenza import __version__
+from cadenza.config import CadenzaConfig
+from cadenza.engine.engine_client import EngineClient
+from cadenza.stream import openai_speech
+from cadenza.stream.errors import install_error_handlers
+from cadenza.stream.state import EdgeState
+from cadenza.telemetry import Metrics
+
+log = logging.getLogger(__name__)
+
+
+def create_app(config: CadenzaConfig) -> FastAPI:
+    metrics = Metrics()
+
+    def on_stats(step_s: list[float], num_requests: int) -> None:
+        for seconds in step_s:
+            metrics.engine_step.observe(seconds)
+        metrics.engine_requests.set(num_requests)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = EngineClient(config, on_stats=on_stats)
+        started = time.perf_counter()
+        await engine.start()
+        info = engine.info
+        assert info is not None
+        log.info(
+            "engine ready: model %s on %s, %d voice(s), %.1f s to load",
+            info.model_name,
+            info.device,
+            len(info.voices),
+            time.perf_counter() - started,
+        )
+        app.state.edge = EdgeState(config=config, engine=engine, metrics=metrics)
+        try:
+            yield
+        finally:
+            await engine.close()
+
+    app = FastAPI(title="cadenza", version=__version__, lifespan=lifespan)
+    install_error_handlers(app)
+    app.include_router(openai_speech.router)
+
+    @app.middleware("http")
+    async def count_requests(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        metrics.http_requests.labels(route=path, status=str(response.status_code)).inc()
+        return response
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz(request: Request) -> JSONResponse:
+        state: EdgeState = request.app.state.edge
+        ready = state.engine.is_ready()
+        metrics.engine_ready.set(1 if ready else 0)
+        body = {"status": "ready" if ready else "not ready", "streams": state.engine.num_streams}
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    @app.get("/metrics")
+    async def prometheus_metrics(request: Request) -> Response:
+        state: EdgeState = request.app.state.edge
+        metrics.engine_ready.set(1 if state.engine.is_ready() else 0)
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

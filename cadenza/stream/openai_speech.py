@@ -1,0 +1,207 @@
+"""OpenAI-compatible speech API: ``POST /v1/audio/speech`` and ``GET /v1/models``.
+
+The body is read with a size cap, parsed, checked against the schema (unknown fields are
+refused) and the validation limits, then submitted to the engine. The response starts only
+after the engine's first chunk, so a request the engine refuses still gets a JSON error; after
+that the audio streams as chunked transfer, chunk by chunk as the engine produces it. A client
+that disconnects cancels its stream in the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncGenerator
+from typing import Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from cadenza.admission.validation import InvalidRequest, validate_synthesis
+from cadenza.codecs.containers import (
+    OPENAI_FORMATS,
+    StreamEncoder,
+    UnsupportedFormat,
+    open_encoder,
+)
+from cadenza.engine.engine_client import EngineError
+from cadenza.engine.request import StreamOutput, SynthesisRequest
+from cadenza.engine.sampling_params import SamplingParams
+from cadenza.stream.errors import ApiError
+from cadenza.stream.state import EdgeState
+
+MAX_BODY_BYTES = 64 * 1024
+
+log = logging.getLogger(__name__)
+
+router = APIRouter()
+
+
+class SpeechRequest(BaseModel):
+    """OpenAI's speech request, plus the extensions ``seed`` and ``max_duration_s``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    input: str
+    voice: str = "default"
+    response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "wav"
+    speed: float = Field(1.0, ge=0.25, le=4.0)
+    stream_format: Literal["audio", "sse"] = "audio"
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    max_duration_s: float | None = None
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> dict[str, object]:
+    state: EdgeState = request.app.state.edge
+    info = state.engine_info()
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": info.model_name,
+                "object": "model",
+                "created": state.started_at,
+                "owned_by": "cadenza",
+                "voices": list(info.voices),
+                "sample_rate": info.sample_rate,
+            }
+        ],
+    }
+
+
+@router.post("/v1/audio/speech")
+async def create_speech(request: Request) -> StreamingResponse:
+    state: EdgeState = request.app.state.edge
+    body = await _parse_body(request)
+    info = state.engine_info()
+    try:
+        validate_synthesis(
+            model=body.model,
+            text=body.input,
+            voice=body.voice,
+            max_duration_s=body.max_duration_s,
+            served_model=info.model_name,
+            voices=info.voices,
+            limits=state.config.limits,
+        )
+    except InvalidRequest as exc:
+        raise ApiError.from_invalid(exc) from exc
+    _refuse_unsupported(body)
+    try:
+        encoder = open_encoder(body.response_format, info.sample_rate)
+    except UnsupportedFormat as exc:
+        raise ApiError(400, str(exc), code="unsupported_format", param="response_format") from exc
+
+    request_id = uuid.uuid4().hex
+    synthesis = SynthesisRequest(
+        request_id=request_id,
+        text=body.input,
+        voice=body.voice,
+        max_duration_s=body.max_duration_s,
+        sampling=SamplingParams(seed=body.seed),
+    )
+    started = time.perf_counter()
+    outputs = state.engine.generate(synthesis)
+    first = await _first_output(outputs)
+    state.metrics.time_to_first_audio.observe(time.perf_counter() - started)
+    return StreamingResponse(
+        _stream_audio(state, outputs, first, encoder, info.sample_rate, request_id),
+        media_type=encoder.media_type,
+        headers={"X-Request-Id": request_id},
+    )
+
+
+async def _parse_body(request: Request) -> SpeechRequest:
+    raw = bytearray()
+    async for piece in request.stream():
+        raw += piece
+        if len(raw) > MAX_BODY_BYTES:
+            raise ApiError(
+                413, f"request body exceeds {MAX_BODY_BYTES} bytes", code="body_too_large"
+            )
+    try:
+        payload = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from exc
+    if not isinstance(payload, dict):
+        raise ApiError(400, "request body must be a JSON object", code="invalid_json")
+    try:
+        return SpeechRequest.model_validate(payload)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(p) for p in first["loc"]) or None
+        message = f"{param}: {first['msg']}" if param else first["msg"]
+        code = "unknown_field" if first["type"] == "extra_forbidden" else "invalid_value"
+        raise ApiError(400, message, code=code, param=param) from exc
+
+
+def _refuse_unsupported(body: SpeechRequest) -> None:
+    """Valid OpenAI values that this build cannot honour yet get a 400, not a silent ignore."""
+    if body.speed != 1.0:
+        raise ApiError(
+            400,
+            "speed other than 1.0 is not supported yet",
+            code="unsupported_speed",
+            param="speed",
+        )
+    if body.stream_format != "audio":
+        raise ApiError(
+            400,
+            "stream_format 'sse' is not supported yet",
+            code="unsupported_stream_format",
+            param="stream_format",
+        )
+    assert body.response_format in OPENAI_FORMATS
+
+
+async def _first_output(outputs: AsyncGenerator[StreamOutput, None]) -> StreamOutput:
+    """The stream's first output; engine errors become API errors (nothing was sent yet)."""
+    try:
+        return await anext(outputs)
+    except EngineError as exc:
+        status = {"rejected": 400, "unavailable": 503}.get(exc.code, 500)
+        raise ApiError(status, str(exc), code=f"engine_{exc.code}") from exc
+    except BaseException:
+        await outputs.aclose()  # cancelled while waiting: abort the engine request
+        raise
+
+
+async def _stream_audio(
+    state: EdgeState,
+    outputs: AsyncGenerator[StreamOutput, None],
+    first: StreamOutput,
+    encoder: StreamEncoder,
+    sample_rate: int,
+    request_id: str,
+) -> AsyncGenerator[bytes, None]:
+    state.metrics.streams_active.inc()
+    reason = "cancelled"
+    try:
+        output = first
+        while True:
+            state.metrics.audio_seconds.inc(len(output.audio) / sample_rate)
+            data = encoder.encode(output.audio)
+            if data:
+                yield data
+            if output.finish_reason is not None:
+                reason = output.finish_reason.value
+                break
+            output = await anext(outputs)
+        tail = encoder.finish()
+        if tail:
+            yield tail
+    except EngineError as exc:
+        reason = "error"
+        log.warning("stream %s failed after its headers were sent: %s", request_id, exc)
+        # The status line is gone: ending the body without its final chunk is the only way
+        # left to tell the client the audio is incomplete.
+        raise
+    finally:
+        state.metrics.streams_active.dec()
+        state.metrics.streams_finished.labels(reason=reason).inc()
+        await outputs.aclose()  # aborts the engine request if it did not finish

@@ -1,0 +1,26 @@
+"""What the edge's request handlers share: configuration, the engine client, metrics."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from cadenza.config import CadenzaConfig
+from cadenza.engine.engine_client import EngineClient
+from cadenza.engine.messages import EngineInfo
+from cadenza.stream.errors import ApiError
+from cadenza.telemetry import Metrics
+
+
+@dataclass
+class EdgeState:
+    config: CadenzaConfig
+    engine: EngineClient
+    metrics: Metrics
+    started_at: int = field(default_factory=lambda: int(time.time()))
+
+    def engine_info(self) -> EngineInfo:
+        """The loaded model's identity; 503 while the engine is not ready."""
+        if not self.engine.is_ready() or self.engine.info is None:
+            raise ApiError(503, "engine is not ready", code="engine_unavailable")
+        return self.engine.info

@@ -1,0 +1,112 @@
+"""EngineClient with the engine in a thread (``mode = "inprocess"``): routing, abort, refusals."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cadenza.config import load_config
+from cadenza.engine.engine_client import EngineClient, EngineError
+from cadenza.engine.request import FinishReason, SynthesisRequest
+from cadenza.engine.sampling_params import SamplingParams
+
+HOP = 320
+
+
+def _run(scenario):
+    async def main():
+        config = load_config(
+            overrides={"engine": {"mode": "inprocess"}, "model": {"device": "cpu"}}
+        )
+        client = EngineClient(config)
+        await client.start()
+        try:
+            return await scenario(client)
+        finally:
+            await client.close()
+
+    return asyncio.run(main())
+
+
+async def _collect(client, request):
+    return [output async for output in client.generate(request)]
+
+
+def test_streams_run_concurrently_and_each_gets_its_own_audio():
+    async def scenario(client):
+        assert client.is_ready()
+        assert client.info.model_name == "cadenza-tiny" and client.info.sample_rate == 24000
+        requests = [
+            SynthesisRequest(f"r{i}", "x" * (14 * (i + 1)), sampling=SamplingParams(seed=i))
+            for i in range(3)
+        ]
+        results = await asyncio.gather(*(_collect(client, r) for r in requests))
+        assert client.num_streams == 0
+        return results
+
+    results = _run(scenario)
+    for i, outputs in enumerate(results):
+        assert outputs[-1].finish_reason is FinishReason.LENGTH
+        assert sum(len(o.audio) for o in outputs) == 75 * (i + 1) * HOP
+
+
+def test_leaving_the_loop_aborts_the_request_in_the_engine():
+    async def scenario(client):
+        stream = client.generate(SynthesisRequest("long", "x" * 3000))
+        first = await anext(stream)
+        assert len(first.audio) > 0
+        await stream.aclose()
+        # the engine frees it; a new stream then starts right away
+        outputs = await asyncio.wait_for(_collect(client, SynthesisRequest("next", "hi")), 30)
+        return outputs
+
+    outputs = _run(scenario)
+    assert outputs[-1].finished
+
+
+def test_refused_request_raises_rejected():
+    async def scenario(client):
+        with pytest.raises(EngineError) as caught:
+            await _collect(client, SynthesisRequest("v", "hello", voice="nobody"))
+        assert caught.value.code == "rejected"
+        # duplicate ids are refused before they reach the engine
+        stream = client.generate(SynthesisRequest("same", "x" * 500))
+        await anext(stream)
+        with pytest.raises(EngineError, match="duplicate"):
+            await _collect(client, SynthesisRequest("same", "hello"))
+        await stream.aclose()
+        return True
+
+    assert _run(scenario)
+
+
+def test_closed_client_refuses_new_streams():
+    async def main():
+        config = load_config(
+            overrides={"engine": {"mode": "inprocess"}, "model": {"device": "cpu"}}
+        )
+        client = EngineClient(config)
+        await client.start()
+        await client.close()
+        assert not client.is_ready()
+        with pytest.raises(EngineError) as caught:
+            await _collect(client, SynthesisRequest("late", "hi"))
+        assert caught.value.code == "unavailable"
+
+    asyncio.run(main())
+
+
+def test_engine_that_cannot_load_fails_start():
+    async def main():
+        config = load_config(
+            overrides={
+                "engine": {"mode": "inprocess"},
+                "model": {"name": "no-such-model", "device": "cpu"},
+            }
+        )
+        client = EngineClient(config)
+        with pytest.raises(EngineError, match="no-such-model"):
+            await client.start()
+
+    asyncio.run(main())

@@ -1,0 +1,122 @@
+"""The skeleton engine: lengths, chunking, reproducibility, cancellation, failure isolation."""
+
+import numpy as np
+import pytest
+
+from cadenza.engine.engine import RequestRejected
+from cadenza.engine.request import FinishReason, SynthesisRequest, derive_duration_s
+from cadenza.engine.sampling_params import SamplingParams
+
+HOP = 320
+
+
+def _run(engine, *requests):
+    for request in requests:
+        engine.add_request(request)
+    outputs = {}
+    while engine.has_unfinished_requests():
+        for output in engine.step():
+            outputs.setdefault(output.request_id, []).append(output)
+    return outputs
+
+
+def test_duration_is_derived_from_text(tiny_engine):
+    text = "x" * 42  # 42 chars at 14 chars/s: 3 s, 225 frames
+    audio = tiny_engine.synthesize(text, sampling=SamplingParams(seed=1))
+    assert len(audio) == 225 * HOP
+    assert audio.dtype == np.float32
+    assert np.abs(audio).max() <= 1.0
+    assert audio.std() > 1e-4  # not silence
+
+
+def test_short_text_gets_one_second_and_max_duration_caps(tiny_engine):
+    assert len(tiny_engine.synthesize("hi", sampling=SamplingParams(seed=1))) == 75 * HOP
+    capped = tiny_engine.synthesize("x" * 140, max_duration_s=0.5, sampling=SamplingParams(seed=1))
+    assert len(capped) == round(0.5 * 75) * HOP
+
+
+def test_same_seed_same_audio_other_seed_other_audio(tiny_engine):
+    a = tiny_engine.synthesize("reproducible", sampling=SamplingParams(seed=5))
+    b = tiny_engine.synthesize("reproducible", sampling=SamplingParams(seed=5))
+    c = tiny_engine.synthesize("reproducible", sampling=SamplingParams(seed=6))
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+def test_chunks_stream_in_configured_sizes(tiny_engine):
+    outputs = _run(tiny_engine, SynthesisRequest("r1", "x" * 28, sampling=SamplingParams(seed=2)))
+    pieces = outputs["r1"]
+    sizes = [len(p.audio) // HOP for p in pieces if len(p.audio)]
+    first, chunk = tiny_engine.config.first_chunk_frames, tiny_engine.config.chunk_frames
+    assert sizes[0] == first
+    assert all(size == chunk for size in sizes[1:-1])
+    assert sum(sizes) == 150
+    assert pieces[-1].finish_reason is FinishReason.LENGTH
+    assert all(not p.finished for p in pieces[:-1])
+
+
+def test_requests_queue_and_all_finish(tiny_engine):
+    requests = [SynthesisRequest(f"q{i}", "abc", sampling=SamplingParams(seed=i)) for i in range(3)]
+    outputs = _run(tiny_engine, *requests)
+    assert sorted(outputs) == ["q0", "q1", "q2"]
+    for pieces in outputs.values():
+        assert sum(len(p.audio) for p in pieces) == 75 * HOP
+    assert tiny_engine.num_requests == 0
+
+
+def test_abort_ends_the_stream_with_cancelled(tiny_engine):
+    tiny_engine.add_request(SynthesisRequest("gone", "x" * 100))
+    for _ in range(5):
+        tiny_engine.step()
+    assert tiny_engine.abort_request("gone")
+    assert not tiny_engine.abort_request("gone")
+    final = tiny_engine.step()
+    assert [(o.request_id, o.finish_reason) for o in final] == [("gone", FinishReason.CANCELLED)]
+    assert not tiny_engine.has_unfinished_requests()
+
+
+def test_bad_requests_are_refused_without_state_change(tiny_engine):
+    with pytest.raises(RequestRejected, match="voice"):
+        tiny_engine.add_request(SynthesisRequest("v", "hello", voice="nobody"))
+    tiny_engine.add_request(SynthesisRequest("dup", "hello"))
+    with pytest.raises(RequestRejected, match="duplicate"):
+        tiny_engine.add_request(SynthesisRequest("dup", "hello"))
+    tiny_engine.abort_request("dup")
+    tiny_engine.step()
+    assert tiny_engine.num_requests == 0
+
+
+def test_a_failing_request_fails_alone(tiny_engine, monkeypatch):
+    real_prefill = tiny_engine._prefill
+
+    def prefill(stream):
+        if stream.request.text == "poison":
+            raise RuntimeError("model exploded")
+        return real_prefill(stream)
+
+    monkeypatch.setattr(tiny_engine, "_prefill", prefill)
+    outputs = _run(
+        tiny_engine,
+        SynthesisRequest("bad", "poison"),
+        SynthesisRequest("good", "fine", sampling=SamplingParams(seed=1)),
+    )
+    assert outputs["bad"][-1].finish_reason is FinishReason.ERROR
+    assert "exploded" in outputs["bad"][-1].error
+    assert outputs["good"][-1].finish_reason is FinishReason.LENGTH
+    assert sum(len(p.audio) for p in outputs["good"]) == 75 * HOP
+
+
+def test_zero_duration_finishes_at_once(tiny_engine):
+    outputs = _run(tiny_engine, SynthesisRequest("z", "hi", max_duration_s=0.001))
+    assert outputs["z"][-1].finish_reason is FinishReason.LENGTH
+    assert sum(len(p.audio) for p in outputs["z"]) == 0
+
+
+def test_derive_duration():
+    kwargs = {"chars_per_second": 14.0, "min_duration_s": 1.0, "server_max_duration_s": 30.0}
+    assert derive_duration_s("x" * 28, None, **kwargs) == 2.0
+    assert derive_duration_s("x", None, **kwargs) == 1.0
+    assert derive_duration_s("x" * 1400, None, **kwargs) == 30.0
+    assert derive_duration_s("x" * 1400, 5.0, **kwargs) == 5.0
+    assert derive_duration_s("x", 0.25, **kwargs) == 0.25
+    assert derive_duration_s("x" * 1400, 60.0, **kwargs) == 30.0

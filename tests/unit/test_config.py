@@ -1,0 +1,60 @@
+import pytest
+
+from cadenza.config import CadenzaConfig, ConfigError, config_reference, load_config
+
+
+def test_defaults():
+    config = load_config()
+    assert config.server.port == 8000
+    assert config.model.name == "cadenza-tiny"
+    assert config.limits.max_input_chars == 4096
+
+
+def test_priority_flags_over_env_over_file(tmp_path, monkeypatch):
+    path = tmp_path / "cadenza.toml"
+    path.write_text('[server]\nport = 9001\nhost = "0.0.0.0"\n[model]\nseed = 7\n')
+    config = load_config(path)
+    assert (config.server.port, config.server.host, config.model.seed) == (9001, "0.0.0.0", 7)
+
+    monkeypatch.setenv("CADENZA_SERVER__PORT", "9002")
+    config = load_config(path)
+    assert config.server.port == 9002  # env beats file
+    assert config.server.host == "0.0.0.0"  # file values the env does not touch survive
+
+    config = load_config(path, {"server": {"port": 9003, "host": None}})
+    assert config.server.port == 9003  # flags beat env
+    assert config.server.host == "0.0.0.0"  # an unset flag (None) masks nothing
+
+
+def test_unknown_key_in_file_is_an_error(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[server]\nprot = 1\n")
+    with pytest.raises(ConfigError, match=r"server\.prot"):
+        load_config(path)
+
+
+def test_invalid_value_from_env(monkeypatch):
+    monkeypatch.setenv("CADENZA_SERVER__PORT", "not-a-port")
+    with pytest.raises(ConfigError, match=r"server\.port"):
+        load_config()
+
+
+def test_garbage_file(tmp_path):
+    path = tmp_path / "garbage.toml"
+    path.write_bytes(b"\x00\xff[[[")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.toml")
+
+
+def test_round_trips_through_json():
+    config = load_config(overrides={"engine": {"chunk_frames": 3}})
+    again = CadenzaConfig.model_validate(config.model_dump(mode="json"))
+    assert again == config
+
+
+def test_reference_lists_every_key_with_its_variable():
+    text = config_reference()
+    assert "CADENZA_SERVER__PORT" in text
+    assert "limits.max_input_chars" in text
