@@ -27,8 +27,8 @@ test-fast: install
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 lint: install
-	$(VENV)/bin/ruff check cadenza tests benchmarks
-	$(VENV)/bin/ruff format --check cadenza tests benchmarks
+	$(VENV)/bin/ruff check cadenza tests
+	$(VENV)/bin/ruff format --check cadenza tests
 	$(VENV)/bin/mypy cadenza
 
 clean:

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"cadenza: {exc}", file=sys.stderr)
         return 2
-    handler = {"serve": _serve, "generate": _generate}[args.command]
+    handler = {"serve": _serve, "generate": _generate, "bench": _bench}[args.command]
     return handler(config, args)
 
 
@@ -58,6 +58,13 @@ def _build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--seed", type=int, help="sampling seed (same seed, same audio)")
     generate.add_argument("--max-duration-s", type=float, help="cap on the audio length")
     _add_model_flags(generate)
+
+    bench = commands.add_parser("bench", help="benchmarks, side by side in one run")
+    bench.add_argument("target", choices=["engine"], help="what to measure")
+    bench.add_argument("--json", action="store_true", help="print only the JSON result")
+    bench.add_argument("--batch-sizes", default="1,4,16", help="comma-separated batch sizes")
+    bench.add_argument("--repeats", type=int, default=3, help="runs per measurement (median)")
+    bench.add_argument("--config", type=Path, help=argparse.SUPPRESS)
     return parser
 
 
@@ -70,7 +77,7 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "server": {"host": getattr(args, "host", None), "port": getattr(args, "port", None)},
-        "model": {"name": args.model, "device": args.device},
+        "model": {"name": getattr(args, "model", None), "device": getattr(args, "device", None)},
     }
 
 
@@ -136,6 +143,22 @@ def _generate(config: CadenzaConfig, args: argparse.Namespace) -> int:
         "synthesis_s": round(done - loaded, 3),
     }
     print(json.dumps(summary))
+    return 0
+
+
+def _bench(_: CadenzaConfig, args: argparse.Namespace) -> int:
+    from cadenza.bench import engine_throughput
+
+    try:
+        batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
+    except ValueError:
+        print(f"cadenza: --batch-sizes must be integers, got {args.batch_sizes!r}", file=sys.stderr)
+        return 2
+    if not batch_sizes or min(batch_sizes) < 1 or args.repeats < 1:
+        print("cadenza: batch sizes and --repeats must be positive", file=sys.stderr)
+        return 2
+    result = engine_throughput.run(batch_sizes, repeats=args.repeats, progress=not args.json)
+    print(json.dumps(result, indent=None if args.json else 2))
     return 0
 
 

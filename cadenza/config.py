@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -81,6 +81,34 @@ class EngineConfig(_Section):
     max_pending_requests: int = Field(
         256, ge=1, description="requests the engine holds (running + waiting) before refusing"
     )
+    block_size: int = Field(16, ge=1, le=1024, description="tokens per KV page")
+    max_num_batched_tokens: int = Field(
+        512, ge=1, description="token budget of one engine step (decodes + prefill chunks)"
+    )
+    max_num_seqs: int = Field(64, ge=1, description="most sequences running at once")
+    enable_prefix_caching: bool = Field(True, description="share KV pages of equal prefixes")
+    reserve_max_output: bool = Field(
+        True,
+        description="admit a stream only with KV pages for its whole output (no preemption)",
+    )
+    kv_cache_memory_bytes: int | None = Field(
+        None, ge=1, description="KV cache size in bytes (unset: a fraction of free memory)"
+    )
+    pack_cpu_weights: bool = Field(
+        True, description="prepack fp32 linear weights for oneDNN on the CPU (faster decode)"
+    )
+    kv_cache_memory_fraction: float = Field(
+        0.1, gt=0, le=0.95, description="share of free device memory for the KV cache"
+    )
+
+    @model_validator(mode="after")
+    def _budget_covers_every_decode(self) -> EngineConfig:
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                "max_num_batched_tokens must be at least max_num_seqs, so every running "
+                "sequence can decode in every step"
+            )
+        return self
 
 
 class LimitsConfig(_Section):

@@ -8,6 +8,7 @@ import json
 import logging
 import sys
 import time
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -56,6 +57,56 @@ class Metrics:
         self.engine_ready = Gauge(
             "cadenza_engine_ready", "1 while the engine is loaded and answering", registry=r
         )
+        self.engine_running = Gauge(
+            "cadenza_engine_running", "sequences in the engine's running batch", registry=r
+        )
+        self.engine_waiting = Gauge(
+            "cadenza_engine_waiting", "sequences waiting for admission", registry=r
+        )
+        self.decode_occupancy = Gauge(
+            "cadenza_engine_decode_occupancy",
+            "running sequences / max_num_seqs, at the last stats report",
+            registry=r,
+        )
+        self.step_decodes = Histogram(
+            "cadenza_engine_step_decode_tokens",
+            "decode tokens per engine step (how many streams one forward pass served)",
+            buckets=(0, 1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=r,
+        )
+        self.kv_pages_total = Gauge("cadenza_kv_pages_total", "KV cache pages", registry=r)
+        self.kv_pages_free = Gauge(
+            "cadenza_kv_pages_free", "KV cache pages free or cached", registry=r
+        )
+        self.preemptions = Counter(
+            "cadenza_engine_preemptions", "sequences preempted (recomputed)", registry=r
+        )
+        self.prefix_hit_tokens = Counter(
+            "cadenza_prefix_hit_tokens", "prompt tokens served from the prefix cache", registry=r
+        )
+        self._engine_totals: dict[str, int] = {}
+
+    def observe_engine_stats(self, message: dict[str, Any]) -> None:
+        """Fold one engine ``stats`` message into the metrics."""
+        for seconds in message["step_s"]:
+            self.engine_step.observe(seconds)
+        for decodes in message["step_decodes"]:
+            self.step_decodes.observe(decodes)
+        engine = message["engine"]
+        self.engine_running.set(engine["num_running"])
+        self.engine_waiting.set(engine["num_waiting"])
+        self.engine_requests.set(engine["num_running"] + engine["num_waiting"])
+        self.decode_occupancy.set(engine["num_running"] / max(engine["max_num_seqs"], 1))
+        self.kv_pages_total.set(engine["kv_blocks_total"])
+        self.kv_pages_free.set(engine["kv_blocks_free"])
+        for key, counter in (
+            ("num_preemptions", self.preemptions),
+            ("prefix_hit_tokens", self.prefix_hit_tokens),
+        ):
+            delta = engine[key] - self._engine_totals.get(key, 0)
+            if delta > 0:
+                counter.inc(delta)
+            self._engine_totals[key] = engine[key]
 
 
 class JsonLogFormatter(logging.Formatter):

@@ -1,21 +1,25 @@
-"""The engine: text in, audio chunks out, one step at a time.
+"""The engine: many streams, one copy of the weights, one forward pass per step.
 
-This is the skeleton loop: streams are served one at a time in arrival order, each with a
-contiguous KV cache, and audio is decoded per stream in chunks. The paged, continuously batched
-engine replaces the inside of :meth:`Engine.step` behind the same interface
-(``add_request`` / ``abort_request`` / ``step`` / ``has_unfinished_requests``).
+Each :meth:`Engine.step`:
 
-A stream's life: prefill the text prompt, then one decode step per delay-pattern row; frames
-complete ``K - 1`` steps after they start; every ``chunk_frames`` complete frames (fewer for the
-first chunk, for a fast time to first audio) are decoded to audio and returned.
+1. the scheduler picks the step's work (decode tokens first, then prefill chunks) under the
+   token budget, admitting waiting sequences whose KV pages fit;
+2. the model runner runs one forward pass over the flattened batch; if it raises, each
+   sequence is retried alone so a bad request fails by itself;
+3. every sequence whose last token was computed samples one row; its layout decides whether it
+   is finished;
+4. newly full KV blocks are hashed for prefix caching; finished sequences release their pages;
+5. streams with enough complete codec frames get them decoded to audio.
+
+Offline APIs: :meth:`generate_ids` (token LMs, used to check exactness against transformers)
+and :meth:`synthesize` (text to audio).
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -23,13 +27,20 @@ import torch
 from cadenza.codecs.encodec import EncodecCodec, load_codec
 from cadenza.codecs.windowed_decoder import WindowedChunkDecoder
 from cadenza.config import EngineConfig, LimitsConfig
-from cadenza.engine.models.cadenza_tiny import CadenzaTinyModel
+from cadenza.engine.block_pool import BlockPool
+from cadenza.engine.kv_cache_manager import KVCacheManager
+from cadenza.engine.memory import available_memory_bytes
+from cadenza.engine.model_runner import ForwardResult, ModelRunner
+from cadenza.engine.models.llama import fuse_llama_projections
+from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.models.registry import load_model
+from cadenza.engine.paged_kv_cache import PagedKVCache
 from cadenza.engine.request import FinishReason, StreamOutput, SynthesisRequest, derive_duration_s
-from cadenza.engine.sampler import sample_row
+from cadenza.engine.sampler import sample_rows
 from cadenza.engine.sampling_params import SamplingParams
-from cadenza.engine.sequence_kv_cache import SequenceKVCache
-from cadenza.engine.text_tokenizer import ByteTokenizer
+from cadenza.engine.scheduler import ScheduledBatch, Scheduler
+from cadenza.engine.sequence import Sequence, SequenceStatus
+from cadenza.kernels.cpu_linear import pack_linears, packing_available
 
 log = logging.getLogger(__name__)
 
@@ -37,49 +48,71 @@ _EMPTY_AUDIO = np.zeros(0, dtype=np.float32)
 
 
 class RequestRejected(ValueError):
-    """The engine will not take this request (unknown voice, duplicate id, queue full)."""
+    """The engine will not take this request (unknown voice, duplicate id, too large, full)."""
 
 
-@dataclass
-class _Stream:
-    """Generation state of one request."""
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot for metrics and admission."""
 
-    request: SynthesisRequest
-    target_frames: int
-    generator: torch.Generator
-    decoder: WindowedChunkDecoder
-    kv_cache: SequenceKVCache | None = None
-    rows: list[list[int]] = field(default_factory=list)
-    end_frame: int | None = None
-    frames_sent: int = 0
+    num_running: int
+    num_waiting: int
+    max_num_seqs: int
+    kv_blocks_total: int
+    kv_blocks_free: int
+    num_preemptions: int
+    prefix_hit_tokens: int
+    prefix_query_tokens: int
+    last_batch_decodes: int
+    last_batch_tokens: int
 
 
 class Engine:
     def __init__(
         self,
-        model: CadenzaTinyModel,
-        codec: EncodecCodec,
+        model: AudioTokenModel,
+        codec: EncodecCodec | None,
         *,
         model_name: str,
         engine_config: EngineConfig | None = None,
         limits: LimitsConfig | None = None,
     ) -> None:
-        spec = model.spec
-        if codec.num_codebooks != spec.num_codebooks or codec.codebook_size != spec.codebook_size:
-            raise ValueError("model and codec disagree on codebooks")
         self.model = model
         self.codec = codec
         self.model_name = model_name
-        self.config = engine_config or EngineConfig()
+        self.config = config = engine_config or EngineConfig()
         self.limits = limits or LimitsConfig()
-        self.tokenizer = ByteTokenizer()
-        self.pattern = spec.delay_pattern
-        self._streams: OrderedDict[str, _Stream] = OrderedDict()
-        self._pending_outputs: list[StreamOutput] = []
-        allowed = torch.zeros(spec.num_codebooks, spec.audio_vocab_size, dtype=torch.bool)
-        allowed[:, : spec.codebook_size] = True
-        allowed[0, spec.eos_id] = True
-        self._allowed = allowed.to(model.heads.weight.device)
+        self.layout = model.layout
+        device, dtype = model.device, model.dtype
+        fuse_llama_projections(model)
+        if config.pack_cpu_weights and packing_available(device, dtype):
+            pack_linears(model)
+        if self.layout.produces_audio and (
+            codec is None or codec.num_codebooks != self.layout.codebooks_per_frame
+        ):
+            raise ValueError(
+                f"{model_name} needs a codec with {self.layout.codebooks_per_frame} codebooks"
+            )
+        budget = config.kv_cache_memory_bytes or int(
+            available_memory_bytes(device) * config.kv_cache_memory_fraction
+        )
+        self.kv_cache = PagedKVCache.from_budget(
+            model.kv_spec, budget, config.block_size, dtype, device
+        )
+        self.block_pool = BlockPool(self.kv_cache.num_blocks, config.enable_prefix_caching)
+        self.kv_manager = KVCacheManager(
+            self.block_pool, config.block_size, config.reserve_max_output
+        )
+        self.scheduler = Scheduler(
+            self.kv_manager, config.max_num_batched_tokens, config.max_num_seqs
+        )
+        self.runner = ModelRunner(model, self.kv_cache, device)
+        masks = self.layout.sampling_masks()
+        self._masks = None if masks is None else masks.to(device)
+        self._extra_keys = (model_name, str(dtype))
+        self._seqs: dict[str, Sequence] = {}
+        self._pending: list[StreamOutput] = []
+        self._last_batch = ScheduledBatch()
 
     @classmethod
     def from_pretrained(
@@ -89,42 +122,65 @@ class Engine:
         device: str = "cpu",
         dtype: str = "float32",
         seed: int = 0,
+        block_size: int | None = None,
+        max_num_batched_tokens: int | None = None,
+        max_num_seqs: int | None = None,
+        enable_prefix_caching: bool | None = None,
+        kv_cache_memory_bytes: int | None = None,
         engine_config: EngineConfig | None = None,
         limits: LimitsConfig | None = None,
     ) -> Engine:
-        """Build the model and its codec on ``device`` (``"auto"``: cuda if available)."""
+        """Build a model (built-in name or checkpoint directory) and its codec on ``device``.
+
+        Keyword arguments given here override the same fields of ``engine_config``.
+        """
+        overrides = {
+            key: value
+            for key, value in {
+                "block_size": block_size,
+                "max_num_batched_tokens": max_num_batched_tokens,
+                "max_num_seqs": max_num_seqs,
+                "enable_prefix_caching": enable_prefix_caching,
+                "kv_cache_memory_bytes": kv_cache_memory_bytes,
+            }.items()
+            if value is not None
+        }
+        config = (engine_config or EngineConfig()).model_copy(update=overrides)
         torch_device = resolve_device(device)
-        torch_dtype = resolve_dtype(dtype, torch_device)
-        model = load_model(name_or_path, seed=seed).to(device=torch_device, dtype=torch_dtype)
-        codec = load_codec(model.spec.codec_name, device=torch_device, seed=seed)
-        return cls(
-            model, codec, model_name=name_or_path, engine_config=engine_config, limits=limits
+        model = load_model(
+            name_or_path, seed=seed, device=torch_device, dtype=resolve_dtype(dtype, torch_device)
         )
+        codec = None
+        if model.layout.produces_audio and model.codec_name is not None:
+            codec = load_codec(model.codec_name, device=torch_device, seed=seed)
+        return cls(model, codec, model_name=name_or_path, engine_config=config, limits=limits)
 
     # -- identity ---------------------------------------------------------------------------
 
     @property
     def sample_rate(self) -> int:
-        return self.codec.sample_rate
+        return self._codec().sample_rate
 
     @property
     def frame_rate(self) -> float:
-        return self.codec.frame_rate
+        return self._codec().frame_rate
 
     @property
     def voices(self) -> tuple[str, ...]:
-        return self.model.spec.voices
+        return self.model.voices
+
+    @property
+    def num_requests(self) -> int:
+        return len(self._seqs)
 
     # -- request lifecycle ------------------------------------------------------------------
 
     def add_request(self, request: SynthesisRequest) -> None:
         """Queue a stream. Raises :class:`RequestRejected` without changing any state."""
-        if request.request_id in self._streams:
-            raise RequestRejected(f"duplicate request id {request.request_id!r}")
+        if not self.layout.produces_audio:
+            raise RequestRejected(f"{self.model_name} is a text model; it cannot synthesize")
         if request.voice not in self.voices:
             raise RequestRejected(f"unknown voice {request.voice!r}; voices: {self.voices}")
-        if len(self._streams) >= self.config.max_pending_requests:
-            raise RequestRejected("engine queue is full")
         duration_s = derive_duration_s(
             request.text,
             request.max_duration_s,
@@ -132,51 +188,124 @@ class Engine:
             min_duration_s=self.limits.min_duration_s,
             server_max_duration_s=self.limits.max_duration_s,
         )
-        seed = request.sampling.seed
-        generator = torch.Generator(device=self._allowed.device)
-        generator.manual_seed(seed if seed is not None else secrets.randbits(63))
-        self._streams[request.request_id] = _Stream(
-            request=request,
-            target_frames=max(0, round(duration_s * self.frame_rate)),
-            generator=generator,
-            decoder=WindowedChunkDecoder(self.codec),
+        target_frames = max(0, round(duration_s * self.frame_rate))
+        seq = self._new_sequence(
+            request.request_id,
+            self.model.build_prompt(request.text, request.voice),
+            request.sampling,
+            max_new_steps=self.layout.steps_for_frames(target_frames),
+            conditioning=f"voice={request.voice}",
         )
+        seq.target_frames = target_frames
+        seq.audio_decoder = WindowedChunkDecoder(self._codec())
+        self._submit(seq)
+        if target_frames == 0:
+            self._finish(seq, FinishReason.LENGTH, _EMPTY_AUDIO)
 
     def abort_request(self, request_id: str) -> bool:
-        """Stop a stream; its last output (``CANCELLED``) comes from the next :meth:`step`."""
-        stream = self._streams.pop(request_id, None)
-        if stream is None:
+        """Stop a stream; its pages are free at once (steps are synchronous, so none is using
+        them) and its last output, ``CANCELLED``, comes from the next :meth:`step`."""
+        seq = self._seqs.get(request_id)
+        if seq is None:
             return False
-        self._pending_outputs.append(StreamOutput(request_id, _EMPTY_AUDIO, FinishReason.CANCELLED))
+        self._finish(seq, FinishReason.CANCELLED, _EMPTY_AUDIO)
         return True
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self._streams) or bool(self._pending_outputs)
-
-    @property
-    def num_requests(self) -> int:
-        return len(self._streams)
+        return bool(self._seqs) or bool(self._pending)
 
     # -- the loop ---------------------------------------------------------------------------
 
     def step(self) -> list[StreamOutput]:
-        """Advance the oldest stream by one token step; return the outputs that are ready."""
-        outputs, self._pending_outputs = self._pending_outputs, []
-        if not self._streams:
-            return outputs
-        stream = next(iter(self._streams.values()))
-        request_id = stream.request.request_id
-        try:
-            with torch.inference_mode():
-                output = self._advance(stream)
-        except Exception as exc:  # a failing request fails alone
-            log.exception("request %s failed", request_id)
-            output = StreamOutput(request_id, _EMPTY_AUDIO, FinishReason.ERROR, str(exc))
-        if output is not None:
-            outputs.append(output)
-            if output.finished:
-                self._streams.pop(request_id, None)
+        """Run one step; return the outputs that are ready (audio chunks, finished streams)."""
+        batch = self.scheduler.schedule()
+        self._last_batch = batch
+        if not batch.is_empty:
+            result = self._forward(batch)
+            self._advance(batch, result)
+        outputs, self._pending = self._pending, []
         return outputs
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+            max_num_seqs=self.scheduler.max_num_seqs,
+            kv_blocks_total=self.block_pool.num_blocks,
+            kv_blocks_free=self.block_pool.num_free_blocks,
+            num_preemptions=self.scheduler.num_preemptions,
+            prefix_hit_tokens=self.kv_manager.prefix_hit_tokens,
+            prefix_query_tokens=self.kv_manager.prefix_query_tokens,
+            last_batch_decodes=len(self._last_batch.decodes),
+            last_batch_tokens=self._last_batch.num_tokens,
+        )
+
+    def check_integrity(self) -> None:
+        """Assert that pages, reservations and sequences agree (tests call it after every
+        scenario). Raises ``AssertionError``."""
+        running, waiting = self.scheduler.running, self.scheduler.waiting
+        self.block_pool.check_integrity(seq.block_table for seq in running)
+        assert all(not seq.block_table for seq in waiting), "a waiting sequence holds pages"
+        assert {s.request_id for s in running} | {s.request_id for s in waiting} == set(
+            self._seqs
+        ), "engine and scheduler disagree on live sequences"
+        size = self.kv_manager.block_size
+        for seq in running:
+            assert len(seq.block_table) * size >= seq.num_computed_tokens
+        outstanding = sum(max(s.reserved_blocks - len(s.block_table), 0) for s in running)
+        assert outstanding == self.kv_manager.outstanding_blocks, "reservation ledger is off"
+        assert outstanding <= self.block_pool.num_free_blocks, "reservations exceed free pages"
+
+    # -- offline APIs -----------------------------------------------------------------------
+
+    def add_tokens(
+        self,
+        request_id: str,
+        prompt: list[list[int]],
+        max_new_steps: int,
+        sampling: SamplingParams | None = None,
+    ) -> Sequence:
+        """Queue a raw token request (rows of ``K`` ids); returns its live state, whose
+        ``output_rows`` grow as the engine steps. It stops at one of the model's EOS ids or
+        after ``max_new_steps``; its final output (no audio) comes from :meth:`step`."""
+        vocab = self.model.vocab_size
+        if self.layout.num_codebooks == 1 and any(not 0 <= row[0] < vocab for row in prompt if row):
+            raise RequestRejected(f"prompt ids must lie in [0, {vocab})")
+        seq = self._new_sequence(request_id, prompt, sampling or SamplingParams(), max_new_steps)
+        seq.eos_ids = self.model.eos_ids
+        frames = max_new_steps  # audio layouts: the most frames that fit in max_new_steps
+        while frames > 0 and self.layout.steps_for_frames(frames) > max_new_steps:
+            frames -= 1
+        seq.target_frames = frames
+        self._submit(seq)
+        return seq
+
+    def generate_ids(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        greedy: bool = True,
+        seed: int | None = None,
+    ) -> list[list[int]]:
+        """Continue each prompt (token ids) by up to ``max_new_tokens``, stopping after an EOS
+        id, as ``transformers``' ``generate`` does. Only for one-codebook models."""
+        if self.layout.num_codebooks != 1:
+            raise TypeError("generate_ids needs a one-token-per-step model")
+        seqs = []
+        for index, prompt in enumerate(prompts):
+            params = SamplingParams(
+                temperature=0.0 if greedy else 1.0,
+                top_k=0,
+                seed=None if seed is None else seed + index,
+            )
+            request_id = f"ids-{secrets.token_hex(6)}"
+            seqs.append(self.add_tokens(request_id, [[t] for t in prompt], max_new_tokens, params))
+        while any(seq.status is not SequenceStatus.FINISHED for seq in seqs):
+            self.step()
+        for seq in seqs:
+            if seq.finish_reason is FinishReason.ERROR:
+                raise RuntimeError(f"generation failed: {seq.error}")
+        return [[row[0] for row in seq.output_rows] for seq in seqs]
 
     def synthesize(
         self,
@@ -203,74 +332,139 @@ class Engine:
                 if output.finished:
                     return np.concatenate(pieces) if pieces else _EMPTY_AUDIO
 
-    def _advance(self, stream: _Stream) -> StreamOutput | None:
-        if stream.target_frames == 0:
-            return StreamOutput(stream.request.request_id, _EMPTY_AUDIO, FinishReason.LENGTH)
-        logits = self._prefill(stream) if stream.kv_cache is None else self._decode(stream)
-        step = len(stream.rows)
-        forced = self.pattern.forced_ids(step, stream.end_frame)
-        row = sample_row(logits, self._allowed, forced, stream.request.sampling, stream.generator)
-        stream.rows.append(row)
-        finish_reason = None
-        if stream.end_frame is None:
-            if row[0] == self.model.spec.eos_id:
-                stream.end_frame, finish_reason = step, FinishReason.EOS
-            elif step + 1 >= stream.target_frames:
-                stream.end_frame, finish_reason = stream.target_frames, FinishReason.LENGTH
-        else:
-            finish_reason = (
-                FinishReason.EOS if stream.end_frame < stream.target_frames else FinishReason.LENGTH
-            )
-        done = stream.end_frame is not None and len(stream.rows) >= self.pattern.steps_needed(
-            stream.end_frame
+    # -- internals --------------------------------------------------------------------------
+
+    def _new_sequence(
+        self,
+        request_id: str,
+        prompt: list[list[int]],
+        sampling: SamplingParams,
+        max_new_steps: int,
+        conditioning: str = "",
+    ) -> Sequence:
+        if request_id in self._seqs:
+            raise RequestRejected(f"duplicate request id {request_id!r}")
+        if len(self._seqs) >= self.config.max_pending_requests:
+            raise RequestRejected("engine queue is full")
+        if not prompt:
+            raise RequestRejected("empty prompt")
+        generator = torch.Generator(device=self.model.device)
+        generator.manual_seed(sampling.seed if sampling.seed is not None else secrets.randbits(63))
+        seq = Sequence(
+            request_id=request_id,
+            token_rows=prompt,
+            sampling=sampling,
+            generator=generator,
+            max_new_steps=max_new_steps,
+            extra_keys=(*self._extra_keys, conditioning),
         )
-        audio = self._take_audio(stream, final=done)
-        if done:
-            return StreamOutput(
-                stream.request.request_id,
-                audio if audio is not None else _EMPTY_AUDIO,
-                finish_reason,
+        if self.kv_manager.reservation(seq) > self.block_pool.num_blocks:
+            raise RequestRejected(
+                f"request needs {self.kv_manager.reservation(seq)} KV pages; the cache has "
+                f"{self.block_pool.num_blocks}"
             )
-        if audio is None:
+        if any(len(row) != self.layout.num_codebooks for row in prompt):
+            raise RequestRejected("prompt rows do not match the model's codebooks")
+        return seq
+
+    def _submit(self, seq: Sequence) -> None:
+        self._seqs[seq.request_id] = seq
+        self.scheduler.add(seq)
+
+    def _forward(self, batch: ScheduledBatch) -> ForwardResult:
+        try:
+            return self.runner.execute(batch)
+        except Exception:
+            log.exception("batched forward failed; retrying each sequence alone")
+        logits, sampling = [], []
+        for seq, num_new in batch.items():
+            alone = ScheduledBatch()
+            if seq in batch.decodes:
+                alone.decodes.append(seq)
+            else:
+                alone.prefills.append((seq, num_new))
+            try:
+                result = self.runner.execute(alone)
+            except Exception as exc:
+                self._fail(seq, exc)
+                continue
+            logits.append(result.logits)
+            sampling.extend(result.sampling)
+        if not logits:
+            return ForwardResult(torch.empty(0), [])
+        return ForwardResult(torch.cat(logits), sampling)
+
+    def _advance(self, batch: ScheduledBatch, result: ForwardResult) -> None:
+        for seq, num_new in batch.items():
+            if seq.status is SequenceStatus.RUNNING:
+                seq.num_computed_tokens += num_new
+        keep = []
+        has_nan = (
+            torch.isnan(result.logits).flatten(1).any(dim=1).tolist() if result.sampling else []
+        )
+        for index, seq in enumerate(result.sampling):
+            if seq.status is not SequenceStatus.RUNNING:
+                continue
+            if has_nan[index]:
+                self._fail(seq, RuntimeError("the model produced NaN logits"))
+                continue
+            keep.append(index)
+        if keep:
+            seqs = [result.sampling[i] for i in keep]
+            constraints = [self.layout.constraints(seq) for seq in seqs]
+            try:
+                rows = sample_rows(result.logits[keep], seqs, self._masks, constraints)
+            except Exception as exc:  # a sampler failure fails this step's samplers only
+                for seq in seqs:
+                    self._fail(seq, exc)
+                rows, seqs = [], []
+            for seq, row in zip(seqs, rows, strict=True):
+                seq.append(row)
+                reason = self.layout.on_row(seq, row)
+                if reason is None and seq.num_generated >= seq.max_new_steps:
+                    reason = FinishReason.LENGTH
+                audio = self._take_audio(seq, final=reason is not None)
+                if reason is not None:
+                    self._finish(seq, reason, audio if audio is not None else _EMPTY_AUDIO)
+                elif audio is not None:
+                    self._pending.append(StreamOutput(seq.request_id, audio))
+        for seq, _ in batch.items():
+            if seq.status is SequenceStatus.RUNNING:
+                self.kv_manager.cache_full_blocks(seq)
+
+    def _take_audio(self, seq: Sequence, *, final: bool) -> np.ndarray | None:
+        if not self.layout.produces_audio:
             return None
-        return StreamOutput(stream.request.request_id, audio)
-
-    def _prefill(self, stream: _Stream) -> torch.Tensor:
-        prompt = self.model.prompt_rows(self.tokenizer.encode(stream.request.text))
-        max_tokens = len(prompt) + self.pattern.steps_needed(stream.target_frames)
-        stream.kv_cache = self.model.new_kv_cache(max_tokens)
-        device = self._allowed.device
-        positions = torch.arange(len(prompt), device=device)
-        logits = self.model(prompt.to(device), positions, stream.kv_cache)
-        return logits[-1]
-
-    def _decode(self, stream: _Stream) -> torch.Tensor:
-        assert stream.kv_cache is not None
-        device = self._allowed.device
-        row = torch.tensor([stream.rows[-1]], device=device)
-        position = torch.tensor([stream.kv_cache.num_tokens], device=device)
-        return self.model(row, position, stream.kv_cache)[0]
-
-    def _take_audio(self, stream: _Stream, *, final: bool) -> np.ndarray | None:
-        complete = self.pattern.frames_complete(len(stream.rows))
-        if stream.end_frame is not None:
-            complete = min(complete, stream.end_frame)
-        pending = complete - stream.frames_sent
+        complete = self.layout.frames_ready(seq)
+        pending = complete - seq.frames_sent
         threshold = (
-            self.config.first_chunk_frames if stream.frames_sent == 0 else self.config.chunk_frames
+            self.config.first_chunk_frames if seq.frames_sent == 0 else self.config.chunk_frames
         )
         if pending <= 0 or (pending < threshold and not final):
             return None
         codes = torch.tensor(
-            [
-                self.pattern.frame_codes(stream.rows, frame)
-                for frame in range(stream.frames_sent, complete)
-            ],
-            dtype=torch.long,
+            self.layout.frame_codes(seq, seq.frames_sent, complete), dtype=torch.long
         ).T
-        audio = stream.decoder.decode(codes)
-        stream.frames_sent = complete
+        audio = seq.audio_decoder.decode(codes)
+        seq.frames_sent = complete
         return audio.clamp(-1.0, 1.0).cpu().numpy()
+
+    def _finish(
+        self, seq: Sequence, reason: FinishReason, audio: np.ndarray, error: str | None = None
+    ) -> None:
+        self.scheduler.finish(seq)
+        seq.finish_reason, seq.error = reason, error
+        self._seqs.pop(seq.request_id, None)
+        self._pending.append(StreamOutput(seq.request_id, audio, reason, error))
+
+    def _fail(self, seq: Sequence, exc: BaseException) -> None:
+        log.error("request %s failed: %s", seq.request_id, exc)
+        self._finish(seq, FinishReason.ERROR, _EMPTY_AUDIO, f"{type(exc).__name__}: {exc}")
+
+    def _codec(self) -> EncodecCodec:
+        if self.codec is None:
+            raise TypeError(f"{self.model_name} has no codec")
+        return self.codec
 
 
 def resolve_device(device: str) -> torch.device:

@@ -48,7 +48,8 @@ class EngineError(RuntimeError):
         self.code = code
 
 
-StatsCallback = Callable[[list[float], int], None]
+StatsCallback = Callable[[dict[str, Any]], None]
+"""Called with each ``stats`` message (see :mod:`cadenza.engine.messages`)."""
 
 
 class EngineClient:
@@ -70,6 +71,7 @@ class EngineClient:
         self._socket_dir: tempfile.TemporaryDirectory[str] | None = None
         self._reader: asyncio.Task[None] | None = None
         self._last_heartbeat = 0.0
+        self.last_stats: dict[str, Any] | None = None
         self._failure: str | None = None
         self._closed = False
 
@@ -105,9 +107,6 @@ class EngineClient:
             if time.monotonic() > deadline:
                 await self.close()
                 raise EngineError("engine did not become ready in time", "unavailable")
-            if not self._engine_alive():
-                await self.close()
-                raise EngineError("engine exited during start-up", "unavailable")
             if await self._from_engine.poll(100):
                 message = messages.unpack(await self._from_engine.recv())
                 if message["type"] == "fatal":
@@ -115,6 +114,9 @@ class EngineClient:
                     raise EngineError(str(message["message"]), "unavailable")
                 if message["type"] == "ready":
                     self.info = messages.info_from_message(message)
+            elif not self._engine_alive():
+                await self.close()
+                raise EngineError("engine exited during start-up", "unavailable")
         self._last_heartbeat = time.monotonic()
         self._reader = asyncio.create_task(self._read_outputs(), name="cadenza-engine-reader")
 
@@ -251,8 +253,9 @@ class EngineClient:
                 self._deliver(message)
             elif kind == "stats":
                 self._last_heartbeat = time.monotonic()
+                self.last_stats = message
                 if self.on_stats is not None:
-                    self.on_stats(list(message["step_s"]), int(message["num_requests"]))
+                    self.on_stats(message)
             elif kind == "fatal":
                 self._failure = str(message["message"])
                 self._fail_all(self._failure)

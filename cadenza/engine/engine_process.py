@@ -8,6 +8,8 @@ Loop: drain every waiting message (block briefly when idle), run one engine step
 outputs, and every ``STATS_INTERVAL_S`` a ``stats`` message that doubles as the heartbeat the
 edge's readiness check watches. A request the engine refuses gets a final ``output`` with
 ``error_code = "rejected"``; a request that fails inside the model gets ``"internal"``.
+Every message a step produces is sent before the next step starts, so cancellations reach the
+engine between steps and pages are only released when no step is using them.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def run_engine_loop(
             voices=engine.voices,
             sample_rate=engine.sample_rate,
             frame_rate=engine.frame_rate,
-            device=str(engine.model.heads.weight.device),
+            device=str(engine.model.device),
         )
         outbound.send(messages.pack(messages.info_message(info)))
         _serve(engine, inbound, outbound, stop)
@@ -92,6 +94,7 @@ def _serve(
 ) -> None:
     parent_pid = os.getppid()
     step_durations: list[float] = []
+    step_decodes: list[int] = []
     last_stats = time.monotonic()
     while stop is None or not stop.is_set():
         timeout_ms = 0 if engine.has_unfinished_requests() else IDLE_POLL_MS
@@ -105,14 +108,15 @@ def _serve(
             started = time.perf_counter()
             outputs = engine.step()
             step_durations.append(time.perf_counter() - started)
+            step_decodes.append(engine.stats().last_batch_decodes)
             for output in outputs:
                 code = "internal" if output.finish_reason is FinishReason.ERROR else None
                 outbound.send(messages.pack(messages.output_message(output, code)))
         now = time.monotonic()
         if now - last_stats >= STATS_INTERVAL_S:
-            stats = {"type": "stats", "step_s": step_durations, "num_requests": engine.num_requests}
+            stats = messages.stats_message(step_durations, step_decodes, engine.stats())
             outbound.send(messages.pack(stats))
-            step_durations, last_stats = [], now
+            step_durations, step_decodes, last_stats = [], [], now
             if stop is None and os.getppid() != parent_pid:
                 log.warning("edge process is gone; engine exits")
                 return

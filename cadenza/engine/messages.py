@@ -9,20 +9,24 @@ edge -> engine
 engine -> edge
     ``ready``     {info: EngineInfo fields}                        once, after loading
     ``output``    {request_id, audio: float32 LE bytes, finish_reason, error, error_code}
-    ``stats``     {step_s: [seconds of each step since the last stats], num_requests}
+    ``stats``     {step_s: [seconds of each step since the last stats], step_decodes: [decode
+                  tokens in each of those steps], engine: EngineStats fields}
     ``fatal``     {message}                                        the engine cannot go on
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import numpy as np
 
 from cadenza.engine.request import FinishReason, StreamOutput, SynthesisRequest
 from cadenza.engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from cadenza.engine.engine import EngineStats
 
 
 @dataclass(frozen=True)
@@ -86,3 +90,14 @@ def info_from_message(message: dict[str, Any]) -> EngineInfo:
     fields = dict(message["info"])
     fields["voices"] = tuple(fields["voices"])
     return EngineInfo(**fields)
+
+
+def stats_message(
+    step_s: list[float], step_decodes: list[int], stats: EngineStats
+) -> dict[str, Any]:
+    return {
+        "type": "stats",
+        "step_s": step_s,
+        "step_decodes": step_decodes,
+        "engine": asdict(stats),
+    }

@@ -1,45 +1,79 @@
-"""Token sampling with per-codebook constraints: greedy, temperature, top-k, top-p."""
+"""Batched sampling of one row per sequence: repetition penalty, masks, greedy or
+temperature / top-k / top-p, forced ids.
+
+Random draws use the exponential race (``argmax(p / E)`` with ``E ~ Exp(1)``, equivalent to
+drawing from ``p``) so every sequence's noise comes from its own generator: a seeded request
+samples the same ids whatever else shares its batch. Everything else is one batched tensor
+operation over ``[S, K, V]``.
+"""
 
 from __future__ import annotations
 
 import torch
 
-from cadenza.engine.sampling_params import SamplingParams
+from cadenza.engine.sequence import Sequence
 
 
-def sample_row(
+def sample_rows(
     logits: torch.Tensor,
-    allowed: torch.Tensor,
-    forced: list[int | None],
-    params: SamplingParams,
-    generator: torch.Generator,
-) -> list[int]:
-    """Draw one id per codebook.
+    seqs: list[Sequence],
+    masks: torch.Tensor | None,
+    constraints: list[tuple[int, list[int | None] | None]],
+) -> list[list[int]]:
+    """``logits [S, K, V]`` -> one row of ``K`` ids per sequence.
 
-    ``logits``: ``[K, V]``. ``allowed``: bool ``[K, V]``, the ids each codebook may emit when
-    free. ``forced``: per codebook an id to emit regardless of the logits, or ``None``.
+    ``masks [M, K, V]`` bool (``None``: no restriction) with ``constraints[i] = (mask index,
+    forced ids or None)`` for sequence ``i``. Forced ids replace the sampled ones.
     """
-    masked = logits.float().masked_fill(~allowed, float("-inf"))
-    if params.greedy:
-        chosen = masked.argmax(dim=-1)
-    else:
-        masked = masked / params.temperature
-        if params.top_k:
-            k = min(params.top_k, masked.shape[-1])
-            kth = torch.topk(masked, k, dim=-1).values[:, -1:]
-            masked = masked.masked_fill(masked < kth, float("-inf"))
-        if params.top_p < 1:
-            masked = _top_p_filter(masked, params.top_p)
-        probs = torch.softmax(masked, dim=-1)
-        chosen = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-    ids = chosen.tolist()
-    return [f if f is not None else i for f, i in zip(forced, ids, strict=True)]
+    logits = logits.float()
+    num_seqs, _, vocab = logits.shape
+    device = logits.device
+    penalized = [i for i, s in enumerate(seqs) if s.sampling.repetition_penalty != 1.0]
+    if penalized:
+        seen = torch.stack([seqs[i].seen_mask(vocab) for i in penalized]).to(device)
+        penalty = torch.tensor(
+            [seqs[i].sampling.repetition_penalty for i in penalized], device=device
+        ).view(-1, 1, 1)
+        sub = logits[penalized]
+        scaled = torch.where(sub > 0, sub / penalty, sub * penalty)
+        logits[penalized] = torch.where(seen, scaled, sub)
+    if masks is not None:
+        index = torch.tensor([c[0] for c in constraints], device=masks.device)
+        allowed = masks[index].to(device)
+        logits = logits.masked_fill(~allowed, float("-inf"))
+
+    chosen = logits.argmax(dim=-1)
+    random = [i for i, s in enumerate(seqs) if not s.sampling.greedy]
+    if random:
+        chosen[random] = _draw([seqs[i] for i in random], logits[random])
+
+    rows: list[list[int]] = chosen.tolist()
+    for row, (_, forced) in zip(rows, constraints, strict=True):
+        if forced is not None:
+            for k, token in enumerate(forced):
+                if token is not None:
+                    row[k] = token
+    assert len(rows) == num_seqs
+    return rows
 
 
-def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-    cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
-    # Drop a token when the mass before it already reaches top_p; the first token always stays.
-    drop_sorted = (cumulative - torch.softmax(sorted_logits, dim=-1)) >= top_p
+def _draw(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
+    device = logits.device
+    vocab = logits.shape[-1]
+    temperature = torch.tensor([s.sampling.temperature for s in seqs], device=device)
+    logits = logits / temperature.view(-1, 1, 1)
+    top_k = torch.tensor([s.sampling.top_k or vocab for s in seqs], device=device).clamp(max=vocab)
+    top_p = torch.tensor([s.sampling.top_p for s in seqs], device=device)
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    ranks = torch.arange(vocab, device=device).view(1, 1, -1)
+    sorted_logits = sorted_logits.masked_fill(ranks >= top_k.view(-1, 1, 1), float("-inf"))
+    sorted_probs = sorted_logits.softmax(dim=-1)
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    drop_sorted = (mass_before >= top_p.view(-1, 1, 1)) | torch.isinf(sorted_logits)
+    drop_sorted[..., 0] = False  # the best id always stays
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-    return logits.masked_fill(drop, float("-inf"))
+    probs = logits.masked_fill(drop, float("-inf")).softmax(dim=-1)
+    noise = torch.empty_like(probs)
+    for i, seq in enumerate(seqs):
+        noise[i].exponential_(generator=seq.generator)
+    return (probs / noise).argmax(dim=-1)

@@ -10,14 +10,17 @@ class SamplingParams:
     """How a request's tokens are drawn.
 
     ``temperature == 0`` is greedy. ``top_k == 0`` and ``top_p == 1`` disable those filters.
-    ``seed`` makes a request reproducible on its own, whatever else is in the batch; ``None``
-    draws a fresh seed.
+    ``repetition_penalty`` > 1 discourages ids a codebook has already seen (prompt included),
+    as Hugging Face applies it: positive logits divided, negative ones multiplied. ``seed``
+    makes a request reproducible on its own, whatever else is in the batch; ``None`` draws a
+    fresh seed.
     """
 
     temperature: float = 1.0
     top_k: int = 250
     top_p: float = 1.0
     seed: int | None = None
+    repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -26,6 +29,8 @@ class SamplingParams:
             raise ValueError("top_k must be >= 0")
         if not 0 < self.top_p <= 1:
             raise ValueError("top_p must be in (0, 1]")
+        if self.repetition_penalty <= 0:
+            raise ValueError("repetition_penalty must be > 0")
 
     @property
     def greedy(self) -> bool:

@@ -30,14 +30,9 @@ log = logging.getLogger(__name__)
 def create_app(config: CadenzaConfig) -> FastAPI:
     metrics = Metrics()
 
-    def on_stats(step_s: list[float], num_requests: int) -> None:
-        for seconds in step_s:
-            metrics.engine_step.observe(seconds)
-        metrics.engine_requests.set(num_requests)
-
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = EngineClient(config, on_stats=on_stats)
+        engine = EngineClient(config, on_stats=metrics.observe_engine_stats)
         started = time.perf_counter()
         await engine.start()
         info = engine.info

@@ -142,18 +142,23 @@ def test_oversize_input_and_body(http):
     assert http.post(SPEECH, json=_speech("still here", response_format="pcm")).status_code == 200
 
 
-def test_concurrent_requests_all_complete(server):
-    texts = ["x" * n for n in (14, 28, 42, 20)]
+def test_eight_concurrent_requests_are_batched(server, http):
+    texts = ["x" * n for n in (14, 28, 42, 20, 35, 14, 56, 30)]
 
     def one(text):
         with httpx.Client(base_url=server.url, timeout=120) as client:
-            return client.post(SPEECH, json=_speech(text, response_format="pcm"))
+            return client.post(SPEECH, json=_speech(text, response_format="wav"))
 
     with ThreadPoolExecutor(len(texts)) as pool:
         responses = list(pool.map(one, texts))
-    expected = [round(max(len(t) / 14, 1) * 75) * HOP * 2 for t in texts]
+    expected = [round(max(len(t) / 14, 1) * 75) * HOP for t in texts]
     assert [r.status_code for r in responses] == [200] * len(texts)
-    assert [len(r.content) for r in responses] == expected
+    assert [_wav_samples(r.content) for r in responses] == expected
+    time.sleep(0.6)  # the engine's stats arrive every 0.5 s
+    steps = _metric(http, "cadenza_engine_step_decode_tokens_count")
+    single = _metric(http, 'cadenza_engine_step_decode_tokens_bucket{le="1.0"}')
+    batched = steps - single
+    assert batched > 0, "no engine step decoded more than one stream"
 
 
 def test_client_that_disconnects_frees_its_stream(http, server):

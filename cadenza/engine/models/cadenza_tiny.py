@@ -25,10 +25,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from cadenza.engine.models.delay_pattern import DelayPattern
+from cadenza.engine.models.delay_pattern import DelayPattern, DelayPatternLayout
 from cadenza.engine.models.llama import LlamaBackbone, LlamaBackboneConfig
-from cadenza.engine.sequence_kv_cache import SequenceKVCache
+from cadenza.engine.models.model import AudioTokenModel
+from cadenza.engine.paged_kv_cache import PagedKVCache
 from cadenza.engine.text_tokenizer import ByteTokenizer
+from cadenza.kernels.attention_context import AttentionContext
 
 MODEL_NAME = "cadenza-tiny"
 
@@ -69,12 +71,20 @@ class CadenzaTinySpec:
         return DelayPattern(self.num_codebooks, self.pad_id)
 
 
-class CadenzaTinyModel(nn.Module):
-    """Rows of ``K`` ids in, logits ``[T, K, audio_vocab]`` out."""
+class CadenzaTinyModel(AudioTokenModel):
+    """Rows of ``K`` ids in, logits ``[S, K, audio_vocab]`` out."""
 
     def __init__(self, spec: CadenzaTinySpec) -> None:
         super().__init__()
         self.spec = spec
+        self.layout = DelayPatternLayout(
+            spec.num_codebooks, spec.codebook_size, spec.pad_id, spec.eos_id
+        )
+        self.kv_spec = spec.backbone.kv_spec
+        self.vocab_size = spec.audio_vocab_size
+        self.voices = spec.voices
+        self.codec_name = spec.codec_name
+        self.tokenizer = ByteTokenizer()
         d = spec.backbone.hidden_size
         vocab = spec.audio_vocab_size
         self.embed_codebooks = nn.ModuleList(
@@ -100,34 +110,26 @@ class CadenzaTinyModel(nn.Module):
             heads[:, spec.eos_id].zero_()
         return model.eval()
 
-    def prompt_rows(self, text_ids: list[int]) -> torch.Tensor:
-        """Rows for a text prompt followed by the begin-of-audio row (all pad): ``[T+1, K]``."""
+    def build_prompt(self, text: str, voice: str) -> list[list[int]]:
+        """Text bytes in column 0 (pad elsewhere), then the begin-of-audio row (all pad)."""
         spec = self.spec
-        rows = torch.full((len(text_ids) + 1, spec.num_codebooks), spec.pad_id, dtype=torch.long)
-        rows[:-1, 0] = torch.tensor(text_ids, dtype=torch.long) + spec.audio_vocab_size
-        return rows
+        pad_row = [spec.pad_id] * spec.num_codebooks
+        rows = [[spec.audio_vocab_size + t, *pad_row[1:]] for t in self.tokenizer.encode(text)]
+        return [*rows, pad_row]
 
     def forward(
-        self, rows: torch.Tensor, positions: torch.Tensor, kv_cache: SequenceKVCache
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        context: AttentionContext,
+        kv_cache: PagedKVCache,
+        logits_indices: torch.Tensor,
     ) -> torch.Tensor:
-        """``rows [T, K]`` at ``positions [T]`` -> logits ``[T, K, audio_vocab]``."""
-        num_tokens, num_codebooks = rows.shape
-        assert num_codebooks == self.spec.num_codebooks, rows.shape
-        embeddings = self.embed_codebooks[0](rows[:, 0])
+        num_codebooks = input_ids.shape[1]
+        assert num_codebooks == self.spec.num_codebooks, input_ids.shape
+        embeddings = self.embed_codebooks[0](input_ids[:, 0])
         for k in range(1, num_codebooks):
-            embeddings = embeddings + self.embed_codebooks[k](rows[:, k])
-        hidden = self.backbone(embeddings, positions, kv_cache)
-        logits = self.heads(hidden)
-        return logits.view(num_tokens, num_codebooks, self.spec.audio_vocab_size)
-
-    def new_kv_cache(self, max_tokens: int) -> SequenceKVCache:
-        config = self.spec.backbone
-        weight = self.heads.weight
-        return SequenceKVCache(
-            config.num_layers,
-            max_tokens,
-            config.num_kv_heads,
-            config.head_dim,
-            weight.dtype,
-            weight.device,
-        )
+            embeddings = embeddings + self.embed_codebooks[k](input_ids[:, k])
+        hidden = self.backbone(embeddings, positions, context, kv_cache)
+        logits = self.heads(hidden[logits_indices])
+        return logits.view(-1, num_codebooks, self.spec.audio_vocab_size)

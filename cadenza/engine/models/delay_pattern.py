@@ -8,13 +8,19 @@ At decode step ``s`` the model emits one row of ``K`` ids; entry ``k`` is codebo
     cb 1   pad   f0   f1   f2  pad
     cb 2   pad  pad   f0   f1   f2
 
-Frame ``f`` is complete after step ``f + K - 1``. Pure functions; no torch.
+Frame ``f`` is complete after step ``f + K - 1``. :class:`DelayPattern` is pure arithmetic;
+:class:`DelayPatternLayout` applies it to engine sequences.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence as RowSequence
 from dataclasses import dataclass
+
+import torch
+
+from cadenza.engine.request import FinishReason
+from cadenza.engine.sequence import Sequence
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,56 @@ class DelayPattern:
         """Decode steps that emit every codebook of ``num_frames`` frames."""
         return num_frames + self.num_codebooks - 1 if num_frames > 0 else 0
 
-    def frame_codes(self, rows: Sequence[Sequence[int]], frame: int) -> list[int]:
+    def frame_codes(self, rows: RowSequence[RowSequence[int]], frame: int) -> list[int]:
         """The ``K`` codes of ``frame`` gathered diagonally from the emitted ``rows``."""
         return [rows[frame + k][k] for k in range(self.num_codebooks)]
+
+
+class DelayPatternLayout:
+    """The ``parallel+delay`` token layout (see the module docstring) for the engine.
+
+    Codebook 0 may emit ``eos_id``: the frame count is then the step at which it did. Otherwise
+    the sequence ends after ``seq.target_frames`` frames. Either way the ``K - 1`` steps after
+    the last frame finish the delayed codebooks, with everything past the end forced to pad.
+    """
+
+    produces_audio = True
+
+    def __init__(self, num_codebooks: int, codebook_size: int, pad_id: int, eos_id: int) -> None:
+        self.num_codebooks = self.codebooks_per_frame = num_codebooks
+        self.pattern = DelayPattern(num_codebooks, pad_id)
+        self.eos_id = eos_id
+        vocab_size = max(pad_id, eos_id) + 1
+        masks = torch.zeros(1, num_codebooks, vocab_size, dtype=torch.bool)
+        masks[0, :, :codebook_size] = True
+        masks[0, 0, eos_id] = True
+        self._masks = masks
+
+    def sampling_masks(self) -> torch.Tensor | None:
+        return self._masks
+
+    def constraints(self, seq: Sequence) -> tuple[int, list[int | None] | None]:
+        forced = self.pattern.forced_ids(seq.num_generated, seq.end_frame)
+        return 0, forced if any(f is not None for f in forced) else None
+
+    def on_row(self, seq: Sequence, row: list[int]) -> FinishReason | None:
+        step = seq.num_generated - 1
+        if seq.end_frame is None:
+            if row[0] == self.eos_id:
+                seq.end_frame = step
+            elif step + 1 >= seq.target_frames:
+                seq.end_frame = seq.target_frames
+        if seq.end_frame is None or seq.num_generated < self.pattern.steps_needed(seq.end_frame):
+            return None
+        return FinishReason.EOS if seq.end_frame < seq.target_frames else FinishReason.LENGTH
+
+    def frames_ready(self, seq: Sequence) -> int:
+        complete = self.pattern.frames_complete(seq.num_generated)
+        return complete if seq.end_frame is None else min(complete, seq.end_frame)
+
+    def frame_codes(self, seq: Sequence, start: int, end: int) -> list[list[int]]:
+        rows = seq.output_rows
+        return [self.pattern.frame_codes(rows, frame) for frame in range(start, end)]
+
+    def steps_for_frames(self, num_frames: int) -> int:
+        return self.pattern.steps_needed(num_frames)

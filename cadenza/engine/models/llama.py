@@ -3,18 +3,31 @@
 Parameter names follow Hugging Face's ``LlamaModel`` (``layers.{i}.self_attn.q_proj`` …) so a
 ``LlamaForCausalLM`` checkpoint's tensors map onto it one to one. The backbone works on input
 embeddings and returns final hidden states; each model family owns its embeddings and heads.
-Tokens are flattened (``[num_tokens, hidden]``); there is no batch dimension.
+Tokens are flattened (``[num_tokens, hidden]``, a step's whole batch); there is no batch
+dimension. Attention reads and writes the paged KV cache through the attention backend.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from cadenza.engine.sequence_kv_cache import SequenceKVCache
-from cadenza.kernels.attention import cached_causal_attention
+from cadenza.engine.paged_kv_cache import KVSpec, PagedKVCache
+from cadenza.kernels.attention_context import AttentionContext
+from cadenza.kernels.torch_backend import TorchAttentionBackend
+
+
+@dataclass(frozen=True)
+class Llama3RopeScaling:
+    """Llama 3.1's frequency-dependent stretch of the rotary frequencies."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
 
 
 @dataclass(frozen=True)
@@ -27,12 +40,17 @@ class LlamaBackboneConfig:
     intermediate_size: int
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    rope_llama3: Llama3RopeScaling | None = None
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
             raise ValueError("num_heads must be a multiple of num_kv_heads")
         if self.head_dim % 2:
             raise ValueError("head_dim must be even for rotary embeddings")
+
+    @property
+    def kv_spec(self) -> KVSpec:
+        return KVSpec(self.num_layers, self.num_kv_heads, self.head_dim)
 
     @property
     def num_parameters(self) -> int:
@@ -61,16 +79,36 @@ class RotaryEmbedding(nn.Module):
 
     inv_freq: torch.Tensor
 
-    def __init__(self, head_dim: int, theta: float) -> None:
+    def __init__(
+        self, head_dim: int, theta: float, llama3: Llama3RopeScaling | None = None
+    ) -> None:
         super().__init__()
         exponent = torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim
-        self.register_buffer("inv_freq", 1.0 / (theta**exponent), persistent=False)
+        inv_freq = 1.0 / (theta**exponent)
+        if llama3 is not None:
+            inv_freq = _llama3_inv_freq(inv_freq, llama3)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``positions [T]`` -> ``cos, sin [T, 1, head_dim]`` (broadcast over heads)."""
         freqs = positions.float()[:, None] * self.inv_freq[None, :]
         angles = torch.cat([freqs, freqs], dim=-1)[:, None, :]
         return angles.cos(), angles.sin()
+
+
+def _llama3_inv_freq(inv_freq: torch.Tensor, scaling: Llama3RopeScaling) -> torch.Tensor:
+    """Long wavelengths are divided by ``factor``, short ones kept, the band between blended."""
+    old_context = scaling.original_max_position_embeddings
+    low_freq_wavelen = old_context / scaling.low_freq_factor
+    high_freq_wavelen = old_context / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / scaling.factor, inv_freq)
+    smooth = (old_context / wavelen - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor
+    )
+    blended = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    return torch.where(medium, blended, scaled)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -92,22 +130,37 @@ class LlamaAttention(nn.Module):
         self.k_proj = nn.Linear(d, config.num_kv_heads * hd, bias=False)
         self.v_proj = nn.Linear(d, config.num_kv_heads * hd, bias=False)
         self.o_proj = nn.Linear(config.num_heads * hd, d, bias=False)
+        self.qkv_proj: nn.Module | None = None
+
+    def fuse_projections(self) -> None:
+        """Replace q, k and v projections by one matrix (one GEMM instead of three). The
+        separate modules are dropped: call after loading weights."""
+        weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+        self.qkv_proj = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+        self.qkv_proj.weight = nn.Parameter(weight.detach(), requires_grad=False)
+        del self.q_proj, self.k_proj, self.v_proj
 
     def forward(
         self,
         x: torch.Tensor,
         rotary: tuple[torch.Tensor, torch.Tensor],
-        kv_cache: SequenceKVCache,
+        kv_cache: PagedKVCache,
+        context: AttentionContext,
+        backend: TorchAttentionBackend,
     ) -> torch.Tensor:
         num_tokens = x.shape[0]
-        q = self.q_proj(x).view(num_tokens, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)
+        if self.qkv_proj is not None:
+            q_out, kv_out = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+            q_flat, k_flat, v_flat = self.qkv_proj(x).split([q_out, kv_out, kv_out], dim=-1)
+        else:
+            q_flat, k_flat, v_flat = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q_flat.reshape(num_tokens, self.num_heads, self.head_dim)
+        k = k_flat.reshape(num_tokens, self.num_kv_heads, self.head_dim)
+        v = v_flat.reshape(num_tokens, self.num_kv_heads, self.head_dim)
         cos, sin = rotary
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        query_start = kv_cache.num_tokens
-        all_k, all_v = kv_cache.write(self.layer_index, k, v)
-        out = cached_causal_attention(q, all_k, all_v, query_start, self.scale)
+        k_cache, v_cache = kv_cache.layer(self.layer_index)
+        out = backend.forward(q, k, v, k_cache, v_cache, context, self.scale)
         return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))
 
 
@@ -118,9 +171,21 @@ class LlamaMLP(nn.Module):
         self.gate_proj = nn.Linear(d, f, bias=False)
         self.up_proj = nn.Linear(d, f, bias=False)
         self.down_proj = nn.Linear(f, d, bias=False)
+        self.gate_up_proj: nn.Module | None = None
+
+    def fuse_projections(self) -> None:
+        """Replace gate and up projections by one matrix (call after loading weights)."""
+        weight = torch.cat([self.gate_proj.weight, self.up_proj.weight])
+        self.gate_up_proj = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+        self.gate_up_proj.weight = nn.Parameter(weight.detach(), requires_grad=False)
+        del self.gate_proj, self.up_proj
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up_proj is not None:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(nn.functional.silu(gate) * up)
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -135,9 +200,11 @@ class LlamaDecoderLayer(nn.Module):
         self,
         x: torch.Tensor,
         rotary: tuple[torch.Tensor, torch.Tensor],
-        kv_cache: SequenceKVCache,
+        kv_cache: PagedKVCache,
+        context: AttentionContext,
+        backend: TorchAttentionBackend,
     ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), rotary, kv_cache)
+        x = x + self.self_attn(self.input_layernorm(x), rotary, kv_cache, context, backend)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -147,22 +214,37 @@ class LlamaBackbone(nn.Module):
     def __init__(self, config: LlamaBackboneConfig) -> None:
         super().__init__()
         self.config = config
-        self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta)
+        self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_llama3)
+        self.attention_backend = TorchAttentionBackend()
         self.layers = nn.ModuleList(
             LlamaDecoderLayer(config, index) for index in range(config.num_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(
-        self, embeddings: torch.Tensor, positions: torch.Tensor, kv_cache: SequenceKVCache
+        self,
+        embeddings: torch.Tensor,
+        positions: torch.Tensor,
+        context: AttentionContext,
+        kv_cache: PagedKVCache,
     ) -> torch.Tensor:
-        """``embeddings [T, hidden]`` at ``positions [T]`` -> hidden states ``[T, hidden]``.
+        """``embeddings [N, hidden]`` at ``positions [N]`` -> hidden states ``[N, hidden]``.
 
-        Appends the ``T`` tokens' keys and values to ``kv_cache``.
+        Stores the tokens' keys and values in ``kv_cache`` at ``context.slot_mapping``.
         """
         rotary = self.rotary(positions)
         x = embeddings
         for layer in self.layers:
-            x = layer(x, rotary, kv_cache)
-        kv_cache.commit()
+            x = layer(x, rotary, kv_cache, context, self.attention_backend)
         return self.norm(x)
+
+
+def fuse_llama_projections(model: nn.Module) -> int:
+    """Fuse q/k/v and gate/up in every Llama layer under ``model`` (fewer, larger GEMMs for
+    serving); returns how many modules were fused. Call after the weights are loaded."""
+    fused = 0
+    for module in list(model.modules()):
+        if isinstance(module, LlamaAttention | LlamaMLP):
+            module.fuse_projections()
+            fused += 1
+    return fused

@@ -1,40 +1,37 @@
-"""Model names and how to build them. Built-in names need no files; paths load checkpoints."""
+"""Model names and how to build them: built-in names need no files; directories are
+checkpoints (``engine/models/checkpoint.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
 from cadenza.engine.models.cadenza_tiny import MODEL_NAME as CADENZA_TINY
-from cadenza.engine.models.cadenza_tiny import CadenzaTinyModel, CadenzaTinySpec
+from cadenza.engine.models.cadenza_tiny import CadenzaTinyModel
+from cadenza.engine.models.checkpoint import load_checkpoint
+from cadenza.engine.models.model import AudioTokenModel
 
 
 class UnknownModelError(ValueError):
-    """The name is not built in and is not a checkpoint directory this version can load."""
+    """The name is neither built in nor a directory."""
 
 
-_BUILT_IN: dict[str, Callable[[int], CadenzaTinyModel]] = {
-    CADENZA_TINY: lambda seed: CadenzaTinyModel.from_seed(seed, CadenzaTinySpec()),
-}
+BUILT_IN_MODELS = (CADENZA_TINY,)
 
 
-def built_in_models() -> list[str]:
-    return sorted(_BUILT_IN)
+def load_model(
+    name_or_path: str, *, seed: int, device: torch.device, dtype: torch.dtype
+) -> AudioTokenModel:
+    """Build a built-in model from ``seed`` or load a checkpoint directory.
 
-
-def load_model(name_or_path: str, seed: int = 0) -> CadenzaTinyModel:
-    """Build a built-in model from ``seed``, or load a local checkpoint directory.
-
-    Raises :class:`UnknownModelError` naming what is available.
+    Raises :class:`UnknownModelError`, or ``CheckpointError`` for a directory it cannot load.
     """
-    if name_or_path in _BUILT_IN:
-        return _BUILT_IN[name_or_path](seed)
+    if name_or_path == CADENZA_TINY:
+        return CadenzaTinyModel.from_seed(seed).to(device=device, dtype=dtype)
     if Path(name_or_path).is_dir():
-        raise UnknownModelError(
-            f"{name_or_path!r}: loading checkpoint directories arrives with the Llama family; "
-            f"built-in models: {', '.join(built_in_models())}"
-        )
+        return load_checkpoint(name_or_path, device, dtype)
     raise UnknownModelError(
-        f"unknown model {name_or_path!r}: not a built-in name ({', '.join(built_in_models())}) "
-        "nor a local directory"
+        f"unknown model {name_or_path!r}: not a built-in name ({', '.join(BUILT_IN_MODELS)}) "
+        "nor a local checkpoint directory"
     )

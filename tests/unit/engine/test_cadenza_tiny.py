@@ -1,20 +1,94 @@
+"""cadenza-tiny: deterministic construction, and the paged engine against a plain
+full-recompute implementation of the same model."""
+
+import pytest
 import torch
+import torch.nn.functional as F
 
+from cadenza.codecs.encodec import load_codec
+from cadenza.config import EngineConfig
+from cadenza.engine.engine import Engine
 from cadenza.engine.models.cadenza_tiny import CadenzaTinyModel, CadenzaTinySpec
-from cadenza.engine.models.llama import LlamaBackboneConfig
-from cadenza.engine.text_tokenizer import ByteTokenizer
+from cadenza.engine.models.llama import apply_rotary
+from cadenza.engine.request import SynthesisRequest
+from cadenza.engine.sampling_params import SamplingParams
+from cadenza.engine.sequence import Sequence
 
-SMALL = CadenzaTinySpec(
-    backbone=LlamaBackboneConfig(
-        hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8, intermediate_size=48
-    ),
-    num_codebooks=4,
-    codebook_size=16,
-)
+GREEDY = SamplingParams(temperature=0.0, top_k=0)
+
+
+def _full_recompute_logits(model: CadenzaTinyModel, rows: list[list[int]]) -> torch.Tensor:
+    """Last-position logits from the whole sequence, with plain causal attention."""
+    ids = torch.tensor(rows)
+    x = sum(model.embed_codebooks[k](ids[:, k]) for k in range(ids.shape[1]))
+    cos, sin = model.backbone.rotary(torch.arange(len(rows)))
+    for layer in model.backbone.layers:
+        attn = layer.self_attn
+        h = layer.input_layernorm(x)
+        q = apply_rotary(attn.q_proj(h).view(len(rows), attn.num_heads, -1), cos, sin)
+        k = apply_rotary(attn.k_proj(h).view(len(rows), attn.num_kv_heads, -1), cos, sin)
+        v = attn.v_proj(h).view(len(rows), attn.num_kv_heads, -1)
+        out = F.scaled_dot_product_attention(
+            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, enable_gqa=True
+        ).transpose(0, 1)
+        x = x + attn.o_proj(out.reshape(len(rows), -1))
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    hidden = model.backbone.norm(x)[-1:]
+    return model.heads(hidden).view(model.spec.num_codebooks, model.spec.audio_vocab_size)
+
+
+def _reference_rows(model, prompt, target_frames):
+    """Greedy generation by full recompute, applying the layout's masks and forced ids."""
+    layout = model.layout
+    seq = Sequence("ref", [list(r) for r in prompt], GREEDY, torch.Generator(), 10**6)
+    seq.target_frames = target_frames
+    masks = layout.sampling_masks()[0]
+    with torch.no_grad():
+        while True:
+            logits = _full_recompute_logits(model, seq.token_rows)
+            _, forced = layout.constraints(seq)
+            row = logits.masked_fill(~masks, float("-inf")).argmax(-1).tolist()
+            if forced is not None:
+                row = [f if f is not None else r for f, r in zip(forced, row, strict=True)]
+            seq.append(row)
+            if layout.on_row(seq, row) is not None:
+                return seq.output_rows
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model = CadenzaTinyModel.from_seed(0)
+    codec = load_codec("encodec_24khz", seed=0)
+    return model, codec
+
+
+def test_paged_engine_matches_full_recompute(tiny):
+    model, codec = tiny  # the reference; the engine gets its own copy (it fuses and packs)
+    engine = Engine(
+        CadenzaTinyModel.from_seed(0),
+        codec,
+        model_name="cadenza-tiny",
+        engine_config=EngineConfig(
+            block_size=8, kv_cache_memory_bytes=8 << 20, max_num_batched_tokens=24, max_num_seqs=4
+        ),
+    )
+    texts = {"a": "Hello there.", "b": "A longer sentence, to stagger the streams."}
+    seqs = {}
+    for request_id, text in texts.items():
+        engine.add_request(SynthesisRequest(request_id, text, max_duration_s=0.2, sampling=GREEDY))
+        seqs[request_id] = engine.scheduler.waiting[-1]
+    while engine.has_unfinished_requests():
+        engine.step()
+        engine.check_integrity()
+    for request_id, text in texts.items():
+        prompt = model.build_prompt(text, "default")
+        assert seqs[request_id].output_rows == _reference_rows(model, prompt, target_frames=15)
+    assert engine.block_pool.num_free_blocks == engine.block_pool.num_blocks
 
 
 def test_same_seed_same_weights_other_seed_other_weights():
-    a, b, c = (CadenzaTinyModel.from_seed(s, SMALL) for s in (1, 1, 2))
+    small = CadenzaTinySpec(num_codebooks=2, codebook_size=16)
+    a, b, c = (CadenzaTinyModel.from_seed(s, small) for s in (1, 1, 2))
     for (name, pa), pb in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
         assert torch.equal(pa, pb), name
     assert not torch.equal(a.heads.weight, c.heads.weight)
@@ -24,39 +98,20 @@ def test_default_size_is_cpu_sized():
     spec = CadenzaTinySpec()
     assert 5e6 <= spec.backbone.num_parameters <= 10e6
     model = CadenzaTinyModel(spec)
-    backbone = sum(p.numel() for p in model.backbone.parameters())
-    assert backbone == spec.backbone.num_parameters
+    assert sum(p.numel() for p in model.backbone.parameters()) == spec.backbone.num_parameters
 
 
-def test_cached_decoding_matches_full_recompute():
-    """Incremental decoding with the KV cache equals recomputing the whole sequence."""
-    model = CadenzaTinyModel.from_seed(0, SMALL)
-    prompt = model.prompt_rows(ByteTokenizer().encode("hi there"))
-    generator = torch.Generator().manual_seed(0)
-    audio_rows = torch.randint(
-        0, SMALL.codebook_size, (6, SMALL.num_codebooks), generator=generator
-    )
-    rows = torch.cat([prompt, audio_rows])
-    with torch.no_grad():
-        full = model(rows, torch.arange(len(rows)), model.new_kv_cache(len(rows)))
-        cache = model.new_kv_cache(len(rows))
-        pieces = [model(prompt, torch.arange(len(prompt)), cache)]
-        for t in range(len(prompt), len(rows)):
-            pieces.append(model(rows[t : t + 1], torch.tensor([t]), cache))
-    torch.testing.assert_close(torch.cat(pieces), full, rtol=1e-4, atol=1e-5)
-    assert full.shape == (len(rows), SMALL.num_codebooks, SMALL.audio_vocab_size)
-
-
-def test_prompt_rows_put_text_in_column_zero():
-    model = CadenzaTinyModel(SMALL)
-    rows = model.prompt_rows([256, 104, 105])
-    assert rows.shape == (4, SMALL.num_codebooks)
-    assert rows[:3, 0].tolist() == [SMALL.audio_vocab_size + i for i in (256, 104, 105)]
-    assert (rows[:3, 1:] == SMALL.pad_id).all()
-    assert (rows[3] == SMALL.pad_id).all()  # begin-of-audio row
+def test_prompt_puts_text_in_column_zero():
+    spec = CadenzaTinySpec()
+    rows = CadenzaTinyModel(spec).build_prompt("hi", "default")
+    assert len(rows) == 4  # BOS, 'h', 'i', begin-of-audio
+    assert [r[0] for r in rows[:3]] == [spec.audio_vocab_size + i for i in (256, 104, 105)]
+    assert all(r[1:] == [spec.pad_id] * 7 for r in rows[:3])
+    assert rows[3] == [spec.pad_id] * 8
 
 
 def test_eos_head_rows_are_zero():
-    model = CadenzaTinyModel.from_seed(0, SMALL)
-    heads = model.heads.weight.view(SMALL.num_codebooks, SMALL.audio_vocab_size, -1)
-    assert heads[:, SMALL.eos_id].abs().sum() == 0
+    spec = CadenzaTinySpec(num_codebooks=2, codebook_size=16)
+    model = CadenzaTinyModel.from_seed(0, spec)
+    heads = model.heads.weight.view(spec.num_codebooks, spec.audio_vocab_size, -1)
+    assert heads[:, spec.eos_id].abs().sum() == 0

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from cadenza.engine.engine import RequestRejected
 from cadenza.engine.request import FinishReason, SynthesisRequest, derive_duration_s
@@ -62,6 +63,7 @@ def test_requests_queue_and_all_finish(tiny_engine):
     for pieces in outputs.values():
         assert sum(len(p.audio) for p in pieces) == 75 * HOP
     assert tiny_engine.num_requests == 0
+    tiny_engine.check_integrity()
 
 
 def test_abort_ends_the_stream_with_cancelled(tiny_engine):
@@ -87,23 +89,47 @@ def test_bad_requests_are_refused_without_state_change(tiny_engine):
 
 
 def test_a_failing_request_fails_alone(tiny_engine, monkeypatch):
-    real_prefill = tiny_engine._prefill
+    poison = tiny_engine.model.spec.audio_vocab_size + 7  # the byte 0x07 in a prompt
+    real_forward = tiny_engine.model.forward
 
-    def prefill(stream):
-        if stream.request.text == "poison":
+    def forward(input_ids, *args):
+        if bool((input_ids[:, 0] == poison).any()):
             raise RuntimeError("model exploded")
-        return real_prefill(stream)
+        return real_forward(input_ids, *args)
 
-    monkeypatch.setattr(tiny_engine, "_prefill", prefill)
+    monkeypatch.setattr(tiny_engine.model, "forward", forward)
     outputs = _run(
         tiny_engine,
-        SynthesisRequest("bad", "poison"),
         SynthesisRequest("good", "fine", sampling=SamplingParams(seed=1)),
+        SynthesisRequest("bad", "poison \x07"),
+        SynthesisRequest("good2", "also fine", sampling=SamplingParams(seed=2)),
     )
     assert outputs["bad"][-1].finish_reason is FinishReason.ERROR
     assert "exploded" in outputs["bad"][-1].error
-    assert outputs["good"][-1].finish_reason is FinishReason.LENGTH
-    assert sum(len(p.audio) for p in outputs["good"]) == 75 * HOP
+    for request_id in ("good", "good2"):
+        assert outputs[request_id][-1].finish_reason is FinishReason.LENGTH
+        assert sum(len(p.audio) for p in outputs[request_id]) == 75 * HOP
+    tiny_engine.check_integrity()
+
+
+def test_nan_logits_fail_only_their_request(tiny_engine, monkeypatch):
+    marker = tiny_engine.model.spec.audio_vocab_size + 8  # the byte 0x08
+    real_forward = tiny_engine.model.forward
+
+    def forward(input_ids, positions, context, kv_cache, logits_indices):
+        logits = real_forward(input_ids, positions, context, kv_cache, logits_indices)
+        if bool((input_ids[:, 0] == marker).any()) and len(logits_indices) == 1:
+            return torch.full_like(logits, float("nan"))
+        return logits
+
+    monkeypatch.setattr(tiny_engine.model, "forward", forward)
+    outputs = _run(
+        tiny_engine,
+        SynthesisRequest("nan", "\x08", sampling=SamplingParams(seed=1)),
+    )
+    assert outputs["nan"][-1].finish_reason is FinishReason.ERROR
+    assert "NaN" in outputs["nan"][-1].error
+    tiny_engine.check_integrity()
 
 
 def test_zero_duration_finishes_at_once(tiny_engine):

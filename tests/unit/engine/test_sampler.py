@@ -1,53 +1,90 @@
 import pytest
 import torch
+from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
 
-from cadenza.engine.sampler import sample_row
+from cadenza.engine.sampler import sample_rows
 from cadenza.engine.sampling_params import SamplingParams
+from cadenza.engine.sequence import Sequence
 
 
-def _gen(seed=0):
-    return torch.Generator().manual_seed(seed)
+def _seq(params, rows=((0,),), seed=0):
+    generator = torch.Generator().manual_seed(seed if params.seed is None else params.seed)
+    return Sequence("s", [list(r) for r in rows], params, generator, max_new_steps=100)
+
+
+def _free(n):
+    return [(0, None)] * n
+
+
+GREEDY = SamplingParams(temperature=0.0, top_k=0)
 
 
 def test_greedy_takes_the_best_allowed_id():
-    logits = torch.tensor([[0.0, 5.0, 1.0], [3.0, 0.0, 1.0]])
-    allowed = torch.tensor([[True, False, True], [True, True, True]])
-    row = sample_row(logits, allowed, [None, None], SamplingParams(temperature=0), _gen())
-    assert row == [2, 0]
+    logits = torch.tensor([[[0.0, 5.0, 1.0], [3.0, 0.0, 1.0]]])
+    masks = torch.tensor([[[True, False, True], [True, True, True]]])
+    rows = sample_rows(logits, [_seq(GREEDY, rows=((0, 0),))], masks, _free(1))
+    assert rows == [[2, 0]]
 
 
-def test_forced_ids_win():
-    logits = torch.zeros(2, 4)
-    allowed = torch.ones(2, 4, dtype=torch.bool)
-    row = sample_row(logits, allowed, [None, 3], SamplingParams(temperature=0), _gen())
-    assert row[1] == 3
+def test_forced_ids_win_and_mask_index_selects_the_mask():
+    logits = torch.zeros(1, 2, 4)
+    masks = torch.stack([torch.ones(2, 4, dtype=torch.bool), torch.eye(4, dtype=torch.bool)[:2]])
+    seq = _seq(GREEDY, rows=((0, 0),))
+    assert sample_rows(logits, [seq], masks, [(0, [None, 3])])[0][1] == 3
+    assert sample_rows(logits, [seq], masks, [(1, None)]) == [[0, 1]]
 
 
-def test_same_seed_same_draws_and_top_k_limits_choice():
-    torch.manual_seed(123)
-    logits = torch.randn(4, 50)
-    allowed = torch.ones(4, 50, dtype=torch.bool)
-    params = SamplingParams(temperature=1.0, top_k=3)
-    first = [sample_row(logits, allowed, [None] * 4, params, _gen(7)) for _ in range(3)]
-    assert first[0] == first[1] == first[2]
-    top3 = torch.topk(logits, 3, dim=-1).indices
-    draws = _gen(1)
+def test_seeded_draws_do_not_depend_on_the_batch():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 4, 50)
+    params = SamplingParams(temperature=1.0, top_k=20, seed=11)
+    alone = sample_rows(logits[1:2], [_seq(params)], None, _free(1))
+    others = [_seq(SamplingParams(seed=1)), _seq(params), _seq(GREEDY)]
+    batched = sample_rows(logits, others, None, _free(3))
+    assert batched[1] == alone[0]
+    assert batched[2] == logits[2].argmax(-1).tolist()
+
+
+def test_top_k_limits_choice():
+    torch.manual_seed(1)
+    logits = torch.randn(1, 4, 50)
+    top3 = torch.topk(logits[0], 3, dim=-1).indices
+    seq = _seq(SamplingParams(temperature=1.0, top_k=3), seed=5)
     for _ in range(50):
-        row = sample_row(logits, allowed, [None] * 4, params, draws)
+        row = sample_rows(logits, [seq], None, _free(1))[0]
         assert all(row[k] in top3[k].tolist() for k in range(4))
 
 
 def test_top_p_keeps_the_nucleus():
-    logits = torch.log(torch.tensor([[0.6, 0.3, 0.05, 0.05]]))
-    allowed = torch.ones(1, 4, dtype=torch.bool)
-    params = SamplingParams(temperature=1.0, top_k=0, top_p=0.8)
-    draws = _gen(0)
-    seen = {sample_row(logits, allowed, [None], params, draws)[0] for _ in range(200)}
+    logits = torch.log(torch.tensor([[[0.6, 0.3, 0.05, 0.05]]]))
+    seq = _seq(SamplingParams(temperature=1.0, top_k=0, top_p=0.8), seed=2)
+    seen = {sample_rows(logits, [seq], None, _free(1))[0][0] for _ in range(200)}
     assert seen == {0, 1}
 
 
+def test_temperature_sampling_follows_the_distribution():
+    logits = torch.log(torch.tensor([[[0.7, 0.2, 0.1]]]))
+    seq = _seq(SamplingParams(temperature=1.0, top_k=0), seed=3)
+    draws = [sample_rows(logits, [seq], None, _free(1))[0][0] for _ in range(3000)]
+    share = draws.count(0) / len(draws)
+    assert 0.65 < share < 0.75
+
+
+def test_repetition_penalty_matches_transformers():
+    torch.manual_seed(2)
+    history = [[5], [9], [5], [30]]
+    logits = torch.randn(1, 1, 40) * 3
+    params = SamplingParams(temperature=0.0, top_k=0, repetition_penalty=1.7)
+    seq = _seq(params, rows=history)
+    expected = RepetitionPenaltyLogitsProcessor(1.7)(
+        torch.tensor([[r[0] for r in history]]), logits[:, 0].clone()
+    )
+    assert sample_rows(logits, [seq], None, _free(1)) == [[int(expected.argmax())]]
+
+
 @pytest.mark.parametrize(
-    "kwargs", [{"temperature": -1}, {"top_k": -1}, {"top_p": 0}, {"top_p": 1.5}]
+    "kwargs",
+    [{"temperature": -1}, {"top_k": -1}, {"top_p": 0}, {"top_p": 1.5}, {"repetition_penalty": 0}],
 )
 def test_invalid_params(kwargs):
     with pytest.raises(ValueError):

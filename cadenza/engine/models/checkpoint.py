@@ -1,0 +1,185 @@
+"""Loading a local Hugging Face-format checkpoint directory (config.json + safetensors).
+
+Supported: ``model_type: "llama"`` (``LlamaForCausalLM``), tied or untied embeddings, rotary
+scaling ``default`` or ``llama3``, single-file or sharded safetensors, and an optional
+``cadenza.json`` that declares an audio token layout. Anything else is refused with a message
+that names what is unsupported.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from safetensors.torch import load_file
+
+from cadenza.engine.models.flat_layout import FlatLayout
+from cadenza.engine.models.llama import Llama3RopeScaling, LlamaBackboneConfig
+from cadenza.engine.models.llama_causal_lm import LlamaForCausalLM, TextEncoder
+
+
+class CheckpointError(ValueError):
+    """The directory is not a checkpoint this version can load; the message says why."""
+
+
+class AudioLayoutConfig(BaseModel):
+    """``cadenza.json``: how a Llama checkpoint's tokens spell codec frames."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    layout: Literal["flat"]
+    codec: str = "encodec_24khz"
+    num_codebooks: int = Field(ge=1)
+    codebook_size: int = Field(ge=2)
+    audio_token_offset: int = Field(ge=0)
+    audio_eos_id: int = Field(ge=0)
+    text_tokenizer: Literal["bytes", "tokenizer.json"] = "bytes"
+    prompt_prefix_ids: list[int] = []
+    prompt_suffix_ids: list[int] = []
+    voices: dict[str, list[int]] = {"default": []}
+
+
+def load_checkpoint(path: str | Path, device: torch.device, dtype: torch.dtype) -> LlamaForCausalLM:
+    directory = Path(path)
+    config = _read_json(directory / "config.json")
+    model_type = config.get("model_type")
+    if model_type != "llama":
+        raise CheckpointError(f"{directory}: model_type {model_type!r} is not supported (llama is)")
+    backbone = _llama_backbone_config(config, directory)
+    eos = config.get("eos_token_id")
+    eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
+    try:
+        vocab_size = int(config["vocab_size"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{directory}: invalid vocab_size: {exc!r}") from exc
+    tied = bool(config.get("tie_word_embeddings", False))
+    layout_kwargs = _audio_layout(directory, vocab_size)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(
+            backbone, vocab_size, tie_word_embeddings=tied, eos_ids=eos_ids, **layout_kwargs
+        )
+    state = _load_weights(directory)
+    state = {_map_key(key): tensor for key, tensor in state.items()}
+    if tied:
+        state.pop("lm_head.weight", None)
+    model.load_state_dict(state, strict=not tied, assign=True)
+    if tied:
+        model.lm_head.weight = model.embed_tokens.weight
+    missing = [n for n, p in model.named_parameters() if p.is_meta]
+    if missing:
+        raise CheckpointError(f"{directory}: weights missing for {missing[:5]}")
+    model.model.rotary = type(model.model.rotary)(
+        backbone.head_dim, backbone.rope_theta, backbone.rope_llama3
+    )
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def _llama_backbone_config(config: dict[str, Any], directory: Path) -> LlamaBackboneConfig:
+    for flag in ("attention_bias", "mlp_bias"):
+        if config.get(flag):
+            raise CheckpointError(f"{directory}: {flag} = true is not supported")
+    if config.get("hidden_act", "silu") != "silu":
+        raise CheckpointError(f"{directory}: hidden_act {config['hidden_act']!r} is not supported")
+    try:
+        rope = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+        theta = float(rope.get("rope_theta", config.get("rope_theta", 10000.0)))
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        llama3 = None
+        if rope_type == "llama3":
+            llama3 = Llama3RopeScaling(
+                factor=float(rope["factor"]),
+                low_freq_factor=float(rope["low_freq_factor"]),
+                high_freq_factor=float(rope["high_freq_factor"]),
+                original_max_position_embeddings=int(rope["original_max_position_embeddings"]),
+            )
+        elif rope_type != "default":
+            raise CheckpointError(f"{directory}: rope type {rope_type!r} is not supported")
+        heads = int(config["num_attention_heads"])
+        hidden = int(config["hidden_size"])
+        return LlamaBackboneConfig(
+            hidden_size=hidden,
+            num_layers=int(config["num_hidden_layers"]),
+            num_heads=heads,
+            num_kv_heads=int(config.get("num_key_value_heads") or heads),
+            head_dim=int(config.get("head_dim") or hidden // heads),
+            intermediate_size=int(config["intermediate_size"]),
+            rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+            rope_theta=theta,
+            rope_llama3=llama3,
+        )
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        if isinstance(exc, CheckpointError):
+            raise
+        raise CheckpointError(f"{directory}: invalid Llama config: {exc!r}") from exc
+
+
+def _audio_layout(directory: Path, vocab_size: int) -> dict[str, Any]:
+    path = directory / "cadenza.json"
+    if not path.exists():
+        return {}
+    try:
+        layout = AudioLayoutConfig.model_validate(_read_json(path))
+    except ValidationError as exc:
+        raise CheckpointError(
+            f"{path}: {exc.errors()[0]['msg']} at {exc.errors()[0]['loc']}"
+        ) from exc
+    try:
+        flat = FlatLayout(
+            layout.num_codebooks,
+            layout.codebook_size,
+            layout.audio_token_offset,
+            layout.audio_eos_id,
+            vocab_size,
+        )
+    except ValueError as exc:
+        raise CheckpointError(f"{path}: {exc}") from exc
+    return {
+        "layout": flat,
+        "encode_text": _text_encoder(directory, layout.text_tokenizer),
+        "voice_prompts": layout.voices,
+        "prompt_prefix_ids": layout.prompt_prefix_ids,
+        "prompt_suffix_ids": layout.prompt_suffix_ids,
+        "codec_name": layout.codec,
+    }
+
+
+def _text_encoder(directory: Path, kind: str) -> TextEncoder:
+    if kind == "bytes":
+        return lambda text: list(text.encode("utf-8"))
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    return lambda text: list(tokenizer.encode(text, add_special_tokens=False).ids)
+
+
+def _load_weights(directory: Path) -> dict[str, torch.Tensor]:
+    single = directory / "model.safetensors"
+    if single.exists():
+        return load_file(str(single))
+    index_path = directory / "model.safetensors.index.json"
+    if not index_path.exists():
+        raise CheckpointError(f"{directory}: no model.safetensors or model.safetensors.index.json")
+    shards = sorted(set(_read_json(index_path)["weight_map"].values()))
+    state: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        state.update(load_file(str(directory / shard)))
+    return state
+
+
+def _map_key(key: str) -> str:
+    return key.removeprefix("model.") if key.startswith("model.embed_tokens") else key
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise CheckpointError(f"{path} not found") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} must hold a JSON object")
+    return data

@@ -1,0 +1,77 @@
+"""Llama family: Hugging Face ``LlamaForCausalLM`` checkpoints served by the engine.
+
+A plain checkpoint is a text LM (layout ``plain``, used through ``Engine.generate_ids``). A
+``cadenza.json`` beside ``config.json`` declares an audio layout (today ``flat``: codec frames
+spelled as ``K`` consecutive tokens, Orpheus-style) and how text becomes a prompt; such a
+model synthesizes speech through the same engine as ``cadenza-tiny``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from cadenza.engine.models.llama import LlamaBackbone, LlamaBackboneConfig
+from cadenza.engine.models.model import AudioTokenModel
+from cadenza.engine.models.token_layout import PlainLayout, TokenLayout
+from cadenza.engine.paged_kv_cache import PagedKVCache
+from cadenza.kernels.attention_context import AttentionContext
+
+TextEncoder = Callable[[str], list[int]]
+
+
+class LlamaForCausalLM(AudioTokenModel):
+    """Token ids ``[N, 1]`` in, logits ``[S, 1, vocab]`` out. Parameter names follow Hugging
+    Face (``model.layers.{i}...``, ``lm_head``) except ``embed_tokens``, which sits at the top
+    level (the loader maps ``model.embed_tokens``)."""
+
+    def __init__(
+        self,
+        config: LlamaBackboneConfig,
+        vocab_size: int,
+        *,
+        tie_word_embeddings: bool,
+        eos_ids: frozenset[int],
+        layout: TokenLayout | None = None,
+        encode_text: TextEncoder | None = None,
+        voice_prompts: dict[str, list[int]] | None = None,
+        prompt_prefix_ids: list[int] | None = None,
+        prompt_suffix_ids: list[int] | None = None,
+        codec_name: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.vocab_size = vocab_size
+        self.kv_spec = config.kv_spec
+        self.eos_ids = eos_ids
+        self.layout = layout or PlainLayout()
+        self.codec_name = codec_name
+        self._encode_text = encode_text
+        self._voice_prompts = voice_prompts or {"default": []}
+        self.voices = tuple(self._voice_prompts)
+        self._prefix = prompt_prefix_ids or []
+        self._suffix = prompt_suffix_ids or []
+        self.embed_tokens = nn.Embedding(vocab_size, config.hidden_size)
+        self.model = LlamaBackbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, vocab_size, bias=False)
+        if tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        context: AttentionContext,
+        kv_cache: PagedKVCache,
+        logits_indices: torch.Tensor,
+    ) -> torch.Tensor:
+        hidden = self.model(self.embed_tokens(input_ids[:, 0]), positions, context, kv_cache)
+        return self.lm_head(hidden[logits_indices])[:, None, :]
+
+    def build_prompt(self, text: str, voice: str) -> list[list[int]]:
+        if self._encode_text is None or not self.layout.produces_audio:
+            return super().build_prompt(text, voice)
+        ids = [*self._prefix, *self._voice_prompts[voice], *self._encode_text(text), *self._suffix]
+        return [[token] for token in ids]

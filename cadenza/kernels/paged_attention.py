@@ -1,0 +1,92 @@
+"""Paged attention, torch reference: KV lives in fixed-size blocks addressed by block tables.
+
+Cache layout (one layer): ``k_cache, v_cache [num_blocks, block_size, num_kv_heads, head_dim]``.
+Token ``t`` of a sequence sits in block ``block_table[t // block_size]`` at offset
+``t % block_size``; its *slot* is ``block_id * block_size + offset``.
+
+These functions are the torch implementation every other backend is checked against; they
+gather a sequence's pages and hand them to SDPA, with no per-sequence Python loop for decode.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from cadenza.kernels.attention import cached_causal_attention
+from cadenza.kernels.attention_context import decode_key_slots
+
+
+def store_kv(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Write ``k, v [N, Hkv, D]`` into the cache at ``slot_mapping [N]`` (int64; -1 skips)."""
+    num_kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
+    flat_k = k_cache.view(-1, num_kv_heads, head_dim)
+    flat_v = v_cache.view(-1, num_kv_heads, head_dim)
+    if slot_mapping.numel() and bool((slot_mapping < 0).any()):
+        keep = slot_mapping >= 0
+        k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
+    flat_k.index_copy_(0, slot_mapping, k.to(flat_k.dtype))
+    flat_v.index_copy_(0, slot_mapping, v.to(flat_v.dtype))
+
+
+def gather_pages(cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """The first ``num_tokens`` tokens of one sequence as ``[num_tokens, Hkv, D]``."""
+    block_size = cache.shape[1]
+    num_blocks = -(-num_tokens // block_size)
+    pages = cache[block_table[:num_blocks].long()]
+    return pages.reshape(num_blocks * block_size, *cache.shape[2:])[:num_tokens]
+
+
+def paged_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    key_slots: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """One query per sequence against that sequence's pages.
+
+    ``q [B, Hq, D]``; ``block_tables [B, max_blocks]`` int32, -1 padded; ``seq_lens [B]`` int32,
+    the number of cached tokens each query attends to (its own included). Returns ``[B, Hq, D]``.
+    ``key_slots``: the ``(slots, mask)`` of :func:`decode_key_slots` when the caller already
+    has them (they are the same for every layer of a step).
+    """
+    batch, num_q_heads, head_dim = q.shape
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    slots, mask = key_slots or decode_key_slots(block_tables, seq_lens, block_size)
+    flat_slots = slots.reshape(-1)
+    shape = (batch, slots.shape[1], num_kv_heads, head_dim)
+    keys = k_cache.view(-1, num_kv_heads, head_dim).index_select(0, flat_slots).view(shape)
+    values = v_cache.view(-1, num_kv_heads, head_dim).index_select(0, flat_slots).view(shape)
+    out = F.scaled_dot_product_attention(
+        q[:, :, None, :],
+        keys.transpose(1, 2).to(q.dtype),
+        values.transpose(1, 2).to(q.dtype),
+        attn_mask=mask[:, None, None, :],
+        scale=scale,
+        enable_gqa=num_q_heads != num_kv_heads,
+    )
+    return out[:, :, 0, :]
+
+
+def paged_prefill_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    context_len: int,
+    scale: float,
+) -> torch.Tensor:
+    """``T`` new queries of one sequence, causally, over its first ``context_len`` cached tokens
+    (the ``T`` new ones are the last of them). ``q [T, Hq, D]`` -> ``[T, Hq, D]``."""
+    keys = gather_pages(k_cache, block_table, context_len).to(q.dtype)
+    values = gather_pages(v_cache, block_table, context_len).to(q.dtype)
+    return cached_causal_attention(q, keys, values, context_len - q.shape[0], scale)

@@ -1,0 +1,119 @@
+"""The paged engine against transformers: greedy tokens must be identical in every
+scheduling situation (batching, ragged arrivals, chunked prefill, prefix hits, preemption)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from cadenza.config import EngineConfig
+from cadenza.engine.engine import Engine
+from cadenza.engine.paged_kv_cache import KVSpec
+from cadenza.engine.sampling_params import SamplingParams
+from cadenza.engine.sequence import SequenceStatus
+from tests.unit.engine.llama_checkpoints import CONFIGS, hf_greedy, save_tiny_llama
+
+GREEDY = SamplingParams(temperature=0.0, top_k=0)
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def checkpoint(request, tmp_path_factory):
+    directory = tmp_path_factory.mktemp(request.param)
+    model = save_tiny_llama(directory, request.param)
+    return directory, model
+
+
+def _engine(directory, **config):
+    defaults = {"block_size": 4, "kv_cache_memory_bytes": 4 << 20}
+    return Engine.from_pretrained(
+        str(directory), engine_config=EngineConfig(**{**defaults, **config})
+    )
+
+
+def _prompts(count, seed, low=3, high=30):
+    rng = random.Random(seed)
+    return [[rng.randrange(3, 256) for _ in range(rng.randint(low, high))] for _ in range(count)]
+
+
+def _assert_clean(engine):
+    engine.check_integrity()
+    assert engine.block_pool.num_free_blocks == engine.block_pool.num_blocks
+
+
+def test_one_request(checkpoint):
+    directory, reference = checkpoint
+    engine = _engine(directory)
+    prompt = _prompts(1, seed=1)[0]
+    assert engine.generate_ids([prompt], 24) == [hf_greedy(reference, prompt, 24)]
+    _assert_clean(engine)
+
+
+def test_batched_requests_of_ragged_lengths(checkpoint):
+    directory, reference = checkpoint
+    engine = _engine(directory)
+    prompts = _prompts(6, seed=2)
+    got = engine.generate_ids(prompts, 20)
+    assert got == [hf_greedy(reference, p, 20) for p in prompts]
+    assert engine.stats().last_batch_decodes >= 1
+    _assert_clean(engine)
+
+
+def test_requests_arriving_at_different_steps(checkpoint):
+    directory, reference = checkpoint
+    engine = _engine(directory, max_num_seqs=4, max_num_batched_tokens=64)
+    prompts = _prompts(7, seed=3)
+    arrivals = {0: [0, 1], 3: [2], 4: [3, 4], 11: [5], 12: [6]}
+    seqs = {}
+    step = 0
+    while step <= max(arrivals) or engine.has_unfinished_requests():
+        for index in arrivals.get(step, []):
+            seqs[index] = engine.add_tokens(f"r{index}", [[t] for t in prompts[index]], 16, GREEDY)
+        engine.step()
+        engine.check_integrity()
+        step += 1
+    for index, seq in seqs.items():
+        assert seq.status is SequenceStatus.FINISHED
+        assert [row[0] for row in seq.output_rows] == hf_greedy(reference, prompts[index], 16)
+    _assert_clean(engine)
+
+
+def test_chunked_prefill_under_a_small_token_budget(checkpoint):
+    directory, reference = checkpoint
+    engine = _engine(directory, max_num_batched_tokens=8, max_num_seqs=4)
+    prompts = _prompts(4, seed=4, low=20, high=40)
+    assert engine.generate_ids(prompts, 12) == [hf_greedy(reference, p, 12) for p in prompts]
+    _assert_clean(engine)
+
+
+def test_prefix_cache_hits_give_identical_tokens(checkpoint):
+    directory, reference = checkpoint
+    engine = _engine(directory, block_size=8)
+    shared = _prompts(1, seed=5, low=33, high=33)[0]
+    prompts = [shared + tail for tail in _prompts(4, seed=6, low=1, high=9)]
+    first = engine.generate_ids(prompts[:1], 10)
+    rest = engine.generate_ids(prompts[1:], 10)
+    assert first + rest == [hf_greedy(reference, p, 10) for p in prompts]
+    stats = engine.stats()
+    assert stats.prefix_hit_tokens >= 3 * 32  # 4 full blocks of the shared prefix, 3 times
+    _assert_clean(engine)
+
+
+def test_preemption_recomputes_and_still_matches(checkpoint):
+    directory, reference = checkpoint
+    # A pool of 24 pages of 4 tokens: enough for every prompt, not for every output at once.
+    config = reference.config
+    spec = KVSpec(config.num_hidden_layers, config.num_key_value_heads, config.head_dim)
+    engine = _engine(
+        directory,
+        block_size=4,
+        reserve_max_output=False,
+        kv_cache_memory_bytes=24 * spec.bytes_per_block(4, torch.float32),
+        max_num_seqs=8,
+    )
+    prompts = _prompts(5, seed=7, low=8, high=14)
+    got = engine.generate_ids(prompts, 24)
+    assert engine.stats().num_preemptions > 0
+    assert got == [hf_greedy(reference, p, 24) for p in prompts]
+    _assert_clean(engine)
