@@ -60,9 +60,12 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_model_flags(generate)
 
     bench = commands.add_parser("bench", help="benchmarks, side by side in one run")
-    bench.add_argument("target", choices=["engine"], help="what to measure")
+    bench.add_argument("target", choices=["engine", "codec"], help="what to measure")
     bench.add_argument("--json", action="store_true", help="print only the JSON result")
-    bench.add_argument("--batch-sizes", default="1,4,16", help="comma-separated batch sizes")
+    bench.add_argument(
+        "--batch-sizes",
+        help="comma-separated batch sizes (engine: 1,4,16) or stream counts (codec: 1,4,8,16)",
+    )
     bench.add_argument("--repeats", type=int, default=3, help="runs per measurement (median)")
     bench.add_argument("--config", type=Path, help=argparse.SUPPRESS)
     return parser
@@ -147,17 +150,19 @@ def _generate(config: CadenzaConfig, args: argparse.Namespace) -> int:
 
 
 def _bench(_: CadenzaConfig, args: argparse.Namespace) -> int:
-    from cadenza.bench import engine_throughput
+    from cadenza.bench import codec_throughput, engine_throughput
 
+    default = "1,4,16" if args.target == "engine" else "1,4,8,16"
     try:
-        batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
+        sizes = tuple(int(b) for b in (args.batch_sizes or default).split(","))
     except ValueError:
         print(f"cadenza: --batch-sizes must be integers, got {args.batch_sizes!r}", file=sys.stderr)
         return 2
-    if not batch_sizes or min(batch_sizes) < 1 or args.repeats < 1:
+    if not sizes or min(sizes) < 1 or args.repeats < 1:
         print("cadenza: batch sizes and --repeats must be positive", file=sys.stderr)
         return 2
-    result = engine_throughput.run(batch_sizes, repeats=args.repeats, progress=not args.json)
+    runner = engine_throughput.run if args.target == "engine" else codec_throughput.run
+    result = runner(sizes, repeats=args.repeats, progress=not args.json)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 

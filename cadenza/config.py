@@ -73,7 +73,7 @@ class EngineConfig(_Section):
         15, ge=1, le=750, description="codec frames per audio chunk sent to the edge"
     )
     first_chunk_frames: int = Field(
-        6, ge=1, le=750, description="codec frames in a stream's first chunk (small: fast TTFA)"
+        8, ge=1, le=750, description="codec frames in a stream's first chunk (small: fast TTFA)"
     )
     startup_timeout_s: float = Field(
         180.0, gt=0, description="how long the edge waits for the engine to load"

@@ -3,7 +3,8 @@
 ``load_codec("encodec_24khz")`` builds the 24 kHz model from a fixed seed (random weights; the
 library's initialisation leaves codebooks at zero, so they are drawn from the seed too); a local
 Hugging Face EnCodec directory loads real weights. The 24 kHz model is causal: decoding a prefix
-of a code sequence gives exactly the prefix of the full decode.
+of a code sequence gives exactly the prefix of the full decode. Weight normalisation is folded
+into plain weights at load.
 """
 
 from __future__ import annotations
@@ -11,8 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from torch.nn.utils import parametrize
 from transformers import EncodecConfig, EncodecModel
+
+from cadenza.codecs.resampler import ResampleError, StreamResampler
 
 DEFAULT_CODEC = "encodec_24khz"
 
@@ -47,6 +52,8 @@ class EncodecCodec:
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """``codes [B, K, T]`` int -> float32 audio ``[B, T * hop_length]`` in [-1, 1]-ish."""
         self.check_codes(codes)
+        if codes.shape[-1] == 0:
+            return torch.zeros(codes.shape[0], 0)
         audio = self.model.decode(codes.to(self.device)[None], [None])[0]
         return audio[:, 0, : codes.shape[-1] * self.hop_length].float()
 
@@ -57,6 +64,22 @@ class EncodecCodec:
             raise CodecError(f"audio must be [batch, samples], got shape {tuple(audio.shape)}")
         encoded = self.model.encode(audio[:, None].to(self.device), bandwidth=self.bandwidth_kbps)
         return encoded.audio_codes[0]
+
+    def encode_pcm(self, audio: np.ndarray, sample_rate: int) -> torch.Tensor:
+        """Microphone audio (float32 mono at ``sample_rate``) -> prompt codes ``[K, frames]``.
+
+        Turn-based: the whole utterance is resampled to the codec rate and encoded at once. A
+        speech prompt is used only once it is complete, so encoding it incrementally would
+        save nothing, and the offline encoder is the exact reference.
+        """
+        if audio.ndim != 1 or not audio.size:
+            raise CodecError("prompt audio must be a non-empty mono array")
+        try:
+            resampler = StreamResampler(sample_rate, self.sample_rate)
+        except ResampleError as exc:
+            raise CodecError(str(exc)) from exc
+        resampled = np.concatenate([resampler.process(audio), resampler.flush()])
+        return self.encode(torch.from_numpy(resampled)[None])[0]
 
     def check_codes(self, codes: torch.Tensor) -> None:
         if codes.dim() != 3 or codes.shape[1] != self.num_codebooks:
@@ -78,17 +101,38 @@ def load_codec(
     """``"encodec_24khz"`` (random, from ``seed``) or a local Hugging Face EnCodec directory."""
     model: Any
     if name_or_path == DEFAULT_CODEC:
-        generator = torch.Generator().manual_seed(seed)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = EncodecModel(EncodecConfig())
-        with torch.no_grad():
-            for name, buffer in model.quantizer.named_buffers():
-                if name.endswith("codebook.embed"):
-                    buffer.copy_(torch.randn(buffer.shape, generator=generator))
+        model = build_random_encodec(seed)
     elif Path(name_or_path).is_dir():
         model = EncodecModel.from_pretrained(name_or_path)
     else:
         raise CodecError(f"unknown codec {name_or_path!r}: not {DEFAULT_CODEC!r} nor a directory")
+    fold_weight_norm(model)
     model.to(torch.device(device))
     return EncodecCodec(model, bandwidth_kbps)
+
+
+def build_random_encodec(seed: int) -> Any:
+    """The 24 kHz EnCodec as ``transformers`` builds it (weight-normalised), random weights and
+    codebooks drawn from ``seed``: the same model on every machine."""
+    generator = torch.Generator().manual_seed(seed)
+    model: Any
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = EncodecModel(EncodecConfig())
+    with torch.no_grad():
+        for name, buffer in model.quantizer.named_buffers():
+            if name.endswith("codebook.embed"):
+                buffer.copy_(torch.randn(buffer.shape, generator=generator))
+    model.eval()
+    return model
+
+
+def fold_weight_norm(model: Any) -> int:
+    """Replace weight-norm parametrisations by the plain weights they compute (same outputs,
+    no per-call recomputation); returns how many were folded."""
+    folded = 0
+    for module in model.modules():
+        if parametrize.is_parametrized(module, "weight"):
+            parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
+            folded += 1
+    return folded

@@ -20,6 +20,14 @@ def float_to_s16le(audio: np.ndarray) -> bytes:
     return (clipped * 32767.0).round().astype("<i2").tobytes()
 
 
+def s16le_to_float(data: bytes) -> np.ndarray:
+    """16-bit signed little-endian PCM -> float32 in [-1, 1). Raises ``ValueError`` on an odd
+    byte count (a torn sample)."""
+    if len(data) % 2:
+        raise ValueError(f"16-bit PCM needs an even number of bytes, got {len(data)}")
+    return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
+
+
 def streaming_wav_header(sample_rate: int, channels: int = 1, bits_per_sample: int = 16) -> bytes:
     """A 44-byte PCM WAV header whose sizes say "until the end of the stream"."""
     byte_rate = sample_rate * channels * bits_per_sample // 8

@@ -9,7 +9,8 @@ Each :meth:`Engine.step`:
 3. every sequence whose last token was computed samples one row; its layout decides whether it
    is finished;
 4. newly full KV blocks are hashed for prefix caching; finished sequences release their pages;
-5. streams with enough complete codec frames get them decoded to audio.
+5. every stream with enough new codec frames (or that just finished) is decoded to audio in
+   one batched call of the streaming decoder.
 
 Offline APIs: :meth:`generate_ids` (token LMs, used to check exactness against transformers)
 and :meth:`synthesize` (text to audio).
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 
 from cadenza.codecs.encodec import EncodecCodec, load_codec
-from cadenza.codecs.windowed_decoder import WindowedChunkDecoder
+from cadenza.codecs.streaming_decoder import StreamingDecoder
 from cadenza.config import EngineConfig, LimitsConfig
 from cadenza.engine.block_pool import BlockPool
 from cadenza.engine.kv_cache_manager import KVCacheManager
@@ -107,6 +108,12 @@ class Engine:
             self.kv_manager, config.max_num_batched_tokens, config.max_num_seqs
         )
         self.runner = ModelRunner(model, self.kv_cache, device)
+        self.decoder: StreamingDecoder | None = None
+        self._free_codec_slots: list[int] = []
+        if self.layout.produces_audio:
+            assert codec is not None
+            self.decoder = StreamingDecoder(codec, config.max_pending_requests)
+            self._free_codec_slots = list(range(config.max_pending_requests - 1, -1, -1))
         masks = self.layout.sampling_masks()
         self._masks = None if masks is None else masks.to(device)
         self._extra_keys = (model_name, str(dtype))
@@ -197,8 +204,9 @@ class Engine:
             conditioning=f"voice={request.voice}",
         )
         seq.target_frames = target_frames
-        seq.audio_decoder = WindowedChunkDecoder(self._codec())
         self._submit(seq)
+        seq.codec_slot = self._free_codec_slots.pop()
+        self._streaming_decoder().open(seq.codec_slot)
         if target_frames == 0:
             self._finish(seq, FinishReason.LENGTH, _EMPTY_AUDIO)
 
@@ -418,41 +426,68 @@ class Engine:
                 for seq in seqs:
                     self._fail(seq, exc)
                 rows, seqs = [], []
+            finished: dict[Sequence, FinishReason] = {}
             for seq, row in zip(seqs, rows, strict=True):
                 seq.append(row)
                 reason = self.layout.on_row(seq, row)
                 if reason is None and seq.num_generated >= seq.max_new_steps:
                     reason = FinishReason.LENGTH
-                audio = self._take_audio(seq, final=reason is not None)
                 if reason is not None:
-                    self._finish(seq, reason, audio if audio is not None else _EMPTY_AUDIO)
-                elif audio is not None:
-                    self._pending.append(StreamOutput(seq.request_id, audio))
+                    finished[seq] = reason
+            audio = self._decode_audio(seqs, finished)
+            for seq in seqs:
+                if seq in finished:
+                    self._finish(seq, finished[seq], audio.get(seq, _EMPTY_AUDIO))
+                elif seq in audio:
+                    self._pending.append(StreamOutput(seq.request_id, audio[seq]))
         for seq, _ in batch.items():
             if seq.status is SequenceStatus.RUNNING:
                 self.kv_manager.cache_full_blocks(seq)
 
-    def _take_audio(self, seq: Sequence, *, final: bool) -> np.ndarray | None:
-        if not self.layout.produces_audio:
-            return None
-        complete = self.layout.frames_ready(seq)
-        pending = complete - seq.frames_sent
-        threshold = (
-            self.config.first_chunk_frames if seq.frames_sent == 0 else self.config.chunk_frames
-        )
-        if pending <= 0 or (pending < threshold and not final):
-            return None
-        codes = torch.tensor(
-            self.layout.frame_codes(seq, seq.frames_sent, complete), dtype=torch.long
-        ).T
-        audio = seq.audio_decoder.decode(codes)
-        seq.frames_sent = complete
-        return audio.clamp(-1.0, 1.0).cpu().numpy()
+    def _decode_audio(
+        self, seqs: list[Sequence], finished: dict[Sequence, FinishReason]
+    ) -> dict[Sequence, np.ndarray]:
+        """Decode, in one batched call, every stream with a chunk's worth of new frames (the
+        first chunk smaller, for a fast first audio) and every stream that just finished."""
+        if self.decoder is None:
+            return {}
+        chunks, final, owners = {}, set(), {}
+        for seq in seqs:
+            complete = self.layout.frames_ready(seq)
+            pending = complete - seq.frames_sent
+            threshold = (
+                self.config.first_chunk_frames if seq.frames_sent == 0 else self.config.chunk_frames
+            )
+            if seq.codec_slot is None or (pending < threshold and seq not in finished):
+                continue
+            codes = self.layout.frame_codes(seq, seq.frames_sent, complete)
+            chunks[seq.codec_slot] = (
+                torch.tensor(codes, dtype=torch.long).reshape(-1, self.layout.codebooks_per_frame).T
+            )
+            owners[seq.codec_slot] = seq
+            seq.frames_sent = complete
+            if seq in finished:
+                final.add(seq.codec_slot)
+        if not chunks:
+            return {}
+        decoded = self.decoder.decode(chunks, frozenset(final))
+        for slot in final:
+            self._free_codec_slots.append(slot)
+            owners[slot].codec_slot = None
+        return {
+            owners[slot]: pcm.clamp(-1.0, 1.0).cpu().numpy()
+            for slot, pcm in decoded.items()
+            if pcm.numel() or slot in final
+        }
 
     def _finish(
         self, seq: Sequence, reason: FinishReason, audio: np.ndarray, error: str | None = None
     ) -> None:
         self.scheduler.finish(seq)
+        if seq.codec_slot is not None:  # cancelled or failed mid-stream: no flush
+            self._streaming_decoder().release(seq.codec_slot)
+            self._free_codec_slots.append(seq.codec_slot)
+            seq.codec_slot = None
         seq.finish_reason, seq.error = reason, error
         self._seqs.pop(seq.request_id, None)
         self._pending.append(StreamOutput(seq.request_id, audio, reason, error))
@@ -460,6 +495,11 @@ class Engine:
     def _fail(self, seq: Sequence, exc: BaseException) -> None:
         log.error("request %s failed: %s", seq.request_id, exc)
         self._finish(seq, FinishReason.ERROR, _EMPTY_AUDIO, f"{type(exc).__name__}: {exc}")
+
+    def _streaming_decoder(self) -> StreamingDecoder:
+        if self.decoder is None:
+            raise TypeError(f"{self.model_name} produces no audio")
+        return self.decoder
 
     def _codec(self) -> EncodecCodec:
         if self.codec is None:

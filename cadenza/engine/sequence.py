@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
@@ -50,7 +49,7 @@ class Sequence:
     error: str | None = None
     num_preemptions: int = 0
     frames_sent: int = 0
-    audio_decoder: Any = None
+    codec_slot: int | None = None  # the stream's slot in the engine's streaming decoder
     seen_ids: torch.Tensor | None = None  # [K, V] bool, for the repetition penalty
 
     def __post_init__(self) -> None:

@@ -2,7 +2,6 @@ import pytest
 import torch
 
 from cadenza.codecs.encodec import CodecError, load_codec
-from cadenza.codecs.windowed_decoder import WindowedChunkDecoder
 
 
 @pytest.fixture(scope="module")
@@ -36,15 +35,6 @@ def test_encode_gives_codes_in_range(codec):
     assert codes.min() >= 0 and codes.max() < 1024
 
 
-def test_windowed_decoder_chunks_cover_the_whole_stream(codec):
-    codes = torch.randint(0, 1024, (8, 30), generator=torch.Generator().manual_seed(2))
-    decoder = WindowedChunkDecoder(codec, context_frames=40)  # window covers the whole stream
-    pieces = [decoder.decode(codes[:, a:b]) for a, b in [(0, 7), (7, 20), (20, 30)]]
-    torch.testing.assert_close(
-        torch.cat(pieces), codec.decode(codes[None])[0], rtol=1e-4, atol=1e-5
-    )
-
-
 @pytest.mark.parametrize(
     "codes",
     [
@@ -63,3 +53,15 @@ def test_bad_codes_are_refused(codec, codes):
 def test_unknown_codec():
     with pytest.raises(CodecError, match="unknown codec"):
         load_codec("nope")
+
+
+def test_microphone_audio_becomes_prompt_codes(codec):
+    import numpy as np
+
+    audio = (0.3 * np.sin(np.arange(16000) / 16000 * 2 * np.pi * 220)).astype(np.float32)
+    codes = codec.encode_pcm(audio, 16000)  # 1 s at 16 kHz -> 75 frames at 24 kHz
+    assert codes.shape[0] == 8 and abs(codes.shape[1] - 75) <= 1
+    with pytest.raises(CodecError, match="not supported"):
+        codec.encode_pcm(audio, 11111)
+    with pytest.raises(CodecError, match="non-empty"):
+        codec.encode_pcm(audio[:0], 16000)
