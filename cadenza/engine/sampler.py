@@ -58,22 +58,34 @@ def sample_rows(
 
 
 def _draw(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
+    """Sample one id per codebook for each sequence from its top-k / top-p candidates."""
     device = logits.device
-    vocab = logits.shape[-1]
+    num_seqs, num_codebooks, vocab = logits.shape
     temperature = torch.tensor([s.sampling.temperature for s in seqs], device=device)
     logits = logits / temperature.view(-1, 1, 1)
-    top_k = torch.tensor([s.sampling.top_k or vocab for s in seqs], device=device).clamp(max=vocab)
-    top_p = torch.tensor([s.sampling.top_p for s in seqs], device=device)
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    ranks = torch.arange(vocab, device=device).view(1, 1, -1)
-    sorted_logits = sorted_logits.masked_fill(ranks >= top_k.view(-1, 1, 1), float("-inf"))
-    sorted_probs = sorted_logits.softmax(dim=-1)
-    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-    drop_sorted = (mass_before >= top_p.view(-1, 1, 1)) | torch.isinf(sorted_logits)
-    drop_sorted[..., 0] = False  # the best id always stays
-    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-    probs = logits.masked_fill(drop, float("-inf")).softmax(dim=-1)
-    noise = torch.empty_like(probs)
-    for i, seq in enumerate(seqs):
-        noise[i].exponential_(generator=seq.generator)
-    return (probs / noise).argmax(dim=-1)
+    top_k = [min(s.sampling.top_k or vocab, vocab) for s in seqs]
+    width = max(top_k)
+    # Candidates in descending order: top-k needs only the best ``width`` ids, not a full sort.
+    if width < vocab:
+        values, order = logits.topk(width, dim=-1)
+    else:
+        values, order = logits.sort(dim=-1, descending=True)
+    ranks = torch.arange(width, device=device).view(1, 1, -1)
+    values = values.masked_fill(
+        ranks >= torch.tensor(top_k, device=device).view(-1, 1, 1), -torch.inf
+    )
+    top_p = [s.sampling.top_p for s in seqs]
+    if min(top_p) < 1.0:
+        probs = values.softmax(dim=-1)
+        mass_before = probs.cumsum(dim=-1) - probs
+        drop = mass_before >= torch.tensor(top_p, device=device).view(-1, 1, 1)
+        drop[..., 0] = False  # the best id always stays
+        values = values.masked_fill(drop, -torch.inf)
+    probs = values.softmax(dim=-1)
+    # Each sequence draws exactly top_k noise values per codebook from its own generator, so
+    # its choice does not depend on what else is in the batch.
+    noise = torch.full((num_seqs, num_codebooks, width), torch.inf, device=device)
+    for index, seq in enumerate(seqs):
+        noise[index, :, : top_k[index]].exponential_(generator=seq.generator)
+    pick = (probs / noise).argmax(dim=-1, keepdim=True)
+    return order.gather(-1, pick)[..., 0]
