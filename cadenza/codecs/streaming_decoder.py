@@ -205,18 +205,22 @@ class _StreamingLSTM(_Stage):
 
 
 class _Elu(_Stage):
-    def __init__(self, layer: nn.ELU) -> None:
+    def __init__(self, layer: nn.ELU, inplace: bool) -> None:
         self.alpha = layer.alpha
+        self.inplace = inplace  # only where no other branch reads the input
 
     def forward(
         self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
-        return F.elu(x, self.alpha), lengths
+        return F.elu(x, self.alpha, inplace=self.inplace), lengths
 
 
 class _Resnet(_Stage):
     def __init__(self, layer: Any, max_streams: int) -> None:
-        self.block = [_stage_for(sub, max_streams) for sub in layer.block]
+        # The block's first ELU reads the input the shortcut also reads: not in place.
+        self.block = [
+            _stage_for(sub, max_streams, inplace=index > 0) for index, sub in enumerate(layer.block)
+        ]
         self.shortcut = _stage_for(layer.shortcut, max_streams)
 
     def reset(self, slot: int) -> None:
@@ -237,7 +241,7 @@ class _Resnet(_Stage):
         return skip[:, :, : h.shape[-1]] + h, skip_lengths
 
 
-def _stage_for(layer: nn.Module, max_streams: int) -> _Stage:
+def _stage_for(layer: nn.Module, max_streams: int, inplace: bool = True) -> _Stage:
     kind = type(layer).__name__
     if kind == "EncodecConv1d":
         return _CausalConv(layer, max_streams)
@@ -248,7 +252,7 @@ def _stage_for(layer: nn.Module, max_streams: int) -> _Stage:
     if kind == "EncodecResnetBlock":
         return _Resnet(layer, max_streams)
     if isinstance(layer, nn.ELU):
-        return _Elu(layer)
+        return _Elu(layer, inplace)
     raise CodecError(f"no streaming version of decoder layer {kind}")
 
 
