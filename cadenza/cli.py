@@ -105,19 +105,13 @@ def _generate(config: CadenzaConfig, args: argparse.Namespace) -> int:
     from cadenza.admission.validation import InvalidRequest, validate_synthesis
     from cadenza.codecs.wav import wav_file_bytes
     from cadenza.engine.engine import Engine
+    from cadenza.engine.models.checkpoint import CheckpointError
     from cadenza.engine.models.registry import UnknownModelError
     from cadenza.engine.sampling_params import SamplingParams
 
     started = time.perf_counter()
     try:
-        engine = Engine.from_pretrained(
-            config.model.name,
-            device=config.model.device,
-            dtype=config.model.dtype,
-            seed=config.model.seed,
-            engine_config=config.engine,
-            limits=config.limits,
-        )
+        engine = Engine.from_config(config)
         validate_synthesis(
             model=config.model.name,
             text=args.text,
@@ -127,7 +121,7 @@ def _generate(config: CadenzaConfig, args: argparse.Namespace) -> int:
             voices=engine.voices,
             limits=config.limits,
         )
-    except (UnknownModelError, InvalidRequest, ValueError) as exc:
+    except (UnknownModelError, CheckpointError, InvalidRequest, ValueError) as exc:
         print(f"cadenza: {exc}", file=sys.stderr)
         return 2
     loaded = time.perf_counter()

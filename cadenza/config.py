@@ -98,7 +98,10 @@ class EngineConfig(_Section):
         True, description="prepack fp32 linear weights for oneDNN on the CPU (faster decode)"
     )
     kv_cache_memory_fraction: float = Field(
-        0.1, gt=0, le=0.95, description="share of free device memory for the KV cache"
+        0.05,
+        gt=0,
+        le=0.95,
+        description="share of free device memory for the KV cache (raise it on a GPU)",
     )
 
     @model_validator(mode="after")

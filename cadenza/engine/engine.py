@@ -27,7 +27,7 @@ import torch
 
 from cadenza.codecs.encodec import EncodecCodec, load_codec
 from cadenza.codecs.streaming_decoder import StreamingDecoder
-from cadenza.config import EngineConfig, LimitsConfig
+from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
 from cadenza.engine.block_pool import BlockPool
 from cadenza.engine.kv_cache_manager import KVCacheManager
 from cadenza.engine.memory import available_memory_bytes
@@ -161,6 +161,20 @@ class Engine:
         if model.layout.produces_audio and model.codec_name is not None:
             codec = load_codec(model.codec_name, device=torch_device, seed=seed)
         return cls(model, codec, model_name=name_or_path, engine_config=config, limits=limits)
+
+    @classmethod
+    def from_config(cls, config: CadenzaConfig) -> Engine:
+        """The engine the configuration describes (model, device, dtype, engine, limits)."""
+        if config.model.torch_threads:
+            torch.set_num_threads(config.model.torch_threads)
+        return cls.from_pretrained(
+            config.model.name,
+            device=config.model.device,
+            dtype=config.model.dtype,
+            seed=config.model.seed,
+            engine_config=config.engine,
+            limits=config.limits,
+        )
 
     # -- identity ---------------------------------------------------------------------------
 

@@ -23,7 +23,6 @@ import time
 from typing import Any
 
 import numpy as np
-import torch
 import zmq
 
 from cadenza.config import CadenzaConfig
@@ -52,7 +51,7 @@ def run_engine_loop(
     outbound.connect(outbound_address)
     try:
         try:
-            engine = _build_engine(config)
+            engine = Engine.from_config(config)
         except Exception as exc:
             log.exception("engine failed to load")
             outbound.send(
@@ -71,19 +70,6 @@ def run_engine_loop(
     finally:
         inbound.close(linger=0)
         outbound.close(linger=1000)
-
-
-def _build_engine(config: CadenzaConfig) -> Engine:
-    if config.model.torch_threads:
-        torch.set_num_threads(config.model.torch_threads)
-    return Engine.from_pretrained(
-        config.model.name,
-        device=config.model.device,
-        dtype=config.model.dtype,
-        seed=config.model.seed,
-        engine_config=config.engine,
-        limits=config.limits,
-    )
 
 
 def _serve(
