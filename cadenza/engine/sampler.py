@@ -2,9 +2,9 @@
 temperature / top-k / top-p, forced ids.
 
 Random draws use the exponential race (``argmax(p / E)`` with ``E ~ Exp(1)``, equivalent to
-drawing from ``p``) so every sequence's noise comes from its own generator: a seeded request
-samples the same ids whatever else shares its batch. Everything else is one batched tensor
-operation over ``[S, K, V]``.
+drawing from ``p``) over the top-k candidates only, so every sequence's noise comes from its own
+generator: a seeded request samples the same ids whatever else shares its batch. Everything
+else is one batched tensor operation over ``[S, K, V]``.
 """
 
 from __future__ import annotations
@@ -64,17 +64,18 @@ def _draw(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
     temperature = torch.tensor([s.sampling.temperature for s in seqs], device=device)
     logits = logits / temperature.view(-1, 1, 1)
     top_k = [min(s.sampling.top_k or vocab, vocab) for s in seqs]
+    top_p = [s.sampling.top_p for s in seqs]
     width = max(top_k)
-    # Candidates in descending order: top-k needs only the best ``width`` ids, not a full sort.
+    # Candidates, best first: top-k needs only the best ``width`` ids, not a full sort. The
+    # order is also what makes a sequence's draw independent of the batch: its i-th uniform
+    # always goes to its i-th best id, whatever ``width`` the batch needed.
     if width < vocab:
         values, order = logits.topk(width, dim=-1)
     else:
         values, order = logits.sort(dim=-1, descending=True)
     ranks = torch.arange(width, device=device).view(1, 1, -1)
-    values = values.masked_fill(
-        ranks >= torch.tensor(top_k, device=device).view(-1, 1, 1), -torch.inf
-    )
-    top_p = [s.sampling.top_p for s in seqs]
+    limits = torch.tensor(top_k, device=device).view(-1, 1, 1)
+    values = values.masked_fill(ranks >= limits, -torch.inf)
     if min(top_p) < 1.0:
         probs = values.softmax(dim=-1)
         mass_before = probs.cumsum(dim=-1) - probs
@@ -82,10 +83,12 @@ def _draw(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
         drop[..., 0] = False  # the best id always stays
         values = values.masked_fill(drop, -torch.inf)
     probs = values.softmax(dim=-1)
-    # Each sequence draws exactly top_k noise values per codebook from its own generator, so
-    # its choice does not depend on what else is in the batch.
-    noise = torch.full((num_seqs, num_codebooks, width), torch.inf, device=device)
+    # Each sequence draws exactly top_k uniforms per codebook from its own generator, so its
+    # choice does not depend on what else is in the batch. -log(1 - u) is Exp(1); the padding
+    # past a sequence's top_k stays at u = 1, i.e. infinite noise, never chosen.
+    uniform = torch.ones(num_seqs, num_codebooks, width, device=device)
     for index, seq in enumerate(seqs):
-        noise[index, :, : top_k[index]].exponential_(generator=seq.generator)
+        uniform[index, :, : top_k[index]].uniform_(generator=seq.generator)
+    noise = -torch.log1p(-uniform)
     pick = (probs / noise).argmax(dim=-1, keepdim=True)
     return order.gather(-1, pick)[..., 0]
