@@ -35,8 +35,12 @@ def run(
         audio_s = count * FRAMES / codec.frame_rate
         _time_reference(reference, codes[:1])  # warm-up
         _time_streaming(decoder, codes[:1])
-        ref_s = statistics.median(_time_reference(reference, codes) for _ in range(repeats))
-        ours_s = statistics.median(_time_streaming(decoder, codes) for _ in range(repeats))
+        # Alternate the two sides so drifts of a shared machine hit both alike.
+        ref_runs, our_runs = [], []
+        for _ in range(repeats):
+            ref_runs.append(_time_reference(reference, codes))
+            our_runs.append(_time_streaming(decoder, codes))
+        ref_s, ours_s = statistics.median(ref_runs), statistics.median(our_runs)
         entry = {
             "streams": count,
             "transformers_audio_s_per_s": audio_s / ref_s,
