@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"cadenza: {exc}", file=sys.stderr)
         return 2
-    handler = {"serve": _serve, "generate": _generate, "bench": _bench}[args.command]
+    handler = {"serve": _serve, "generate": _generate, "bench": _bench, "plan": _plan}[args.command]
     return handler(config, args)
 
 
@@ -58,6 +58,26 @@ def _build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--seed", type=int, help="sampling seed (same seed, same audio)")
     generate.add_argument("--max-duration-s", type=float, help="cap on the audio length")
     _add_model_flags(generate)
+
+    plan = commands.add_parser(
+        "plan",
+        help="KV memory per token and sequence, and how many sequences fit",
+        description="KV cache arithmetic: 2 x layers x kv_heads x head_dim x bytes(kv_dtype) "
+        "per token (+ one float32 scale per token, layer, head and K/V for int8). --model "
+        "takes the shape from a built-in model or a checkpoint directory instead of the flags.",
+    )
+    plan.add_argument("--layers", type=int)
+    plan.add_argument("--kv-heads", type=int)
+    plan.add_argument("--head-dim", type=int)
+    plan.add_argument("--heads", type=int, help="query heads, for the MHA-to-GQA comparison")
+    plan.add_argument("--kv-dtype", choices=["fp32", "fp16", "bf16", "int8", "fp8"], default="bf16")
+    plan.add_argument("--context", type=int, required=True, help="tokens per sequence")
+    plan.add_argument("--batch", type=int, help="sequences that must fit at once")
+    plan.add_argument("--memory", help="device memory, e.g. 80GiB, 24GB, 1e9")
+    plan.add_argument("--weights-bytes", help="memory the weights take (subtracted), e.g. 16GiB")
+    plan.add_argument("--model", help="built-in model name or checkpoint directory")
+    plan.add_argument("--json", action="store_true", help="print JSON")
+    plan.add_argument("--config", type=Path, help=argparse.SUPPRESS)
 
     bench = commands.add_parser("bench", help="benchmarks, side by side in one run")
     bench.add_argument("target", choices=["engine", "codec"], help="what to measure")
@@ -141,6 +161,62 @@ def _generate(config: CadenzaConfig, args: argparse.Namespace) -> int:
     }
     print(json.dumps(summary))
     return 0
+
+
+def _plan(_: CadenzaConfig, args: argparse.Namespace) -> int:
+    from cadenza.admission.kv_plan import KVPlan, parse_bytes
+
+    try:
+        shape = {"layers": args.layers, "kv_heads": args.kv_heads, "head_dim": args.head_dim}
+        heads = args.heads
+        if args.model is not None:
+            model_shape, heads = _model_shape(args.model)
+            shape = {key: shape[key] or value for key, value in model_shape.items()}
+        missing = [f"--{k.replace('_', '-')}" for k, v in shape.items() if v is None]
+        if missing:
+            raise ValueError(f"give {', '.join(missing)} (or --model)")
+        plan = KVPlan(
+            **shape,
+            kv_dtype=args.kv_dtype,
+            context=args.context,
+            heads=heads,
+            batch=args.batch,
+            memory_bytes=parse_bytes(args.memory) if args.memory else None,
+            weights_bytes=parse_bytes(args.weights_bytes) if args.weights_bytes else 0,
+        )
+    except ValueError as exc:
+        print(f"cadenza: {exc}", file=sys.stderr)
+        return 2
+    result = plan.to_dict()
+    if args.json:
+        print(json.dumps(result))
+    else:
+        width = max(len(key) for key in result)
+        for key, value in result.items():
+            shown = (
+                f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else value
+            )
+            print(f"{key:<{width}}  {shown}")
+    return 0
+
+
+def _model_shape(name_or_path: str) -> tuple[dict[str, int], int]:
+    """Layers, KV heads, head width (and query heads) of a model, without loading weights."""
+    from cadenza.engine.models.cadenza_tiny import MODEL_NAME, CadenzaTinySpec
+    from cadenza.engine.models.checkpoint import read_llama_backbone_config
+
+    if name_or_path == MODEL_NAME:
+        config = CadenzaTinySpec().backbone
+    elif Path(name_or_path).is_dir():
+        config = read_llama_backbone_config(Path(name_or_path))
+    else:
+        raise ValueError(f"unknown model {name_or_path!r}: not cadenza-tiny nor a directory")
+    shape = {
+        "layers": config.num_layers,
+        "kv_heads": config.num_kv_heads,
+        "head_dim": config.head_dim,
+    }
+    return shape, config.num_heads
 
 
 def _bench(_: CadenzaConfig, args: argparse.Namespace) -> int:

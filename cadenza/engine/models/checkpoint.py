@@ -77,6 +77,14 @@ def load_checkpoint(path: str | Path, device: torch.device, dtype: torch.dtype) 
     return model.to(device=device, dtype=dtype).eval()
 
 
+def read_llama_backbone_config(directory: Path) -> LlamaBackboneConfig:
+    """The backbone shape from ``directory/config.json`` alone (no weights are read)."""
+    config = _read_json(directory / "config.json")
+    if config.get("model_type") != "llama":
+        raise CheckpointError(f"{directory}: model_type {config.get('model_type')!r} is not llama")
+    return _llama_backbone_config(config, directory)
+
+
 def _llama_backbone_config(config: dict[str, Any], directory: Path) -> LlamaBackboneConfig:
     for flag in ("attention_bias", "mlp_bias"):
         if config.get(flag):
