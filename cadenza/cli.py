@@ -117,6 +117,7 @@ def _serve(config: CadenzaConfig, _: argparse.Namespace) -> int:
         port=config.server.port,
         log_level=config.server.log_level,
         timeout_graceful_shutdown=5,
+        ws_max_size=config.server.ws_max_message_bytes,
     )
     return 0
 

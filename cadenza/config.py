@@ -41,6 +41,18 @@ class ServerConfig(_Section):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="log level of the edge and engine processes"
     )
+    max_queued_chunks: int = Field(
+        256, ge=1, description="audio chunks one stream may have waiting for its client"
+    )
+    ws_idle_timeout_s: float = Field(
+        60.0, gt=0, description="close a WebSocket that sends nothing and streams nothing"
+    )
+    ws_send_timeout_s: float = Field(
+        10.0, gt=0, description="drop a WebSocket client that does not read for this long"
+    )
+    ws_max_message_bytes: int = Field(
+        65536, ge=1024, description="largest WebSocket message a client may send"
+    )
 
 
 class ModelConfig(_Section):

@@ -1,4 +1,17 @@
-"""Python SDK over the WebSocket protocol.
+"""Python SDK for cadenza's WebSocket protocol (``WS /v1/stream``).
 
-Not built yet; it arrives with the real-time edge.
+::
+
+    from cadenza.client import connect
+
+    async with connect("ws://127.0.0.1:8000/v1/stream") as session:
+        async for chunk in session.speak("Hello.", format="pcm"):
+            play(chunk.data)  # 16-bit PCM at chunk.sample_rate
+
+Leaving the ``async for`` early cancels the utterance on the server. :func:`speak_sync` is
+the blocking one-liner for scripts.
 """
+
+from cadenza.client.sdk import AudioChunk, Session, StreamError, connect, speak_sync
+
+__all__ = ["AudioChunk", "Session", "StreamError", "connect", "speak_sync"]

@@ -448,19 +448,20 @@ class Engine:
                     reason = FinishReason.LENGTH
                 if reason is not None:
                     finished[seq] = reason
-            audio = self._decode_audio(seqs, finished)
+            decoded = self._decode_audio(seqs, finished)
             for seq in seqs:
+                audio, codes = decoded.get(seq, (_EMPTY_AUDIO, None))
                 if seq in finished:
-                    self._finish(seq, finished[seq], audio.get(seq, _EMPTY_AUDIO))
-                elif seq in audio:
-                    self._pending.append(StreamOutput(seq.request_id, audio[seq]))
+                    self._finish(seq, finished[seq], audio, codes=codes)
+                elif seq in decoded:
+                    self._pending.append(StreamOutput(seq.request_id, audio, codes=codes))
         for seq, _ in batch.items():
             if seq.status is SequenceStatus.RUNNING:
                 self.kv_manager.cache_full_blocks(seq)
 
     def _decode_audio(
         self, seqs: list[Sequence], finished: dict[Sequence, FinishReason]
-    ) -> dict[Sequence, np.ndarray]:
+    ) -> dict[Sequence, tuple[np.ndarray, np.ndarray]]:
         """Decode, in one batched call, every stream with a chunk's worth of new frames (the
         first chunk smaller, for a fast first audio) and every stream that just finished."""
         if self.decoder is None:
@@ -489,13 +490,20 @@ class Engine:
             self._free_codec_slots.append(slot)
             owners[slot].codec_slot = None
         return {
-            owners[slot]: pcm.clamp(-1.0, 1.0).cpu().numpy()
+            owners[slot]: (
+                pcm.clamp(-1.0, 1.0).cpu().numpy(),
+                chunks[slot].T.numpy().astype(np.uint16),
+            )
             for slot, pcm in decoded.items()
-            if pcm.numel() or slot in final
         }
 
     def _finish(
-        self, seq: Sequence, reason: FinishReason, audio: np.ndarray, error: str | None = None
+        self,
+        seq: Sequence,
+        reason: FinishReason,
+        audio: np.ndarray,
+        error: str | None = None,
+        codes: np.ndarray | None = None,
     ) -> None:
         self.scheduler.finish(seq)
         if seq.codec_slot is not None:  # cancelled or failed mid-stream: no flush
@@ -504,7 +512,7 @@ class Engine:
             seq.codec_slot = None
         seq.finish_reason, seq.error = reason, error
         self._seqs.pop(seq.request_id, None)
-        self._pending.append(StreamOutput(seq.request_id, audio, reason, error))
+        self._pending.append(StreamOutput(seq.request_id, audio, reason, error, codes))
 
     def _fail(self, seq: Sequence, exc: BaseException) -> None:
         log.error("request %s failed: %s", seq.request_id, exc)

@@ -5,9 +5,9 @@ It starts the engine (a child process, or a thread for ``mode = "inprocess"``), 
 imports torch, so the edge process stays free of model work.
 
 Backpressure: every stream has a bounded queue of undelivered outputs. A consumer that falls
-``MAX_QUEUED_OUTPUTS`` behind is cut off: its request is aborted in the engine and its iterator
-raises :class:`EngineError` with code ``slow_consumer``. Leaving the iteration early (a client
-that disconnects) aborts the request, which frees it at the engine's next step.
+``server.max_queued_chunks`` behind is cut off: its request is aborted in the engine and its
+iterator raises :class:`EngineError` with code ``slow_consumer``. Leaving the iteration early
+(a client that disconnects) aborts the request, which frees it at the engine's next step.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from cadenza.engine.request import FinishReason, StreamOutput, SynthesisRequest
 
 log = logging.getLogger(__name__)
 
-MAX_QUEUED_OUTPUTS = 256
 HEARTBEAT_TIMEOUT_S = 5.0
 _SEND_HWM = 10_000
 
@@ -174,7 +173,7 @@ class EngineClient:
         if request.request_id in self._streams:
             raise EngineError(f"duplicate request id {request.request_id!r}", "rejected")
         queue: asyncio.Queue[tuple[StreamOutput, str | None] | EngineError] = asyncio.Queue(
-            MAX_QUEUED_OUTPUTS
+            self.config.server.max_queued_chunks
         )
         self._streams[request.request_id] = queue
         finished = False

@@ -8,7 +8,8 @@ edge -> engine
     ``shutdown``  {}
 engine -> edge
     ``ready``     {info: EngineInfo fields}                        once, after loading
-    ``output``    {request_id, audio: float32 LE bytes, finish_reason, error, error_code}
+    ``output``    {request_id, audio: float32 LE bytes, codes: uint16 LE bytes [frames, K] or
+                  None, num_codebooks, finish_reason, error, error_code}
     ``stats``     {step_s: [seconds of each step since the last stats], step_decodes: [decode
                   tokens in each of those steps], engine: EngineStats fields}
     ``fatal``     {message}                                        the engine cannot go on
@@ -66,6 +67,8 @@ def output_message(output: StreamOutput, error_code: str | None = None) -> dict[
         "type": "output",
         "request_id": output.request_id,
         "audio": np.ascontiguousarray(output.audio, dtype="<f4").tobytes(),
+        "codes": None if output.codes is None else output.codes.astype("<u2").tobytes(),
+        "num_codebooks": 0 if output.codes is None else output.codes.shape[1],
         "finish_reason": output.finish_reason.value if output.finish_reason else None,
         "error": output.error,
         "error_code": error_code,
@@ -79,6 +82,9 @@ def output_from_message(message: dict[str, Any]) -> StreamOutput:
         audio=np.frombuffer(message["audio"], dtype="<f4"),
         finish_reason=FinishReason(reason) if reason else None,
         error=message["error"],
+        codes=None
+        if message.get("codes") is None
+        else np.frombuffer(message["codes"], dtype="<u2").reshape(-1, message["num_codebooks"]),
     )
 
 

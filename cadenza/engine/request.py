@@ -31,13 +31,15 @@ class SynthesisRequest:
 
 @dataclass
 class StreamOutput:
-    """A piece of one stream: new audio (float32 mono at the codec rate, possibly empty) and,
-    on the last piece, why it finished."""
+    """A piece of one stream: new audio (float32 mono at the codec rate, possibly empty), the
+    codec frames it was decoded from (``[frames, codebooks]`` uint16, possibly empty) and, on
+    the last piece, why it finished."""
 
     request_id: str
     audio: np.ndarray
     finish_reason: FinishReason | None = None
     error: str | None = None
+    codes: np.ndarray | None = None
 
     @property
     def finished(self) -> bool:

@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from cadenza import __version__
 from cadenza.config import CadenzaConfig
 from cadenza.engine.engine_client import EngineClient
-from cadenza.stream import openai_speech
+from cadenza.stream import openai_speech, ws_session
 from cadenza.stream.errors import install_error_handlers
 from cadenza.stream.state import EdgeState
 from cadenza.telemetry import Metrics
@@ -53,6 +53,7 @@ def create_app(config: CadenzaConfig) -> FastAPI:
     app = FastAPI(title="cadenza", version=__version__, lifespan=lifespan)
     install_error_handlers(app)
     app.include_router(openai_speech.router)
+    app.include_router(ws_session.router)
 
     @app.middleware("http")
     async def count_requests(

@@ -1,0 +1,140 @@
+"""The SDK's session over a ``websockets`` connection (see the package docstring)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+from cadenza.stream import protocol
+
+
+class StreamError(RuntimeError):
+    """The server refused or ended an utterance with an error (``code`` from docs/protocol.md)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    data: bytes  # pcm: s16le samples; opus: one packet; encodec: uint16 codes [frames, K]
+    format: str
+    sample_rate: int
+    index: int
+
+
+class Session:
+    """One connection. One utterance at a time: iterate :meth:`speak` to the end (or leave it
+    to cancel) before starting the next."""
+
+    def __init__(self, connection: ClientConnection, ready: dict[str, Any]) -> None:
+        self.connection = connection
+        self.ready = ready
+        self.last_stats: dict[str, Any] | None = None
+
+    async def speak(
+        self,
+        text: str,
+        *,
+        format: str = "pcm",
+        voice: str = "default",
+        sample_rate: int | None = None,
+        max_duration_s: float | None = None,
+        seed: int | None = None,
+        priority: str = "realtime",
+    ) -> AsyncGenerator[AudioChunk, None]:
+        """Audio chunks as the server streams them. Raises :class:`StreamError`."""
+        request: dict[str, Any] = {
+            "type": "speak",
+            "text": text,
+            "voice": voice,
+            "format": format,
+            "priority": priority,
+        }
+        for key, value in (
+            ("sample_rate", sample_rate),
+            ("max_duration_s", max_duration_s),
+            ("seed", seed),
+        ):
+            if value is not None:
+                request[key] = value
+        await self.connection.send(json.dumps(request))
+        started = await self._next_control({"started"})
+        stream_id, rate = started["stream_id"], started["sample_rate"]
+        finished = False
+        try:
+            while True:
+                message = await self.connection.recv()
+                if isinstance(message, bytes):
+                    frame = protocol.decode_audio_frame(message)
+                    if frame.stream_id == stream_id:
+                        yield AudioChunk(frame.payload, format, rate, frame.index)
+                    continue
+                event = json.loads(message)
+                if event.get("type") == "error":
+                    finished = True
+                    raise StreamError(event["code"], event["message"])
+                if event.get("type") == "done" and event.get("stream_id") == stream_id:
+                    finished = True
+                    self.last_stats = event.get("stats")
+                    return
+        finally:
+            if not finished:
+                await self._cancel(stream_id)
+
+    async def ping(self, data: Any = None) -> Any:
+        await self.connection.send(json.dumps({"type": "ping", "data": data}))
+        return (await self._next_control({"pong"})).get("data")
+
+    async def _cancel(self, stream_id: int) -> None:
+        """Cancel on the server and drain until its ``done`` for this utterance."""
+        await self.connection.send(json.dumps({"type": "cancel"}))
+        while True:
+            message = await self.connection.recv()
+            if isinstance(message, str):
+                event = json.loads(message)
+                if event.get("type") in ("done", "error") and event.get("stream_id") == stream_id:
+                    return
+
+    async def _next_control(self, kinds: set[str]) -> dict[str, Any]:
+        while True:
+            message = await self.connection.recv()
+            if isinstance(message, bytes):
+                continue  # audio of an utterance that was cancelled
+            event = json.loads(message)
+            if event.get("type") == "error":
+                raise StreamError(event["code"], event["message"])
+            if event.get("type") in kinds:
+                return dict(event)
+
+
+@asynccontextmanager
+async def connect(url: str, api_key: str | None = None, **options: Any) -> AsyncIterator[Session]:
+    """Open a session. ``options`` go to ``websockets.connect`` (e.g. ``open_timeout``)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    async with websockets.connect(url, additional_headers=headers, **options) as connection:
+        ready = json.loads(await connection.recv())
+        if ready.get("type") == "error":
+            raise StreamError(ready["code"], ready["message"])
+        if ready.get("type") != "ready" or ready.get("protocol") != protocol.PROTOCOL_VERSION:
+            raise StreamError("protocol", f"unexpected greeting {ready!r}")
+        yield Session(connection, ready)
+
+
+def speak_sync(url: str, text: str, **speak_options: Any) -> bytes:
+    """Blocking helper for scripts: the whole utterance's payload bytes, concatenated."""
+
+    async def run() -> bytes:
+        async with connect(url) as session:
+            return b"".join([chunk.data async for chunk in session.speak(text, **speak_options)])
+
+    return asyncio.run(run())

@@ -1,0 +1,141 @@
+"""The WebSocket protocol, version 1, without I/O: parse what clients send, build what the
+server sends. The server session (``stream/ws_session.py``) and the SDK (``client/``) both use
+it; docs/protocol.md describes every message and error code.
+
+Text messages are JSON objects with a ``type``. Audio travels in binary messages::
+
+    offset  size  field
+    0       4     magic b"CZA1"
+    4       4     stream id (uint32 LE): which ``speak`` this audio belongs to
+    8       4     chunk index (uint32 LE), from 0 per stream
+    12      ...   payload: pcm -> s16le samples; opus -> one 20 ms Opus packet;
+                  encodec -> frames x codebooks uint16 LE codes, frame-major
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+PROTOCOL_VERSION = 1
+AUDIO_MAGIC = b"CZA1"
+AUDIO_HEADER = struct.Struct("<4sII")
+FORMATS = ("pcm", "opus", "encodec")
+PCM_SAMPLE_RATES = (16000, 24000, 48000)
+
+
+class ProtocolError(ValueError):
+    """A client message the server refuses; ``code`` is the documented error code."""
+
+    def __init__(self, code: str, message: str, stream_id: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.stream_id = stream_id
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Speak(_Message):
+    type: Literal["speak"]
+    text: str
+    voice: str = "default"
+    format: Literal["pcm", "opus", "encodec"] = "pcm"
+    sample_rate: int | None = None
+    max_duration_s: float | None = None
+    seed: Annotated[int, Field(ge=0, lt=2**63)] | None = None
+    priority: Literal["realtime", "standard", "batch"] = "realtime"
+
+
+class Cancel(_Message):
+    type: Literal["cancel"]
+
+
+class Ping(_Message):
+    type: Literal["ping"]
+    data: Any = None
+
+
+class Close(_Message):
+    type: Literal["close"]
+
+
+ClientMessage = Annotated[Speak | Cancel | Ping | Close, Field(discriminator="type")]
+_CLIENT_MESSAGE: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
+CLIENT_TYPES = ("speak", "cancel", "ping", "close")
+
+
+def parse_client_message(text: str) -> Speak | Cancel | Ping | Close:
+    """One text message from a client. Raises :class:`ProtocolError` with ``invalid_json``,
+    ``unknown_type`` or ``invalid_message``."""
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError("invalid_json", f"message is not valid JSON: {exc}") from exc
+    if not isinstance(payload, dict):
+        raise ProtocolError("invalid_json", "message must be a JSON object")
+    kind = payload.get("type")
+    if kind not in CLIENT_TYPES:
+        raise ProtocolError(
+            "unknown_type", f"unknown message type {kind!r}; expected one of {CLIENT_TYPES}"
+        )
+    try:
+        return _CLIENT_MESSAGE.validate_python(payload)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"][1:]) or "message"
+        raise ProtocolError("invalid_message", f"{where}: {first['msg']}") from exc
+
+
+def resolve_sample_rate(speak: Speak, native_rate: int) -> int:
+    """The rate the stream's audio will have. Raises :class:`ProtocolError`."""
+    if speak.format == "opus":
+        if speak.sample_rate not in (None, 48000):
+            raise ProtocolError("invalid_sample_rate", "opus audio is always 48000 Hz")
+        return 48000
+    if speak.format == "encodec":
+        if speak.sample_rate not in (None, native_rate):
+            raise ProtocolError("invalid_sample_rate", f"encodec codes are at {native_rate} Hz")
+        return native_rate
+    rate = speak.sample_rate or native_rate
+    if rate not in PCM_SAMPLE_RATES:
+        raise ProtocolError(
+            "invalid_sample_rate", f"pcm sample_rate must be one of {PCM_SAMPLE_RATES}"
+        )
+    return rate
+
+
+def server_message(kind: str, **fields: Any) -> str:
+    """A server text message (``ready``, ``started``, ``done``, ``error``, ``pong``, ...)."""
+    return json.dumps({"type": kind, **fields})
+
+
+def error_message(code: str, message: str, stream_id: int | None = None) -> str:
+    return server_message("error", code=code, message=message, stream_id=stream_id)
+
+
+@dataclass(frozen=True)
+class AudioFrame:
+    stream_id: int
+    index: int
+    payload: bytes
+
+
+def encode_audio_frame(stream_id: int, index: int, payload: bytes) -> bytes:
+    return AUDIO_HEADER.pack(AUDIO_MAGIC, stream_id, index) + payload
+
+
+def decode_audio_frame(data: bytes) -> AudioFrame:
+    """A binary server message. Raises :class:`ProtocolError` (``invalid_audio_frame``)."""
+    if len(data) < AUDIO_HEADER.size:
+        raise ProtocolError("invalid_audio_frame", "binary message shorter than its header")
+    magic, stream_id, index = AUDIO_HEADER.unpack_from(data)
+    if magic != AUDIO_MAGIC:
+        raise ProtocolError("invalid_audio_frame", f"bad magic {magic!r}")
+    return AudioFrame(stream_id, index, data[AUDIO_HEADER.size :])
