@@ -4,11 +4,14 @@ The body is read with a size cap, parsed, checked against the schema (unknown fi
 refused) and the validation limits, then submitted to the engine. The response starts only
 after the engine's first chunk, so a request the engine refuses still gets a JSON error; after
 that the audio streams as chunked transfer, chunk by chunk as the engine produces it. A client
-that disconnects cancels its stream in the engine.
+that disconnects cancels its stream in the engine. ``speed`` changes the tempo (not the pitch)
+of the audio as it streams; ``stream_format: "sse"`` wraps the same bytes in OpenAI's
+``speech.audio.delta`` / ``speech.audio.done`` events.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import time
@@ -26,6 +29,7 @@ from cadenza.codecs.containers import (
     UnsupportedFormat,
     open_encoder,
 )
+from cadenza.codecs.tempo import TempoChanger
 from cadenza.engine.engine_client import EngineError
 from cadenza.engine.request import StreamOutput, SynthesisRequest
 from cadenza.engine.sampling_params import SamplingParams
@@ -40,7 +44,8 @@ router = APIRouter()
 
 
 class SpeechRequest(BaseModel):
-    """OpenAI's speech request, plus the extensions ``seed`` and ``max_duration_s``."""
+    """OpenAI's speech request, plus the extensions ``seed``, ``max_duration_s`` and
+    ``priority`` (accepted and validated; admission classes act on it once they exist)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -52,6 +57,7 @@ class SpeechRequest(BaseModel):
     stream_format: Literal["audio", "sse"] = "audio"
     seed: int | None = Field(None, ge=0, lt=2**63)
     max_duration_s: float | None = None
+    priority: Literal["realtime", "standard", "batch"] = "standard"
 
 
 @router.get("/v1/models")
@@ -90,7 +96,6 @@ async def create_speech(request: Request) -> StreamingResponse:
         )
     except InvalidRequest as exc:
         raise ApiError.from_invalid(exc) from exc
-    _refuse_unsupported(body)
     try:
         encoder = open_encoder(body.response_format, info.sample_rate)
     except UnsupportedFormat as exc:
@@ -104,15 +109,31 @@ async def create_speech(request: Request) -> StreamingResponse:
         max_duration_s=body.max_duration_s,
         sampling=SamplingParams(seed=body.seed),
     )
+    tempo = TempoChanger(info.sample_rate, body.speed) if body.speed != 1.0 else None
     started = time.perf_counter()
     outputs = state.engine.generate(synthesis)
     first = await _first_output(outputs)
     state.metrics.time_to_first_audio.observe(time.perf_counter() - started)
-    return StreamingResponse(
-        _stream_audio(state, outputs, first, encoder, info.sample_rate, request_id),
-        media_type=encoder.media_type,
-        headers={"X-Request-Id": request_id},
-    )
+    audio = _stream_audio(state, outputs, first, encoder, tempo, info.sample_rate, request_id)
+    headers = {"X-Request-Id": request_id}
+    if body.stream_format == "sse":
+        return StreamingResponse(_as_sse(audio), media_type="text/event-stream", headers=headers)
+    return StreamingResponse(audio, media_type=encoder.media_type, headers=headers)
+
+
+async def _as_sse(audio: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, None]:
+    """OpenAI's SSE framing: ``speech.audio.delta`` events with base64 audio, then
+    ``speech.audio.done``."""
+    sent = 0
+    try:
+        async for data in audio:
+            sent += len(data)
+            event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
+            yield f"data: {json.dumps(event)}\n\n".encode()
+    finally:
+        await audio.aclose()
+    done = {"type": "speech.audio.done", "usage": {"audio_bytes": sent}}
+    yield f"data: {json.dumps(done)}\n\n".encode()
 
 
 async def _parse_body(request: Request) -> SpeechRequest:
@@ -139,24 +160,6 @@ async def _parse_body(request: Request) -> SpeechRequest:
         raise ApiError(400, message, code=code, param=param) from exc
 
 
-def _refuse_unsupported(body: SpeechRequest) -> None:
-    """Valid OpenAI values that this build cannot honour yet get a 400, not a silent ignore."""
-    if body.speed != 1.0:
-        raise ApiError(
-            400,
-            "speed other than 1.0 is not supported yet",
-            code="unsupported_speed",
-            param="speed",
-        )
-    if body.stream_format != "audio":
-        raise ApiError(
-            400,
-            "stream_format 'sse' is not supported yet",
-            code="unsupported_stream_format",
-            param="stream_format",
-        )
-
-
 async def _first_output(outputs: AsyncGenerator[StreamOutput, None]) -> StreamOutput:
     """The stream's first output; engine errors become API errors (nothing was sent yet)."""
     try:
@@ -174,6 +177,7 @@ async def _stream_audio(
     outputs: AsyncGenerator[StreamOutput, None],
     first: StreamOutput,
     encoder: StreamEncoder,
+    tempo: TempoChanger | None,
     sample_rate: int,
     request_id: str,
 ) -> AsyncGenerator[bytes, None]:
@@ -183,14 +187,16 @@ async def _stream_audio(
         output = first
         while True:
             state.metrics.audio_seconds.inc(len(output.audio) / sample_rate)
-            data = encoder.encode(output.audio)
+            samples = output.audio if tempo is None else tempo.process(output.audio)
+            data = encoder.encode(samples)
             if data:
                 yield data
             if output.finish_reason is not None:
                 reason = output.finish_reason.value
                 break
             output = await anext(outputs)
-        tail = encoder.finish()
+        tail = encoder.encode(tempo.flush()) if tempo is not None else b""
+        tail += encoder.finish()
         if tail:
             yield tail
     except EngineError as exc:

@@ -105,3 +105,26 @@ def test_pcm_input():
     assert s16le_to_float(data).tolist() == [0.0, 0.5, -1.0]
     with pytest.raises(ValueError, match="even"):
         s16le_to_float(b"\x00\x01\x02")
+
+
+@pytest.mark.parametrize("speed", [0.25, 0.5, 1.5, 2.0, 4.0])
+def test_tempo_changes_duration_not_pitch(speed):
+    from cadenza.codecs.tempo import TempoChanger
+
+    audio = _sine(2.0)
+    tempo = TempoChanger(RATE, speed)
+    out = np.concatenate(
+        [*(tempo.process(audio[i : i + 4800]) for i in range(0, len(audio), 4800)), tempo.flush()]
+    )
+    assert abs(len(out) / RATE - 2.0 / speed) < 0.02 * 2.0 / speed + 0.01
+    window = out[: RATE // 4] * np.hanning(RATE // 4)
+    peak_hz = np.argmax(np.abs(np.fft.rfft(window))) * 4
+    assert abs(peak_hz - 440) <= 8
+
+
+@pytest.mark.parametrize("speed", [0.1, 5.0])
+def test_tempo_refuses_out_of_range_speed(speed):
+    from cadenza.codecs.tempo import TempoChanger
+
+    with pytest.raises(ValueError):
+        TempoChanger(RATE, speed)
