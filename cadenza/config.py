@@ -50,6 +50,12 @@ class ServerConfig(_Section):
     ws_send_timeout_s: float = Field(
         10.0, gt=0, description="drop a WebSocket client that does not read for this long"
     )
+    jitter_reserve_ms: int = Field(
+        100, ge=0, le=2000, description="audio buffered before a WebRTC utterance starts playing"
+    )
+    webrtc_connect_timeout_s: float = Field(
+        30.0, gt=0, description="close a WebRTC peer that has not connected by then"
+    )
     ws_max_message_bytes: int = Field(
         65536, ge=1024, description="largest WebSocket message a client may send"
     )

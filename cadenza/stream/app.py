@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from cadenza import __version__
 from cadenza.config import CadenzaConfig
 from cadenza.engine.engine_client import EngineClient
-from cadenza.stream import openai_speech, ws_session
+from cadenza.stream import openai_speech, webrtc, ws_session
 from cadenza.stream.errors import install_error_handlers
 from cadenza.stream.state import EdgeState
 from cadenza.telemetry import Metrics
@@ -44,16 +44,19 @@ def create_app(config: CadenzaConfig) -> FastAPI:
             len(info.voices),
             time.perf_counter() - started,
         )
-        app.state.edge = EdgeState(config=config, engine=engine, metrics=metrics)
+        app.state.edge = state = EdgeState(config=config, engine=engine, metrics=metrics)
         try:
             yield
         finally:
+            for session in list(state.webrtc_sessions):
+                await session.close()
             await engine.close()
 
     app = FastAPI(title="cadenza", version=__version__, lifespan=lifespan)
     install_error_handlers(app)
     app.include_router(openai_speech.router)
     app.include_router(ws_session.router)
+    app.include_router(webrtc.router)
 
     @app.middleware("http")
     async def count_requests(

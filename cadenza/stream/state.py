@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from cadenza.config import CadenzaConfig
 from cadenza.engine.engine_client import EngineClient
@@ -18,6 +19,7 @@ class EdgeState:
     engine: EngineClient
     metrics: Metrics
     started_at: int = field(default_factory=lambda: int(time.time()))
+    webrtc_sessions: set[Any] = field(default_factory=set)  # live WebRTCSession objects
 
     def engine_info(self) -> EngineInfo:
         """The loaded model's identity; 503 while the engine is not ready."""

@@ -24,15 +24,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
-from cadenza.admission.validation import InvalidRequest, validate_synthesis
 from cadenza.codecs.opus import OpusPacketEncoder
 from cadenza.codecs.resampler import StreamResampler
 from cadenza.codecs.wav import float_to_s16le
 from cadenza.engine.engine_client import EngineError
 from cadenza.engine.request import StreamOutput, SynthesisRequest
-from cadenza.engine.sampling_params import SamplingParams
 from cadenza.stream import protocol
 from cadenza.stream.protocol import ProtocolError, Speak
+from cadenza.stream.speak import synthesis_request
 from cadenza.stream.state import EdgeState
 
 log = logging.getLogger(__name__)
@@ -160,24 +159,13 @@ class WebSocketSession:
         assert info is not None
         stream_id = next(self._stream_ids)
         try:
-            validate_synthesis(
-                model=info.model_name,
-                text=speak.text,
-                voice=speak.voice,
-                max_duration_s=speak.max_duration_s,
-                served_model=info.model_name,
-                voices=info.voices,
-                limits=self.state.config.limits,
-            )
+            request = synthesis_request(speak, info, self.state.config.limits)
             rate = protocol.resolve_sample_rate(speak, info.sample_rate)
-        except InvalidRequest as exc:
-            await self._send_text(protocol.error_message(exc.code, exc.message, stream_id))
-            return
         except ProtocolError as exc:
             await self._send_text(protocol.error_message(exc.code, exc.message, stream_id))
             return
         self._active_id = stream_id
-        self._active = asyncio.create_task(self._play(stream_id, speak, rate))
+        self._active = asyncio.create_task(self._play(stream_id, request, speak.format, rate))
 
     async def _stop_active(self) -> None:
         """Cancel the playing utterance (its engine request is aborted) and say so."""
@@ -193,25 +181,16 @@ class WebSocketSession:
                 protocol.server_message("done", stream_id=stream_id, reason="cancelled")
             )
 
-    async def _play(self, stream_id: int, speak: Speak, rate: int) -> None:
+    async def _play(self, stream_id: int, request: SynthesisRequest, fmt: str, rate: int) -> None:
         info = self.state.engine.info
         assert info is not None
-        request = SynthesisRequest(
-            request_id=uuid.uuid4().hex,
-            text=speak.text,
-            voice=speak.voice,
-            max_duration_s=speak.max_duration_s,
-            sampling=SamplingParams(seed=speak.seed),
-        )
-        encode = _payload_encoder(speak.format, info.sample_rate, rate, info.frame_rate)
+        encode = _payload_encoder(fmt, info.sample_rate, rate, info.frame_rate)
         clock = _PlayoutClock()
         started = time.perf_counter()
         ttfa_ms: float | None = None
         index = 0
         await self._send_text(
-            protocol.server_message(
-                "started", stream_id=stream_id, format=speak.format, sample_rate=rate
-            )
+            protocol.server_message("started", stream_id=stream_id, format=fmt, sample_rate=rate)
         )
         outputs = self.state.engine.generate(request)
         self.state.metrics.streams_active.inc()

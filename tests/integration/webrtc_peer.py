@@ -1,0 +1,75 @@
+"""An aiortc peer that talks to the server like a browser would (offer, control channel)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import numpy as np
+from aiortc import RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError
+
+
+@dataclass
+class PeerResult:
+    events: list[dict[str, Any]] = field(default_factory=list)
+    samples: list[np.ndarray] = field(default_factory=list)
+
+    def loud_samples(self) -> int:
+        return int(sum((np.abs(s) > 100).sum() for s in self.samples))
+
+
+class Peer:
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.pc = RTCPeerConnection()
+        self.result = PeerResult()
+        self.channel = self.pc.createDataChannel("control")
+        self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._opened = asyncio.Event()
+        self._reader: asyncio.Task[None] | None = None
+        self.channel.on("open", self._opened.set)
+        self.channel.on("message", lambda m: self._events.put_nowait(json.loads(m)))
+        self.pc.addTransceiver("audio", direction="recvonly")
+        self.pc.on("track", self._on_track)
+
+    def _on_track(self, track: Any) -> None:
+        async def read() -> None:
+            try:
+                while True:
+                    frame = await track.recv()
+                    self.result.samples.append(frame.to_ndarray().reshape(-1))
+            except MediaStreamError:
+                pass
+
+        self._reader = asyncio.ensure_future(read())
+
+    async def connect(self) -> None:
+        await self.pc.setLocalDescription(await self.pc.createOffer())
+        async with httpx.AsyncClient(timeout=30) as client:
+            response = await client.post(
+                f"{self.base_url}/v1/webrtc/offer",
+                json={"sdp": self.pc.localDescription.sdp, "type": "offer"},
+            )
+        response.raise_for_status()
+        answer = response.json()
+        await self.pc.setRemoteDescription(RTCSessionDescription(answer["sdp"], answer["type"]))
+        await asyncio.wait_for(self._opened.wait(), 20)
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.channel.send(json.dumps(message))
+
+    async def next_event(self, kinds: set[str], timeout_s: float = 30) -> dict[str, Any]:
+        while True:
+            event = await asyncio.wait_for(self._events.get(), timeout_s)
+            self.result.events.append(event)
+            if event["type"] in kinds:
+                return event
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+        await self.pc.close()
