@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test test-fast lint clean
+.PHONY: install browser serve test test-fast lint clean
 
 # torch goes in first and alone, pinned to the exact release, so pip takes the CPU build that
 # lies on disk and no later requirement pulls a CUDA build.
@@ -17,10 +17,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The browser tests drive Debian's Chromium (headless) through Playwright.
+browser:
+	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+
 serve: install
 	$(VENV)/bin/cadenza serve $(ARGS)
 
-test: install lint
+test: install lint browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: install

@@ -80,7 +80,10 @@ def _build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--config", type=Path, help=argparse.SUPPRESS)
 
     bench = commands.add_parser("bench", help="benchmarks, side by side in one run")
-    bench.add_argument("target", choices=["engine", "codec"], help="what to measure")
+    bench.add_argument("target", choices=["engine", "codec", "pacing"], help="what to measure")
+    bench.add_argument("--url", default="http://127.0.0.1:8000", help="server (pacing)")
+    bench.add_argument("--peers", type=int, default=8, help="WebRTC peers at once (pacing)")
+    bench.add_argument("--seconds", type=float, default=10.0, help="audio per peer (pacing)")
     bench.add_argument("--json", action="store_true", help="print only the JSON result")
     bench.add_argument(
         "--batch-sizes",
@@ -222,6 +225,12 @@ def _model_shape(name_or_path: str) -> tuple[dict[str, int], int]:
 
 def _bench(_: CadenzaConfig, args: argparse.Namespace) -> int:
     from cadenza.bench import codec_throughput, engine_throughput
+
+    if args.target == "pacing":
+        from cadenza.bench import pacing
+
+        print(json.dumps(pacing.run(args.url, args.peers, args.seconds)))
+        return 0
 
     default = "1,4,16" if args.target == "engine" else "1,4,8,16"
     try:

@@ -84,6 +84,9 @@ class Metrics:
         self.prefix_hit_tokens = Counter(
             "cadenza_prefix_hit_tokens", "prompt tokens served from the prefix cache", registry=r
         )
+        self.edge_tasks = Gauge(
+            "cadenza_edge_asyncio_tasks", "asyncio tasks alive in the edge process", registry=r
+        )
         self._engine_totals: dict[str, int] = {}
 
     def observe_engine_stats(self, message: dict[str, Any]) -> None:

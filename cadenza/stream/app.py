@@ -7,13 +7,15 @@ the OpenAI speech API.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cadenza import __version__
@@ -25,6 +27,8 @@ from cadenza.stream.state import EdgeState
 from cadenza.telemetry import Metrics
 
 log = logging.getLogger(__name__)
+
+_INDEX_HTML = Path(__file__).parent / "static" / "index.html"
 
 
 def create_app(config: CadenzaConfig) -> FastAPI:
@@ -68,6 +72,10 @@ def create_app(config: CadenzaConfig) -> FastAPI:
         metrics.http_requests.labels(route=path, status=str(response.status_code)).inc()
         return response
 
+    @app.get("/", response_class=HTMLResponse)
+    async def browser_client() -> HTMLResponse:
+        return HTMLResponse(_INDEX_HTML.read_text(encoding="utf-8"))
+
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -84,6 +92,7 @@ def create_app(config: CadenzaConfig) -> FastAPI:
     async def prometheus_metrics(request: Request) -> Response:
         state: EdgeState = request.app.state.edge
         metrics.engine_ready.set(1 if state.engine.is_ready() else 0)
+        metrics.edge_tasks.set(len(asyncio.all_tasks()))
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

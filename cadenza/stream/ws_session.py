@@ -219,8 +219,12 @@ class WebSocketSession:
                     )
                     self.state.metrics.streams_finished.labels(reason=reason).inc()
         except EngineError as exc:
-            code = "slow_consumer" if exc.code == "slow_consumer" else f"engine_{exc.code}"
-            await self._send_text(protocol.error_message(code, str(exc), stream_id))
+            if exc.code == "slow_consumer":
+                with contextlib.suppress(Exception):
+                    await self._send_text(protocol.error_message(exc.code, str(exc), stream_id))
+                    await self.websocket.close(CLOSE_SLOW_CONSUMER)
+                return
+            await self._send_text(protocol.error_message(f"engine_{exc.code}", str(exc), stream_id))
         finally:
             self.state.metrics.streams_active.dec()
             await outputs.aclose()

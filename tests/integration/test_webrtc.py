@@ -8,8 +8,8 @@ import time
 import httpx
 import pytest
 
+from cadenza.client.webrtc import WebRTCPeer as Peer
 from tests.integration.server import RunningServer
-from tests.integration.webrtc_peer import Peer
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ def server(tmp_path_factory):
     )
     try:
         running.wait_ready()
+        running.idle_tasks = _metric(running, "cadenza_edge_asyncio_tasks")
         yield running
     finally:
         running.stop()

@@ -1,4 +1,6 @@
-"""An aiortc peer that talks to the server like a browser would (offer, control channel)."""
+"""A WebRTC client (aiortc) that talks to the server as the browser page does: it posts an
+offer, receives the audio track and speaks the control protocol on the ``control`` channel.
+The load-test harness and the tests use it; it keeps every received frame's samples."""
 
 from __future__ import annotations
 
@@ -14,19 +16,20 @@ from aiortc.mediastreams import MediaStreamError
 
 
 @dataclass
-class PeerResult:
+class ReceivedAudio:
     events: list[dict[str, Any]] = field(default_factory=list)
     samples: list[np.ndarray] = field(default_factory=list)
 
     def loud_samples(self) -> int:
+        """Received 16-bit samples louder than -50 dBFS (silence frames do not count)."""
         return int(sum((np.abs(s) > 100).sum() for s in self.samples))
 
 
-class Peer:
+class WebRTCPeer:
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url
         self.pc = RTCPeerConnection()
-        self.result = PeerResult()
+        self.result = ReceivedAudio()
         self.channel = self.pc.createDataChannel("control")
         self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._opened = asyncio.Event()
@@ -48,6 +51,7 @@ class Peer:
         self._reader = asyncio.ensure_future(read())
 
     async def connect(self) -> None:
+        """Offer, answer, and wait for the control channel to open."""
         await self.pc.setLocalDescription(await self.pc.createOffer())
         async with httpx.AsyncClient(timeout=30) as client:
             response = await client.post(
@@ -63,6 +67,7 @@ class Peer:
         self.channel.send(json.dumps(message))
 
     async def next_event(self, kinds: set[str], timeout_s: float = 30) -> dict[str, Any]:
+        """The next control message of one of ``kinds`` (others are kept in ``result``)."""
         while True:
             event = await asyncio.wait_for(self._events.get(), timeout_s)
             self.result.events.append(event)
