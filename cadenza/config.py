@@ -141,6 +141,9 @@ class LimitsConfig(_Section):
         14.0, gt=0, description="speaking rate used to derive a request's duration from its text"
     )
     min_duration_s: float = Field(1.0, gt=0, description="shortest derived duration")
+    max_prompt_audio_s: float = Field(
+        20.0, gt=0, description="longest speech prompt (microphone audio) a request may carry"
+    )
 
 
 class CadenzaConfig(BaseSettings):

@@ -40,6 +40,7 @@ class Session:
         self.connection = connection
         self.ready = ready
         self.last_stats: dict[str, Any] | None = None
+        self._microphone_rate: int | None = None
 
     async def speak(
         self,
@@ -51,6 +52,7 @@ class Session:
         max_duration_s: float | None = None,
         seed: int | None = None,
         priority: str = "realtime",
+        use_audio_prompt: bool = False,
     ) -> AsyncGenerator[AudioChunk, None]:
         """Audio chunks as the server streams them. Raises :class:`StreamError`."""
         request: dict[str, Any] = {
@@ -59,6 +61,7 @@ class Session:
             "voice": voice,
             "format": format,
             "priority": priority,
+            "use_audio_prompt": use_audio_prompt,
         }
         for key, value in (
             ("sample_rate", sample_rate),
@@ -90,6 +93,16 @@ class Session:
         finally:
             if not finished:
                 await self._cancel(stream_id)
+
+    async def send_microphone(self, pcm: bytes, sample_rate: int = 16000) -> None:
+        """Send 16-bit mono PCM as microphone audio; a later ``speak(use_audio_prompt=True)``
+        uses the newest of it as its speech prompt."""
+        if self._microphone_rate != sample_rate:
+            message = {"type": "audio_in", "format": "pcm", "sample_rate": sample_rate}
+            await self.connection.send(json.dumps(message))
+            self._microphone_rate = sample_rate
+        for start in range(0, len(pcm), 32768):
+            await self.connection.send(pcm[start : start + 32768])
 
     async def ping(self, data: Any = None) -> Any:
         await self.connection.send(json.dumps({"type": "ping", "data": data}))

@@ -26,7 +26,8 @@ class ReceivedAudio:
 
 
 class WebRTCPeer:
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, microphone: Any = None) -> None:
+        """``microphone``: an audio ``MediaStreamTrack`` to send (none: receive only)."""
         self.base_url = base_url
         self.pc = RTCPeerConnection()
         self.result = ReceivedAudio()
@@ -36,7 +37,10 @@ class WebRTCPeer:
         self._reader: asyncio.Task[None] | None = None
         self.channel.on("open", self._opened.set)
         self.channel.on("message", lambda m: self._events.put_nowait(json.loads(m)))
-        self.pc.addTransceiver("audio", direction="recvonly")
+        if microphone is None:
+            self.pc.addTransceiver("audio", direction="recvonly")
+        else:
+            self.pc.addTrack(microphone)
         self.pc.on("track", self._on_track)
 
     def _on_track(self, track: Any) -> None:

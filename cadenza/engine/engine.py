@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from cadenza.codecs.encodec import EncodecCodec, load_codec
+from cadenza.codecs.encodec import CodecError, EncodecCodec, load_codec
 from cadenza.codecs.streaming_decoder import StreamingDecoder
 from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
 from cadenza.engine.block_pool import BlockPool
@@ -212,7 +212,7 @@ class Engine:
         target_frames = max(0, round(duration_s * self.frame_rate))
         seq = self._new_sequence(
             request.request_id,
-            self.model.build_prompt(request.text, request.voice),
+            self.model.build_prompt(request.text, request.voice, self._prompt_codes(request)),
             request.sampling,
             max_new_steps=self.layout.steps_for_frames(target_frames),
             conditioning=f"voice={request.voice}",
@@ -223,6 +223,24 @@ class Engine:
         self._streaming_decoder().open(seq.codec_slot)
         if target_frames == 0:
             self._finish(seq, FinishReason.LENGTH, _EMPTY_AUDIO)
+
+    def _prompt_codes(self, request: SynthesisRequest) -> list[list[int]] | None:
+        """The speech prompt as codec frames; refused if too long or not audio."""
+        if not request.prompt_audio:
+            return None
+        if len(request.prompt_audio) % 4:
+            raise RequestRejected("prompt_audio must be float32 samples")
+        audio = np.frombuffer(request.prompt_audio, dtype="<f4")
+        seconds = audio.size / request.prompt_sample_rate
+        if seconds > self.limits.max_prompt_audio_s:
+            raise RequestRejected(
+                f"speech prompt is {seconds:.1f} s; the limit is {self.limits.max_prompt_audio_s} s"
+            )
+        try:
+            codes = self._codec().encode_pcm(audio.copy(), request.prompt_sample_rate)
+        except CodecError as exc:
+            raise RequestRejected(f"speech prompt: {exc}") from exc
+        return [list(map(int, frame)) for frame in codes.T.tolist()]
 
     def abort_request(self, request_id: str) -> bool:
         """Stop a stream; its pages are free at once (steps are synchronous, so none is using

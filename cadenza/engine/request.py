@@ -20,13 +20,19 @@ class FinishReason(enum.StrEnum):
 
 @dataclass(frozen=True)
 class SynthesisRequest:
-    """One stream: speak ``text`` in ``voice``, at most ``max_duration_s`` seconds of audio."""
+    """One stream: speak ``text`` in ``voice``, at most ``max_duration_s`` seconds of audio.
+
+    ``prompt_audio``: optional speech prompt (a microphone recording), float32 little-endian
+    mono samples at ``prompt_sample_rate``; the engine encodes it to codec frames that prefix
+    the prompt."""
 
     request_id: str
     text: str
     voice: str = "default"
     max_duration_s: float | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    prompt_audio: bytes | None = None
+    prompt_sample_rate: int = 24000
 
 
 @dataclass

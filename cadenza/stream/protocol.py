@@ -51,6 +51,15 @@ class Speak(_Message):
     max_duration_s: float | None = None
     seed: Annotated[int, Field(ge=0, lt=2**63)] | None = None
     priority: Literal["realtime", "standard", "batch"] = "realtime"
+    use_audio_prompt: bool = False
+
+
+class AudioIn(_Message):
+    """Announces microphone audio: the binary messages that follow carry it."""
+
+    type: Literal["audio_in"]
+    format: Literal["pcm", "opus"] = "pcm"
+    sample_rate: Literal[16000, 24000, 48000] = 16000
 
 
 class Cancel(_Message):
@@ -66,12 +75,12 @@ class Close(_Message):
     type: Literal["close"]
 
 
-ClientMessage = Annotated[Speak | Cancel | Ping | Close, Field(discriminator="type")]
+ClientMessage = Annotated[Speak | AudioIn | Cancel | Ping | Close, Field(discriminator="type")]
 _CLIENT_MESSAGE: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
-CLIENT_TYPES = ("speak", "cancel", "ping", "close")
+CLIENT_TYPES = ("speak", "audio_in", "cancel", "ping", "close")
 
 
-def parse_client_message(text: str) -> Speak | Cancel | Ping | Close:
+def parse_client_message(text: str) -> Speak | AudioIn | Cancel | Ping | Close:
     """One text message from a client. Raises :class:`ProtocolError` with ``invalid_json``,
     ``unknown_type`` or ``invalid_message``."""
     try:

@@ -4,8 +4,9 @@ Each connection gets one outbound audio track, 48 kHz in 20 ms frames paced on t
 from a :class:`JitterBuffer`, and a data channel labelled ``control`` that speaks the WebSocket
 protocol's JSON vocabulary (``speak``, ``cancel``, ``ping``; the server answers ``started``,
 ``done``, ``error``, ``pong`` and sends ``stats`` every 500 ms). ``cancel`` (barge-in) empties
-the jitter buffer at once and aborts the generation. An inbound microphone track is read and
-discarded: no served model takes speech prompts yet.
+the jitter buffer at once and aborts the generation. An inbound microphone track is kept (its
+newest ``limits.max_prompt_audio_s``) and becomes the speech prompt of a ``speak`` with
+``use_audio_prompt``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from cadenza.engine.engine_client import EngineError
 from cadenza.stream import protocol
 from cadenza.stream.errors import ApiError
 from cadenza.stream.jitter_buffer import FrameKind, JitterBuffer
+from cadenza.stream.microphone import MicrophoneBuffer
 from cadenza.stream.protocol import ProtocolError, Speak
 from cadenza.stream.speak import synthesis_request
 from cadenza.stream.state import EdgeState
@@ -92,6 +94,7 @@ class WebRTCSession:
         self._stream_id = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._speak_started_at: float | None = None
+        self.microphone: MicrophoneBuffer | None = None
 
     def attach(self) -> None:
         self.pc.addTrack(self.track)
@@ -166,7 +169,7 @@ class WebRTCSession:
         try:
             if speak.format != "pcm" or speak.sample_rate not in (None, RTC_RATE):
                 raise ProtocolError("invalid_message", "WebRTC audio is Opus at 48000 Hz")
-            request = synthesis_request(speak, info, self.state.config.limits)
+            request = synthesis_request(speak, info, self.state.config.limits, self.microphone)
         except ProtocolError as exc:
             self._send(protocol.error_message(exc.code, exc.message, self._stream_id))
             return
@@ -241,9 +244,24 @@ class WebRTCSession:
             )
 
     async def _drain_microphone(self, track: MediaStreamTrack) -> None:
+        """Keep the newest seconds of the microphone for ``use_audio_prompt``."""
+        limit_s = self.state.config.limits.max_prompt_audio_s
         with contextlib.suppress(MediaStreamError):
             while True:
-                await track.recv()
+                frame = await track.recv()
+                if not isinstance(frame, av.AudioFrame):
+                    continue
+                if self.microphone is None or self.microphone.sample_rate != frame.sample_rate:
+                    self.microphone = MicrophoneBuffer("pcm", frame.sample_rate, limit_s)
+                samples = frame.to_ndarray()
+                channels = len(frame.layout.channels)
+                if frame.format.is_planar:
+                    mono = samples.mean(axis=0)
+                else:
+                    mono = samples.reshape(-1, channels).mean(axis=1)
+                if samples.dtype == np.int16:
+                    mono = mono / 32768.0
+                self.microphone.append_samples(mono.astype(np.float32))
 
 
 @router.post("/v1/webrtc/offer")

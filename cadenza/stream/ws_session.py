@@ -30,7 +30,8 @@ from cadenza.codecs.wav import float_to_s16le
 from cadenza.engine.engine_client import EngineError
 from cadenza.engine.request import StreamOutput, SynthesisRequest
 from cadenza.stream import protocol
-from cadenza.stream.protocol import ProtocolError, Speak
+from cadenza.stream.microphone import MicrophoneBuffer
+from cadenza.stream.protocol import AudioIn, ProtocolError, Speak
 from cadenza.stream.speak import synthesis_request
 from cadenza.stream.state import EdgeState
 
@@ -85,6 +86,7 @@ class WebSocketSession:
         self._stream_ids = itertools.count(1)
         self._active: asyncio.Task[None] | None = None
         self._active_id: int | None = None
+        self._microphone: MicrophoneBuffer | None = None
 
     async def run(self) -> None:
         await self.websocket.accept()
@@ -127,11 +129,7 @@ class WebSocketSession:
             if message["type"] == "websocket.disconnect":
                 return
             if message.get("bytes") is not None:
-                await self._send_text(
-                    protocol.error_message(
-                        "unexpected_binary", "binary messages from clients are not accepted yet"
-                    )
-                )
+                await self._receive_audio(message["bytes"])
                 continue
             try:
                 parsed = protocol.parse_client_message(message.get("text") or "")
@@ -146,8 +144,25 @@ class WebSocketSession:
                 await self._send_text(protocol.server_message("pong", data=parsed.data))
             elif parsed.type == "cancel":
                 await self._stop_active()
+            elif isinstance(parsed, AudioIn):
+                self._microphone = MicrophoneBuffer(
+                    parsed.format, parsed.sample_rate, self.state.config.limits.max_prompt_audio_s
+                )
             else:
                 await self._start(parsed)
+
+    async def _receive_audio(self, data: bytes) -> None:
+        if self._microphone is None:
+            await self._send_text(
+                protocol.error_message(
+                    "unexpected_binary", "send audio_in before binary microphone audio"
+                )
+            )
+            return
+        try:
+            self._microphone.append_bytes(data)
+        except ProtocolError as exc:
+            await self._send_text(protocol.error_message(exc.code, exc.message))
 
     async def _start(self, speak: Speak) -> None:
         if self._active is not None and not self._active.done():
@@ -159,7 +174,7 @@ class WebSocketSession:
         assert info is not None
         stream_id = next(self._stream_ids)
         try:
-            request = synthesis_request(speak, info, self.state.config.limits)
+            request = synthesis_request(speak, info, self.state.config.limits, self._microphone)
             rate = protocol.resolve_sample_rate(speak, info.sample_rate)
         except ProtocolError as exc:
             await self._send_text(protocol.error_message(exc.code, exc.message, stream_id))

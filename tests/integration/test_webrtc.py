@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import fractions
 import time
 
+import av
 import httpx
+import numpy as np
 import pytest
+from aiortc.mediastreams import MediaStreamTrack
 
 from cadenza.client.webrtc import WebRTCPeer as Peer
 from tests.integration.server import RunningServer
@@ -91,6 +95,50 @@ def test_several_peers_at_once_and_bad_messages(server):
         return await asyncio.gather(*(one(i) for i in range(3)))
 
     assert asyncio.run(main()) == [("unknown_type", "done")] * 3
+
+
+class SineMicrophone(MediaStreamTrack):
+    """A fake microphone: a 200 Hz tone in 20 ms frames at 48 kHz, paced like a real one."""
+
+    kind = "audio"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._sent = 0
+        self._start = time.monotonic()
+
+    async def recv(self) -> av.AudioFrame:
+        due = self._start + self._sent * 0.02
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
+        t = (np.arange(960) + self._sent * 960) / 48000
+        pcm = (0.3 * np.sin(2 * np.pi * 200 * t) * 32767).astype("<i2")
+        frame = av.AudioFrame.from_ndarray(pcm[None], format="s16", layout="mono")
+        frame.sample_rate, frame.pts = 48000, self._sent * 960
+        frame.time_base = fractions.Fraction(1, 48000)
+        self._sent += 1
+        return frame
+
+
+def test_microphone_track_becomes_the_speech_prompt(server):
+    async def main():
+        without = Peer(server.url)
+        with_mic = Peer(server.url, microphone=SineMicrophone())
+        try:
+            await without.connect()
+            without.send({"type": "speak", "text": "hi", "use_audio_prompt": True})
+            refused = await without.next_event({"error", "started"})
+            await with_mic.connect()
+            await asyncio.sleep(1.0)  # a second of microphone audio reaches the server
+            with_mic.send({"type": "speak", "text": "x" * 14, "use_audio_prompt": True})
+            done = await with_mic.next_event({"done", "error"})
+            return refused, done
+        finally:
+            await without.close()
+            await with_mic.close()
+
+    refused, done = asyncio.run(main())
+    assert refused["type"] == "error" and refused["code"] == "no_prompt_audio"
+    assert done["type"] == "done" and done["reason"] == "length"
 
 
 @pytest.mark.parametrize(

@@ -223,6 +223,39 @@ def test_oversize_message_closes_the_connection(ws_url):
     assert asyncio.run(main()) == 1009  # message too big
 
 
+def test_microphone_audio_becomes_the_speech_prompt(ws_url, server):
+    rate = 16000
+    tone = (0.3 * np.sin(np.arange(rate) / rate * 2 * np.pi * 200) * 32767).astype("<i2")
+
+    async def main():
+        async with connect(ws_url) as session:
+            with pytest.raises(StreamError) as caught:
+                await _collect(session, "hi", use_audio_prompt=True)  # nothing recorded yet
+            assert caught.value.code == "no_prompt_audio"
+            await session.send_microphone(tone.tobytes(), sample_rate=rate)
+            chunks = await _collect(session, "x" * 14, use_audio_prompt=True, seed=1)
+            with pytest.raises(StreamError):  # the prompt was consumed
+                await _collect(session, "again", use_audio_prompt=True)
+            return sum(len(c.data) for c in chunks)
+
+    assert asyncio.run(main()) == 75 * 320 * 2
+    _wait_until_idle(server)
+
+
+def test_malformed_microphone_audio(ws_url):
+    async def main():
+        async with websockets.connect(ws_url) as raw:
+            await raw.recv()
+            await raw.send(json.dumps({"type": "audio_in", "format": "pcm", "sample_rate": 16000}))
+            await raw.send(b"\x01\x02\x03")  # a torn 16-bit sample
+            first = json.loads(await raw.recv())
+            await raw.send(json.dumps({"type": "audio_in", "sample_rate": 44100}))
+            second = json.loads(await raw.recv())
+            return first["code"], second["code"]
+
+    assert asyncio.run(main()) == ("invalid_audio", "invalid_message")
+
+
 def test_sdk_raises_stream_error(ws_url):
     async def main():
         async with connect(ws_url) as session:

@@ -110,12 +110,15 @@ class CadenzaTinyModel(AudioTokenModel):
             heads[:, spec.eos_id].zero_()
         return model.eval()
 
-    def build_prompt(self, text: str, voice: str) -> list[list[int]]:
-        """Text bytes in column 0 (pad elsewhere), then the begin-of-audio row (all pad)."""
+    def build_prompt(
+        self, text: str, voice: str, prompt_codes: list[list[int]] | None = None
+    ) -> list[list[int]]:
+        """The speech prompt's frames (one row of codes each), then the text bytes in column 0
+        (pad elsewhere), then the begin-of-audio row (all pad)."""
         spec = self.spec
         pad_row = [spec.pad_id] * spec.num_codebooks
         rows = [[spec.audio_vocab_size + t, *pad_row[1:]] for t in self.tokenizer.encode(text)]
-        return [*rows, pad_row]
+        return [*(list(frame) for frame in prompt_codes or []), *rows, pad_row]
 
     def forward(
         self,

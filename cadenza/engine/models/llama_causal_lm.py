@@ -13,6 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from cadenza.engine.models.flat_layout import FlatLayout
 from cadenza.engine.models.llama import LlamaBackbone, LlamaBackboneConfig
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.models.token_layout import PlainLayout, TokenLayout
@@ -70,8 +71,22 @@ class LlamaForCausalLM(AudioTokenModel):
         hidden = self.model(self.embed_tokens(input_ids[:, 0]), positions, context, kv_cache)
         return self.lm_head(hidden[logits_indices])[:, None, :]
 
-    def build_prompt(self, text: str, voice: str) -> list[list[int]]:
-        if self._encode_text is None or not self.layout.produces_audio:
-            return super().build_prompt(text, voice)
-        ids = [*self._prefix, *self._voice_prompts[voice], *self._encode_text(text), *self._suffix]
+    def build_prompt(
+        self, text: str, voice: str, prompt_codes: list[list[int]] | None = None
+    ) -> list[list[int]]:
+        if self._encode_text is None or not isinstance(self.layout, FlatLayout):
+            return super().build_prompt(text, voice, prompt_codes)
+        layout = self.layout
+        audio = [
+            layout.offset + k * layout.codebook_size + code
+            for frame in prompt_codes or []
+            for k, code in enumerate(frame)
+        ]
+        ids = [
+            *self._prefix,
+            *self._voice_prompts[voice],
+            *audio,
+            *self._encode_text(text),
+            *self._suffix,
+        ]
         return [[token] for token in ids]

@@ -37,8 +37,11 @@ class AudioTokenModel(nn.Module, ABC):
         logits_indices: torch.Tensor,
     ) -> torch.Tensor: ...
 
-    def build_prompt(self, text: str, voice: str) -> list[list[int]]:
-        """Token rows that ask the model to speak ``text`` in ``voice``."""
+    def build_prompt(
+        self, text: str, voice: str, prompt_codes: list[list[int]] | None = None
+    ) -> list[list[int]]:
+        """Token rows that ask the model to speak ``text`` in ``voice``, after a speech prompt
+        given as codec frames (``[frames][codebooks]``), if any."""
         raise TypeError(f"{type(self).__name__} does not synthesize speech from text")
 
     @property

@@ -146,3 +146,36 @@ def test_derive_duration():
     assert derive_duration_s("x" * 1400, 5.0, **kwargs) == 5.0
     assert derive_duration_s("x", 0.25, **kwargs) == 0.25
     assert derive_duration_s("x" * 1400, 60.0, **kwargs) == 30.0
+
+
+def test_speech_prompt_becomes_prompt_frames(tiny_engine):
+    rate = 16000
+    audio = (0.3 * np.sin(np.arange(rate) / rate * 2 * np.pi * 200)).astype("<f4")
+    request = SynthesisRequest(
+        "prompted",
+        "hi",
+        prompt_audio=audio.tobytes(),
+        prompt_sample_rate=rate,
+        sampling=SamplingParams(seed=1),
+    )
+    tiny_engine.add_request(request)
+    seq = tiny_engine.scheduler.waiting[-1]
+    assert abs(seq.num_prompt_tokens - (75 + 4)) <= 1  # 1 s of frames, BOS 'h' 'i', begin-audio
+    outputs = _run(tiny_engine)
+    assert outputs["prompted"][-1].finish_reason is FinishReason.LENGTH
+    tiny_engine.check_integrity()
+
+
+@pytest.mark.parametrize(
+    ("audio", "rate", "message"),
+    [
+        (b"\x00\x01\x02", 16000, "float32"),
+        (np.zeros(16000 * 21, "<f4").tobytes(), 16000, "limit"),
+        (np.zeros(100, "<f4").tobytes(), 11025, "not supported"),
+    ],
+)
+def test_bad_speech_prompts_are_refused(tiny_engine, audio, rate, message):
+    request = SynthesisRequest("bad-prompt", "hi", prompt_audio=audio, prompt_sample_rate=rate)
+    with pytest.raises(RequestRejected, match=message):
+        tiny_engine.add_request(request)
+    assert tiny_engine.num_requests == 0
