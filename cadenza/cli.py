@@ -44,6 +44,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="TCP port (default 8000)")
+    serve.add_argument("--api-keys-file", help="accepted API keys, one per line (or sha256:<hex>)")
     _add_model_flags(serve)
 
     generate = commands.add_parser(
@@ -102,7 +103,11 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {
-        "server": {"host": getattr(args, "host", None), "port": getattr(args, "port", None)},
+        "server": {
+            "host": getattr(args, "host", None),
+            "port": getattr(args, "port", None),
+            "api_keys_file": getattr(args, "api_keys_file", None),
+        },
         "model": {"name": getattr(args, "model", None), "device": getattr(args, "device", None)},
     }
 
@@ -110,12 +115,18 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 def _serve(config: CadenzaConfig, _: argparse.Namespace) -> int:
     import uvicorn
 
+    from cadenza.admission.api_keys import ApiKeyFileError
     from cadenza.stream.app import create_app
     from cadenza.telemetry import configure_logging
 
     configure_logging(config.server.log_level, process="edge")
+    try:
+        app = create_app(config)
+    except ApiKeyFileError as exc:
+        print(f"cadenza: {exc}", file=sys.stderr)
+        return 2
     uvicorn.run(
-        create_app(config),
+        app,
         host=config.server.host,
         port=config.server.port,
         log_level=config.server.log_level,

@@ -41,6 +41,9 @@ class ServerConfig(_Section):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="log level of the edge and engine processes"
     )
+    api_keys_file: str | None = Field(
+        None, description="file of accepted API keys (one per line, or sha256:<hex>); unset: open"
+    )
     max_queued_chunks: int = Field(
         256, ge=1, description="audio chunks one stream may have waiting for its client"
     )

@@ -26,9 +26,10 @@ class ReceivedAudio:
 
 
 class WebRTCPeer:
-    def __init__(self, base_url: str, microphone: Any = None) -> None:
+    def __init__(self, base_url: str, microphone: Any = None, api_key: str | None = None) -> None:
         """``microphone``: an audio ``MediaStreamTrack`` to send (none: receive only)."""
         self.base_url = base_url
+        self.api_key = api_key
         self.pc = RTCPeerConnection()
         self.result = ReceivedAudio()
         self.channel = self.pc.createDataChannel("control")
@@ -57,10 +58,12 @@ class WebRTCPeer:
     async def connect(self) -> None:
         """Offer, answer, and wait for the control channel to open."""
         await self.pc.setLocalDescription(await self.pc.createOffer())
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         async with httpx.AsyncClient(timeout=30) as client:
             response = await client.post(
                 f"{self.base_url}/v1/webrtc/offer",
                 json={"sdp": self.pc.localDescription.sdp, "type": "offer"},
+                headers=headers,
             )
         response.raise_for_status()
         answer = response.json()

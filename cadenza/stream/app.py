@@ -19,6 +19,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cadenza import __version__
+from cadenza.admission.api_keys import ApiKeys
 from cadenza.config import CadenzaConfig
 from cadenza.engine.engine_client import EngineClient
 from cadenza.stream import openai_speech, webrtc, ws_session
@@ -32,7 +33,13 @@ _INDEX_HTML = Path(__file__).parent / "static" / "index.html"
 
 
 def create_app(config: CadenzaConfig) -> FastAPI:
+    """Raises ``ApiKeyFileError`` if the configured key file cannot be used."""
     metrics = Metrics()
+    api_keys = None
+    if config.server.api_keys_file:
+        api_keys = ApiKeys.load(config.server.api_keys_file)
+    else:
+        log.warning("no API key file: every client may use this server")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -48,7 +55,9 @@ def create_app(config: CadenzaConfig) -> FastAPI:
             len(info.voices),
             time.perf_counter() - started,
         )
-        app.state.edge = state = EdgeState(config=config, engine=engine, metrics=metrics)
+        app.state.edge = state = EdgeState(
+            config=config, engine=engine, metrics=metrics, api_keys=api_keys
+        )
         try:
             yield
         finally:

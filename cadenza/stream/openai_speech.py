@@ -63,6 +63,7 @@ class SpeechRequest(BaseModel):
 @router.get("/v1/models")
 async def list_models(request: Request) -> dict[str, object]:
     state: EdgeState = request.app.state.edge
+    state.authenticate(request.headers.get("authorization"))
     info = state.engine_info()
     return {
         "object": "list",
@@ -82,6 +83,7 @@ async def list_models(request: Request) -> dict[str, object]:
 @router.post("/v1/audio/speech")
 async def create_speech(request: Request) -> StreamingResponse:
     state: EdgeState = request.app.state.edge
+    state.authenticate(request.headers.get("authorization"))
     body = await _parse_body(request)
     info = state.engine_info()
     try:

@@ -62,6 +62,13 @@ class AudioIn(_Message):
     sample_rate: Literal[16000, 24000, 48000] = 16000
 
 
+class Hello(_Message):
+    """Authentication for clients that cannot set an Authorization header (browsers)."""
+
+    type: Literal["hello"]
+    api_key: str
+
+
 class Cancel(_Message):
     type: Literal["cancel"]
 
@@ -75,12 +82,14 @@ class Close(_Message):
     type: Literal["close"]
 
 
-ClientMessage = Annotated[Speak | AudioIn | Cancel | Ping | Close, Field(discriminator="type")]
+ClientMessage = Annotated[
+    Speak | AudioIn | Hello | Cancel | Ping | Close, Field(discriminator="type")
+]
 _CLIENT_MESSAGE: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
-CLIENT_TYPES = ("speak", "audio_in", "cancel", "ping", "close")
+CLIENT_TYPES = ("speak", "audio_in", "hello", "cancel", "ping", "close")
 
 
-def parse_client_message(text: str) -> Speak | AudioIn | Cancel | Ping | Close:
+def parse_client_message(text: str) -> Speak | AudioIn | Hello | Cancel | Ping | Close:
     """One text message from a client. Raises :class:`ProtocolError` with ``invalid_json``,
     ``unknown_type`` or ``invalid_message``."""
     try:

@@ -154,6 +154,8 @@ class WebRTCSession:
             return
         if isinstance(parsed, Speak):
             await self._speak(parsed)
+        elif parsed.type in ("hello", "audio_in"):
+            pass  # authentication happened on the offer; the microphone is the track
         elif parsed.type == "ping":
             self._send(protocol.server_message("pong", data=parsed.data))
         else:  # cancel, close
@@ -267,6 +269,7 @@ class WebRTCSession:
 @router.post("/v1/webrtc/offer")
 async def webrtc_offer(request: Request) -> dict[str, str]:
     state: EdgeState = request.app.state.edge
+    state.authenticate(request.headers.get("authorization"))
     state.engine_info()  # 503 while the engine is not ready
     raw = await request.body()
     if len(raw) > MAX_SDP_BYTES:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
+from cadenza.admission.api_keys import bearer_token
 from cadenza.codecs.opus import OpusPacketEncoder
 from cadenza.codecs.resampler import StreamResampler
 from cadenza.codecs.wav import float_to_s16le
@@ -31,7 +32,7 @@ from cadenza.engine.engine_client import EngineError
 from cadenza.engine.request import StreamOutput, SynthesisRequest
 from cadenza.stream import protocol
 from cadenza.stream.microphone import MicrophoneBuffer
-from cadenza.stream.protocol import AudioIn, ProtocolError, Speak
+from cadenza.stream.protocol import AudioIn, Hello, ProtocolError, Speak
 from cadenza.stream.speak import synthesis_request
 from cadenza.stream.state import EdgeState
 
@@ -44,6 +45,8 @@ CLOSE_NORMAL = 1000
 CLOSE_UNAVAILABLE = 1013
 CLOSE_IDLE = 4000
 CLOSE_SLOW_CONSUMER = 4001
+CLOSE_UNAUTHORIZED = 4003
+HELLO_TIMEOUT_S = 10.0
 
 
 @router.websocket("/v1/stream")
@@ -97,6 +100,8 @@ class WebSocketSession:
             )
             await self.websocket.close(CLOSE_UNAVAILABLE)
             return
+        if not await self._authenticate():
+            return
         await self._send_text(
             protocol.server_message(
                 "ready",
@@ -114,6 +119,30 @@ class WebSocketSession:
             pass
         finally:
             await self._stop_active()
+
+    async def _authenticate(self) -> bool:
+        """With API keys configured: a valid ``Authorization: Bearer`` header, or (with no
+        header at all) a ``hello`` with a valid key as the first message, within 10 s."""
+        keys = self.state.api_keys
+        header = self.websocket.headers.get("authorization")
+        if keys is None or keys.check(bearer_token(header)):
+            return True
+        try:
+            if header is not None:
+                raise ProtocolError("invalid_api_key", "wrong key in the Authorization header")
+            message = await asyncio.wait_for(self.websocket.receive(), HELLO_TIMEOUT_S)
+            if message["type"] == "websocket.disconnect":
+                return False
+            hello = protocol.parse_client_message(message.get("text") or "")
+            if isinstance(hello, Hello) and keys.check(hello.api_key):
+                return True
+        except (TimeoutError, ProtocolError):
+            pass
+        await self._send_text(
+            protocol.error_message("invalid_api_key", "missing or invalid API key")
+        )
+        await self.websocket.close(CLOSE_UNAUTHORIZED)
+        return False
 
     async def _receive_loop(self) -> None:
         while True:
@@ -144,6 +173,8 @@ class WebSocketSession:
                 await self._send_text(protocol.server_message("pong", data=parsed.data))
             elif parsed.type == "cancel":
                 await self._stop_active()
+            elif isinstance(parsed, Hello):
+                pass  # already authenticated (or the server is open)
             elif isinstance(parsed, AudioIn):
                 self._microphone = MicrophoneBuffer(
                     parsed.format, parsed.sample_rate, self.state.config.limits.max_prompt_audio_s

@@ -48,3 +48,10 @@ def test_serve_help_documents_the_configuration():
     assert result.returncode == 0
     assert "CADENZA_SERVER__PORT" in result.stdout
     assert "limits.max_input_chars" in result.stdout
+
+
+def test_unusable_api_key_file_stops_serve(tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("sha256:not-hex\n")
+    result = _cadenza("serve", "--api-keys-file", str(keys), "--port", "0")
+    assert result.returncode == 2 and "64 hex digits" in result.stderr

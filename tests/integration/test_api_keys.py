@@ -1,0 +1,93 @@
+"""With a key file, HTTP, WebSocket and WebRTC refuse missing and wrong keys and accept the
+right one (header, or a first ``hello`` message for browsers)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+
+import httpx
+import pytest
+import websockets
+
+from cadenza.client import StreamError, connect
+from cadenza.client.webrtc import WebRTCPeer
+from tests.integration.server import RunningServer
+
+KEY = "test-key-123"
+OTHER = "hashed-key-456"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("keys")
+    keys = directory / "keys.txt"
+    keys.write_text(f"# keys\n{KEY}\nsha256:{hashlib.sha256(OTHER.encode()).hexdigest()}\n")
+    running = RunningServer(
+        directory / "server.log", env={"CADENZA_SERVER__API_KEYS_FILE": str(keys)}
+    )
+    try:
+        running.wait_ready()
+        yield running
+    finally:
+        running.stop()
+
+
+def _speech(server, key):
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    body = {"model": "cadenza-tiny", "input": "hi", "response_format": "pcm"}
+    return httpx.post(f"{server.url}/v1/audio/speech", json=body, headers=headers, timeout=60)
+
+
+def test_http_refuses_missing_and_wrong_keys(server):
+    for key in (None, "wrong"):
+        response = _speech(server, key)
+        assert response.status_code == 401
+        assert response.headers["www-authenticate"] == "Bearer"
+        error = response.json()["error"]
+        assert (error["code"], error["type"]) == ("invalid_api_key", "authentication_error")
+    assert _speech(server, KEY).status_code == 200
+    assert _speech(server, OTHER).status_code == 200  # listed by hash only
+    assert httpx.get(f"{server.url}/v1/models").status_code == 401
+    assert httpx.get(f"{server.url}/healthz").status_code == 200  # probes stay open
+
+
+def test_websocket_header_and_hello(server):
+    url = server.url.replace("http", "ws") + "/v1/stream"
+
+    async def main():
+        async with connect(url, api_key=KEY) as session:
+            assert [c async for c in session.speak("hi")]
+        async with websockets.connect(url) as raw:  # a browser: no headers, a hello first
+            await raw.send(json.dumps({"type": "hello", "api_key": OTHER}))
+            assert json.loads(await raw.recv())["type"] == "ready"
+        for first in ({"type": "hello", "api_key": "wrong"}, {"type": "speak", "text": "hi"}):
+            async with websockets.connect(url) as raw:
+                await raw.send(json.dumps(first))
+                assert json.loads(await raw.recv())["code"] == "invalid_api_key"
+                with pytest.raises(websockets.ConnectionClosed) as closed:
+                    await raw.recv()
+                assert closed.value.rcvd.code == 4003
+        with pytest.raises(StreamError) as caught:
+            async with connect(url, api_key="wrong"):
+                pass
+        assert caught.value.code == "invalid_api_key"
+
+    asyncio.run(main())
+
+
+def test_webrtc_offer_needs_the_key(server):
+    response = httpx.post(f"{server.url}/v1/webrtc/offer", json={"sdp": "v=0", "type": "offer"})
+    assert response.status_code == 401
+
+    async def main():
+        peer = WebRTCPeer(server.url, api_key=KEY)
+        try:
+            await peer.connect()
+            peer.send({"type": "speak", "text": "hi"})
+            return (await peer.next_event({"done", "error"}))["type"]
+        finally:
+            await peer.close()
+
+    assert asyncio.run(main()) == "done"
