@@ -144,6 +144,12 @@ class LimitsConfig(_Section):
         14.0, gt=0, description="speaking rate used to derive a request's duration from its text"
     )
     min_duration_s: float = Field(1.0, gt=0, description="shortest derived duration")
+    requests_per_minute: float = Field(
+        0, ge=0, description="requests one client (API key, or IP when open) may start; 0: any"
+    )
+    audio_seconds_per_minute: float = Field(
+        0, ge=0, description="seconds of audio one client may request per minute; 0: any"
+    )
     max_prompt_audio_s: float = Field(
         20.0, gt=0, description="longest speech prompt (microphone audio) a request may carry"
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncGenerator
@@ -23,6 +24,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from cadenza.admission.rate_limit import Grant, RateLimited
 from cadenza.admission.validation import InvalidRequest, validate_synthesis
 from cadenza.codecs.containers import (
     StreamEncoder,
@@ -63,7 +65,7 @@ class SpeechRequest(BaseModel):
 @router.get("/v1/models")
 async def list_models(request: Request) -> dict[str, object]:
     state: EdgeState = request.app.state.edge
-    state.authenticate(request.headers.get("authorization"))
+    state.authenticate(request.headers.get("authorization"), _peer(request))
     info = state.engine_info()
     return {
         "object": "list",
@@ -83,7 +85,7 @@ async def list_models(request: Request) -> dict[str, object]:
 @router.post("/v1/audio/speech")
 async def create_speech(request: Request) -> StreamingResponse:
     state: EdgeState = request.app.state.edge
-    state.authenticate(request.headers.get("authorization"))
+    client = state.authenticate(request.headers.get("authorization"), _peer(request))
     body = await _parse_body(request)
     info = state.engine_info()
     try:
@@ -103,6 +105,15 @@ async def create_speech(request: Request) -> StreamingResponse:
     except UnsupportedFormat as exc:
         raise ApiError(400, str(exc), code="unsupported_format", param="response_format") from exc
 
+    try:
+        grant = state.admit(client, body.input, body.max_duration_s)
+    except RateLimited as exc:
+        raise ApiError(
+            429,
+            str(exc),
+            code="rate_limited",
+            headers={"Retry-After": str(math.ceil(exc.retry_after_s))},
+        ) from exc
     request_id = uuid.uuid4().hex
     synthesis = SynthesisRequest(
         request_id=request_id,
@@ -114,9 +125,15 @@ async def create_speech(request: Request) -> StreamingResponse:
     tempo = TempoChanger(info.sample_rate, body.speed) if body.speed != 1.0 else None
     started = time.perf_counter()
     outputs = state.engine.generate(synthesis)
-    first = await _first_output(outputs)
+    try:
+        first = await _first_output(outputs)
+    except BaseException:
+        state.settle(grant, 0.0)
+        raise
     state.metrics.time_to_first_audio.observe(time.perf_counter() - started)
-    audio = _stream_audio(state, outputs, first, encoder, tempo, info.sample_rate, request_id)
+    audio = _stream_audio(
+        state, outputs, first, encoder, tempo, info.sample_rate, request_id, grant
+    )
     headers = {"X-Request-Id": request_id}
     if body.stream_format == "sse":
         return StreamingResponse(_as_sse(audio), media_type="text/event-stream", headers=headers)
@@ -136,6 +153,10 @@ async def _as_sse(audio: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, N
         await audio.aclose()
     done = {"type": "speech.audio.done", "usage": {"audio_bytes": sent}}
     yield f"data: {json.dumps(done)}\n\n".encode()
+
+
+def _peer(request: Request) -> str | None:
+    return request.client.host if request.client else None
 
 
 async def _parse_body(request: Request) -> SpeechRequest:
@@ -182,12 +203,15 @@ async def _stream_audio(
     tempo: TempoChanger | None,
     sample_rate: int,
     request_id: str,
+    grant: Grant,
 ) -> AsyncGenerator[bytes, None]:
     state.metrics.streams_active.inc()
     reason = "cancelled"
+    produced_s = 0.0
     try:
         output = first
         while True:
+            produced_s += len(output.audio) / sample_rate
             state.metrics.audio_seconds.inc(len(output.audio) / sample_rate)
             samples = output.audio if tempo is None else tempo.process(output.audio)
             data = encoder.encode(samples)
@@ -208,6 +232,7 @@ async def _stream_audio(
         # left to tell the client the audio is incomplete.
         raise
     finally:
+        state.settle(grant, produced_s)
         state.metrics.streams_active.dec()
         state.metrics.streams_finished.labels(reason=reason).inc()
         await outputs.aclose()  # aborts the engine request if it did not finish

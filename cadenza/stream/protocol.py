@@ -21,6 +21,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from cadenza.admission.rate_limit import RateLimited
+
 PROTOCOL_VERSION = 1
 AUDIO_MAGIC = b"CZA1"
 AUDIO_HEADER = struct.Struct("<4sII")
@@ -136,6 +138,16 @@ def server_message(kind: str, **fields: Any) -> str:
 
 def error_message(code: str, message: str, stream_id: int | None = None) -> str:
     return server_message("error", code=code, message=message, stream_id=stream_id)
+
+
+def rate_limited_message(exc: RateLimited, stream_id: int | None = None) -> str:
+    return server_message(
+        "error",
+        code="rate_limited",
+        message=str(exc),
+        stream_id=stream_id,
+        retry_after_s=round(exc.retry_after_s, 1),
+    )
 
 
 @dataclass(frozen=True)

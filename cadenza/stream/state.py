@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cadenza.admission.api_keys import ApiKeys, bearer_token
+from cadenza.admission.rate_limit import Grant, RateLimiter
 from cadenza.config import CadenzaConfig
 from cadenza.engine.engine_client import EngineClient
 from cadenza.engine.messages import EngineInfo
+from cadenza.engine.request import derive_duration_s
 from cadenza.stream.errors import ApiError
 from cadenza.telemetry import Metrics
 
@@ -22,17 +24,46 @@ class EdgeState:
     started_at: int = field(default_factory=lambda: int(time.time()))
     webrtc_sessions: set[Any] = field(default_factory=set)  # live WebRTCSession objects
     api_keys: ApiKeys | None = None  # None: the server is open
+    rate_limiter: RateLimiter | None = None
 
-    def authenticate(self, authorization: str | None) -> None:
-        """Check an ``Authorization`` header; 401 unless the key is valid or none is needed."""
-        if self.api_keys is None or self.api_keys.check(bearer_token(authorization)):
-            return
+    def __post_init__(self) -> None:
+        limits = self.config.limits
+        if self.rate_limiter is None:
+            self.rate_limiter = RateLimiter(
+                limits.requests_per_minute, limits.audio_seconds_per_minute
+            )
+
+    def authenticate(self, authorization: str | None, peer: str | None) -> str:
+        """Check an ``Authorization`` header; 401 unless the key is valid or none is needed.
+        Returns the client's identity for rate limits: its key's id, or its address."""
+        if self.api_keys is None:
+            return f"ip:{peer}"
+        key_id = self.api_keys.check(bearer_token(authorization))
+        if key_id:
+            return f"key:{key_id}"
         raise ApiError(
             401,
             "missing or invalid API key (send Authorization: Bearer <key>)",
             code="invalid_api_key",
             headers={"WWW-Authenticate": "Bearer"},
         )
+
+    def admit(self, client: str, text: str, max_duration_s: float | None) -> Grant:
+        """Charge a request to ``client``'s buckets; raises :class:`RateLimited`."""
+        limits = self.config.limits
+        audio_s = derive_duration_s(
+            text,
+            max_duration_s,
+            chars_per_second=limits.chars_per_second,
+            min_duration_s=limits.min_duration_s,
+            server_max_duration_s=limits.max_duration_s,
+        )
+        assert self.rate_limiter is not None
+        return self.rate_limiter.admit(client, audio_s)
+
+    def settle(self, grant: Grant, audio_s: float) -> None:
+        assert self.rate_limiter is not None
+        self.rate_limiter.settle(grant, audio_s)
 
     def engine_info(self) -> EngineInfo:
         """The loaded model's identity; 503 while the engine is not ready."""

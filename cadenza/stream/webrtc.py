@@ -25,6 +25,7 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from fastapi import APIRouter, Request
 
+from cadenza.admission.rate_limit import Grant, RateLimited
 from cadenza.codecs.resampler import StreamResampler
 from cadenza.engine.engine_client import EngineError
 from cadenza.stream import protocol
@@ -84,9 +85,10 @@ class PacedAudioTrack(MediaStreamTrack):
 
 
 class WebRTCSession:
-    def __init__(self, pc: RTCPeerConnection, state: EdgeState) -> None:
+    def __init__(self, pc: RTCPeerConnection, state: EdgeState, client: str) -> None:
         self.pc = pc
         self.state = state
+        self.client = client  # identity for rate limits
         self.buffer = JitterBuffer(RTC_RATE, FRAME_MS, state.config.server.jitter_reserve_ms)
         self.track = PacedAudioTrack(self.buffer)
         self.channel: Any = None
@@ -172,12 +174,16 @@ class WebRTCSession:
             if speak.format != "pcm" or speak.sample_rate not in (None, RTC_RATE):
                 raise ProtocolError("invalid_message", "WebRTC audio is Opus at 48000 Hz")
             request = synthesis_request(speak, info, self.state.config.limits, self.microphone)
+            grant = self.state.admit(self.client, speak.text, speak.max_duration_s)
         except ProtocolError as exc:
             self._send(protocol.error_message(exc.code, exc.message, self._stream_id))
             return
-        self._active = asyncio.create_task(self._play(self._stream_id, request))
+        except RateLimited as exc:
+            self._send(protocol.rate_limited_message(exc, self._stream_id))
+            return
+        self._active = asyncio.create_task(self._play(self._stream_id, request, grant))
 
-    async def _play(self, stream_id: int, request: Any) -> None:
+    async def _play(self, stream_id: int, request: Any, grant: Grant) -> None:
         info = self.state.engine.info
         assert info is not None
         resampler = StreamResampler(info.sample_rate, RTC_RATE)
@@ -212,6 +218,7 @@ class WebRTCSession:
             self.buffer.clear()
             self._send(protocol.error_message(f"engine_{exc.code}", str(exc), stream_id))
         finally:
+            self.state.settle(grant, self.buffer.stats.frames_played * FRAME_MS / 1000)
             self.state.metrics.streams_active.dec()
             await outputs.aclose()
 
@@ -269,7 +276,9 @@ class WebRTCSession:
 @router.post("/v1/webrtc/offer")
 async def webrtc_offer(request: Request) -> dict[str, str]:
     state: EdgeState = request.app.state.edge
-    state.authenticate(request.headers.get("authorization"))
+    client = state.authenticate(
+        request.headers.get("authorization"), request.client.host if request.client else None
+    )
     state.engine_info()  # 503 while the engine is not ready
     raw = await request.body()
     if len(raw) > MAX_SDP_BYTES:
@@ -282,7 +291,7 @@ async def webrtc_offer(request: Request) -> dict[str, str]:
     except (ValueError, KeyError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"invalid offer: {exc}", code="invalid_offer") from exc
     pc = RTCPeerConnection()
-    session = WebRTCSession(pc, state)
+    session = WebRTCSession(pc, state, client)
     session.attach()
     try:
         await pc.setRemoteDescription(offer)

@@ -25,6 +25,7 @@ import numpy as np
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from cadenza.admission.api_keys import bearer_token
+from cadenza.admission.rate_limit import Grant, RateLimited
 from cadenza.codecs.opus import OpusPacketEncoder
 from cadenza.codecs.resampler import StreamResampler
 from cadenza.codecs.wav import float_to_s16le
@@ -90,6 +91,7 @@ class WebSocketSession:
         self._active: asyncio.Task[None] | None = None
         self._active_id: int | None = None
         self._microphone: MicrophoneBuffer | None = None
+        self.client = "unknown"  # identity for rate limits, set by _authenticate
 
     async def run(self) -> None:
         await self.websocket.accept()
@@ -125,7 +127,13 @@ class WebSocketSession:
         header at all) a ``hello`` with a valid key as the first message, within 10 s."""
         keys = self.state.api_keys
         header = self.websocket.headers.get("authorization")
-        if keys is None or keys.check(bearer_token(header)):
+        peer = self.websocket.client.host if self.websocket.client else None
+        if keys is None:
+            self.client = f"ip:{peer}"
+            return True
+        key_id = keys.check(bearer_token(header))
+        if key_id:
+            self.client = f"key:{key_id}"
             return True
         try:
             if header is not None:
@@ -134,7 +142,8 @@ class WebSocketSession:
             if message["type"] == "websocket.disconnect":
                 return False
             hello = protocol.parse_client_message(message.get("text") or "")
-            if isinstance(hello, Hello) and keys.check(hello.api_key):
+            if isinstance(hello, Hello) and (key_id := keys.check(hello.api_key)):
+                self.client = f"key:{key_id}"
                 return True
         except (TimeoutError, ProtocolError):
             pass
@@ -207,11 +216,17 @@ class WebSocketSession:
         try:
             request = synthesis_request(speak, info, self.state.config.limits, self._microphone)
             rate = protocol.resolve_sample_rate(speak, info.sample_rate)
+            grant = self.state.admit(self.client, speak.text, speak.max_duration_s)
         except ProtocolError as exc:
             await self._send_text(protocol.error_message(exc.code, exc.message, stream_id))
             return
+        except RateLimited as exc:
+            await self._send_text(protocol.rate_limited_message(exc, stream_id))
+            return
         self._active_id = stream_id
-        self._active = asyncio.create_task(self._play(stream_id, request, speak.format, rate))
+        self._active = asyncio.create_task(
+            self._play(stream_id, request, speak.format, rate, grant)
+        )
 
     async def _stop_active(self) -> None:
         """Cancel the playing utterance (its engine request is aborted) and say so."""
@@ -227,7 +242,9 @@ class WebSocketSession:
                 protocol.server_message("done", stream_id=stream_id, reason="cancelled")
             )
 
-    async def _play(self, stream_id: int, request: SynthesisRequest, fmt: str, rate: int) -> None:
+    async def _play(
+        self, stream_id: int, request: SynthesisRequest, fmt: str, rate: int, grant: Grant
+    ) -> None:
         info = self.state.engine.info
         assert info is not None
         encode = _payload_encoder(fmt, info.sample_rate, rate, info.frame_rate)
@@ -272,6 +289,7 @@ class WebSocketSession:
                 return
             await self._send_text(protocol.error_message(f"engine_{exc.code}", str(exc), stream_id))
         finally:
+            self.state.settle(grant, clock.audio_s)
             self.state.metrics.streams_active.dec()
             await outputs.aclose()
             if self._active_id == stream_id:

@@ -91,3 +91,34 @@ def test_webrtc_offer_needs_the_key(server):
             await peer.close()
 
     assert asyncio.run(main()) == "done"
+
+
+@pytest.fixture(scope="module")
+def limited_server(tmp_path_factory):
+    running = RunningServer(
+        tmp_path_factory.mktemp("limits") / "server.log",
+        env={"CADENZA_LIMITS__REQUESTS_PER_MINUTE": "2"},
+    )
+    try:
+        running.wait_ready()
+        yield running
+    finally:
+        running.stop()
+
+
+def test_rate_limits_answer_429_with_retry_after(limited_server):
+    assert [_speech(limited_server, None).status_code for _ in range(2)] == [200, 200]
+    refused = _speech(limited_server, None)
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "rate_limited"
+    assert 1 <= int(refused.headers["retry-after"]) <= 30
+    url = limited_server.url.replace("http", "ws") + "/v1/stream"
+
+    async def main():
+        async with websockets.connect(url) as raw:
+            await raw.recv()
+            await raw.send(json.dumps({"type": "speak", "text": "hi"}))
+            return json.loads(await raw.recv())
+
+    error = asyncio.run(main())  # the same client (this address) over WebSocket
+    assert error["code"] == "rate_limited" and error["retry_after_s"] > 0
