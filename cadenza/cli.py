@@ -116,13 +116,14 @@ def _serve(config: CadenzaConfig, _: argparse.Namespace) -> int:
     import uvicorn
 
     from cadenza.admission.api_keys import ApiKeyFileError
+    from cadenza.admission.guard import GuardError
     from cadenza.stream.app import create_app
     from cadenza.telemetry import configure_logging
 
     configure_logging(config.server.log_level, process="edge")
     try:
         app = create_app(config)
-    except ApiKeyFileError as exc:
+    except (ApiKeyFileError, GuardError) as exc:
         print(f"cadenza: {exc}", file=sys.stderr)
         return 2
     uvicorn.run(

@@ -155,6 +155,19 @@ class LimitsConfig(_Section):
     )
 
 
+class GuardConfig(_Section):
+    """The input-text guard (see ``admission/guard.py``)."""
+
+    policy: str = Field(
+        "none", description="none, phrase_list, or python:module:factory (a pluggable guard)"
+    )
+    phrases_file: str | None = Field(None, description="phrase_list: one refused phrase per line")
+    timeout_s: float = Field(0.2, gt=0, description="how long the guard may take per request")
+    fail_open: bool = Field(
+        False, description="on guard timeout or error: allow (true) or refuse (false)"
+    )
+
+
 class CadenzaConfig(BaseSettings):
     """The whole configuration. Build it with :func:`load_config`."""
 
@@ -169,6 +182,7 @@ class CadenzaConfig(BaseSettings):
     model: ModelConfig = ModelConfig()
     engine: EngineConfig = EngineConfig()
     limits: LimitsConfig = LimitsConfig()
+    guard: GuardConfig = GuardConfig()
 
     @classmethod
     def settings_customise_sources(

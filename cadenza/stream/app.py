@@ -20,6 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cadenza import __version__
 from cadenza.admission.api_keys import ApiKeys
+from cadenza.admission.guard import build_guard
 from cadenza.config import CadenzaConfig
 from cadenza.engine.engine_client import EngineClient
 from cadenza.stream import openai_speech, webrtc, ws_session
@@ -33,8 +34,10 @@ _INDEX_HTML = Path(__file__).parent / "static" / "index.html"
 
 
 def create_app(config: CadenzaConfig) -> FastAPI:
-    """Raises ``ApiKeyFileError`` if the configured key file cannot be used."""
+    """Raises ``ApiKeyFileError`` or ``GuardError`` if the key file or the guard configuration
+    cannot be used."""
     metrics = Metrics()
+    guard = build_guard(config.guard)
     api_keys = None
     if config.server.api_keys_file:
         api_keys = ApiKeys.load(config.server.api_keys_file)
@@ -56,7 +59,7 @@ def create_app(config: CadenzaConfig) -> FastAPI:
             time.perf_counter() - started,
         )
         app.state.edge = state = EdgeState(
-            config=config, engine=engine, metrics=metrics, api_keys=api_keys
+            config=config, engine=engine, metrics=metrics, api_keys=api_keys, guard=guard
         )
         try:
             yield

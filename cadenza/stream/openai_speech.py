@@ -105,6 +105,9 @@ async def create_speech(request: Request) -> StreamingResponse:
     except UnsupportedFormat as exc:
         raise ApiError(400, str(exc), code="unsupported_format", param="response_format") from exc
 
+    refusal = await state.screen(body.input, client)
+    if refusal is not None:
+        raise ApiError(400, refusal, code="content_refused", param="input")
     try:
         grant = state.admit(client, body.input, body.max_duration_s)
     except RateLimited as exc:

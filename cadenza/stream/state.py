@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cadenza.admission.api_keys import ApiKeys, bearer_token
+from cadenza.admission.guard import TextGuard, run_guard
 from cadenza.admission.rate_limit import Grant, RateLimiter
 from cadenza.config import CadenzaConfig
 from cadenza.engine.engine_client import EngineClient
@@ -25,6 +26,7 @@ class EdgeState:
     webrtc_sessions: set[Any] = field(default_factory=set)  # live WebRTCSession objects
     api_keys: ApiKeys | None = None  # None: the server is open
     rate_limiter: RateLimiter | None = None
+    guard: TextGuard | None = None
 
     def __post_init__(self) -> None:
         limits = self.config.limits
@@ -64,6 +66,11 @@ class EdgeState:
     def settle(self, grant: Grant, audio_s: float) -> None:
         assert self.rate_limiter is not None
         self.rate_limiter.settle(grant, audio_s)
+
+    async def screen(self, text: str, client: str) -> str | None:
+        """Run the input guard; the refusal reason, or ``None`` when the text may be spoken."""
+        verdict = await run_guard(self.guard, text, self.config.guard, client)
+        return None if verdict.allowed else verdict.reason or "refused by the input guard"
 
     def engine_info(self) -> EngineInfo:
         """The loaded model's identity; 503 while the engine is not ready."""

@@ -181,6 +181,11 @@ class WebRTCSession:
         except RateLimited as exc:
             self._send(protocol.rate_limited_message(exc, self._stream_id))
             return
+        refusal = await self.state.screen(speak.text, self.client)
+        if refusal is not None:
+            self.state.settle(grant, 0.0)
+            self._send(protocol.error_message("content_refused", refusal, self._stream_id))
+            return
         self._active = asyncio.create_task(self._play(self._stream_id, request, grant))
 
     async def _play(self, stream_id: int, request: Any, grant: Grant) -> None:

@@ -223,6 +223,11 @@ class WebSocketSession:
         except RateLimited as exc:
             await self._send_text(protocol.rate_limited_message(exc, stream_id))
             return
+        refusal = await self.state.screen(speak.text, self.client)
+        if refusal is not None:
+            self.state.settle(grant, 0.0)
+            await self._send_text(protocol.error_message("content_refused", refusal, stream_id))
+            return
         self._active_id = stream_id
         self._active = asyncio.create_task(
             self._play(stream_id, request, speak.format, rate, grant)

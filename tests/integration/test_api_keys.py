@@ -122,3 +122,45 @@ def test_rate_limits_answer_429_with_retry_after(limited_server):
 
     error = asyncio.run(main())  # the same client (this address) over WebSocket
     assert error["code"] == "rate_limited" and error["retry_after_s"] > 0
+
+
+@pytest.fixture(scope="module")
+def guarded_server(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("guard")
+    phrases = directory / "phrases.txt"
+    phrases.write_text("forbidden words\n")
+    running = RunningServer(
+        directory / "server.log",
+        env={"CADENZA_GUARD__POLICY": "phrase_list", "CADENZA_GUARD__PHRASES_FILE": str(phrases)},
+    )
+    try:
+        running.wait_ready()
+        yield running
+    finally:
+        running.stop()
+
+
+def test_the_guard_refuses_on_every_transport(guarded_server):
+    body = {"model": "cadenza-tiny", "input": "say the Forbidden words", "response_format": "pcm"}
+    refused = httpx.post(f"{guarded_server.url}/v1/audio/speech", json=body, timeout=60)
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "content_refused"
+    body["input"] = "harmless"
+    assert (
+        httpx.post(f"{guarded_server.url}/v1/audio/speech", json=body, timeout=60).status_code
+        == 200
+    )
+    url = guarded_server.url.replace("http", "ws") + "/v1/stream"
+
+    async def main():
+        async with connect(url) as session:
+            with pytest.raises(StreamError) as caught:
+                async for _ in session.speak("forbidden words"):
+                    pass
+            return caught.value.code
+
+    assert asyncio.run(main()) == "content_refused"
+    audit = [
+        line for line in guarded_server.log_path.read_text().splitlines() if "cadenza.audit" in line
+    ]
+    decisions = [json.loads(json.loads(line)["msg"])["allowed"] for line in audit]
+    assert decisions == [False, True, False]  # one audit line per decision
