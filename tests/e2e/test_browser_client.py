@@ -9,7 +9,7 @@ import time
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
-from tests.integration.server import RunningServer
+from tests.integration.server import serving
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = [
@@ -39,12 +39,8 @@ INBOUND_AUDIO = """async () => {
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    running = RunningServer(tmp_path_factory.mktemp("browser") / "server.log")
-    try:
-        running.wait_ready()
+    with serving(tmp_path_factory.mktemp("browser") / "server.log") as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture

@@ -7,6 +7,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -56,6 +58,15 @@ class RunningServer:
                 pids.append(int(stat.parent.name))
         return pids
 
+    def metric(self, name: str) -> float:
+        """Sum of the Prometheus samples whose line starts with ``name`` (labels included)."""
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(name) and not line.startswith("#")
+        )
+
     def stop(self) -> None:
         self.process.terminate()
         try:
@@ -64,3 +75,14 @@ class RunningServer:
             self.process.kill()
             self.process.wait()
         self._log.close()
+
+
+@contextmanager
+def serving(log_path: Path, env: dict[str, str] | None = None) -> Iterator[RunningServer]:
+    """A ready server for the duration of the block (the body of a module fixture)."""
+    running = RunningServer(log_path, env)
+    try:
+        running.wait_ready()
+        yield running
+    finally:
+        running.stop()

@@ -13,7 +13,7 @@ import websockets
 
 from cadenza.client import StreamError, connect
 from cadenza.client.webrtc import WebRTCPeer
-from tests.integration.server import RunningServer
+from tests.integration.server import serving
 
 KEY = "test-key-123"
 OTHER = "hashed-key-456"
@@ -24,14 +24,9 @@ def server(tmp_path_factory):
     directory = tmp_path_factory.mktemp("keys")
     keys = directory / "keys.txt"
     keys.write_text(f"# keys\n{KEY}\nsha256:{hashlib.sha256(OTHER.encode()).hexdigest()}\n")
-    running = RunningServer(
-        directory / "server.log", env={"CADENZA_SERVER__API_KEYS_FILE": str(keys)}
-    )
-    try:
-        running.wait_ready()
+    env = {"CADENZA_SERVER__API_KEYS_FILE": str(keys)}
+    with serving(directory / "server.log", env) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def _speech(server, key):
@@ -95,15 +90,9 @@ def test_webrtc_offer_needs_the_key(server):
 
 @pytest.fixture(scope="module")
 def limited_server(tmp_path_factory):
-    running = RunningServer(
-        tmp_path_factory.mktemp("limits") / "server.log",
-        env={"CADENZA_LIMITS__REQUESTS_PER_MINUTE": "2"},
-    )
-    try:
-        running.wait_ready()
+    env = {"CADENZA_LIMITS__REQUESTS_PER_MINUTE": "2"}
+    with serving(tmp_path_factory.mktemp("limits") / "server.log", env) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def test_rate_limits_answer_429_with_retry_after(limited_server):
@@ -129,15 +118,9 @@ def guarded_server(tmp_path_factory):
     directory = tmp_path_factory.mktemp("guard")
     phrases = directory / "phrases.txt"
     phrases.write_text("forbidden words\n")
-    running = RunningServer(
-        directory / "server.log",
-        env={"CADENZA_GUARD__POLICY": "phrase_list", "CADENZA_GUARD__PHRASES_FILE": str(phrases)},
-    )
-    try:
-        running.wait_ready()
+    env = {"CADENZA_GUARD__POLICY": "phrase_list", "CADENZA_GUARD__PHRASES_FILE": str(phrases)}
+    with serving(directory / "server.log", env) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def test_the_guard_refuses_on_every_transport(guarded_server):

@@ -13,7 +13,7 @@ import av
 import httpx
 import pytest
 
-from tests.integration.server import RunningServer
+from tests.integration.server import serving
 
 HOP = 320
 SPEECH = "/v1/audio/speech"
@@ -21,12 +21,8 @@ SPEECH = "/v1/audio/speech"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    running = RunningServer(tmp_path_factory.mktemp("server") / "server.log")
-    try:
-        running.wait_ready()
+    with serving(tmp_path_factory.mktemp("server") / "server.log") as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture
@@ -50,11 +46,12 @@ def _wav_samples(body: bytes) -> int:
 
 
 def _metric(http, name: str) -> float:
-    total = 0.0
-    for line in http.get("/metrics").text.splitlines():
-        if line.startswith(name) and not line.startswith("#"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    text = http.get("/metrics").text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name) and not line.startswith("#")
+    )
 
 
 def test_health_ready_models(http):

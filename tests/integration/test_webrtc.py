@@ -13,22 +13,13 @@ import pytest
 from aiortc.mediastreams import MediaStreamTrack
 
 from cadenza.client.webrtc import WebRTCPeer as Peer
-from tests.integration.server import RunningServer
+from tests.integration.server import serving
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    running = RunningServer(tmp_path_factory.mktemp("rtc") / "server.log")
-    try:
-        running.wait_ready()
+    with serving(tmp_path_factory.mktemp("rtc") / "server.log") as running:
         yield running
-    finally:
-        running.stop()
-
-
-def _metric(server, name):
-    text = httpx.get(f"{server.url}/metrics").text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
 
 def test_speak_over_the_control_channel_plays_audio(server):
@@ -73,7 +64,7 @@ def test_cancel_stops_audio_at_once_and_frees_the_stream(server):
     assert done["reason"] == "cancelled"
     assert after == before  # silence after barge-in: nothing queued kept playing
     deadline = time.monotonic() + 10
-    while _metric(server, "cadenza_engine_requests") or _metric(server, "cadenza_streams_active"):
+    while server.metric("cadenza_engine_requests") or server.metric("cadenza_streams_active"):
         assert time.monotonic() < deadline, "the cancelled stream was not freed"
         time.sleep(0.3)
 

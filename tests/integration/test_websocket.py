@@ -6,7 +6,6 @@ import asyncio
 import json
 import time
 
-import httpx
 import numpy as np
 import pytest
 import websockets
@@ -14,23 +13,17 @@ import websockets
 from cadenza.client import StreamError, connect, speak_sync
 from cadenza.codecs.opus import OpusPacketDecoder
 from cadenza.stream import protocol
-from tests.integration.server import RunningServer
+from tests.integration.server import serving
 
 IDLE_TIMEOUT_S = 2.0
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    running = RunningServer(
-        tmp_path_factory.mktemp("ws") / "server.log",
-        env={"CADENZA_SERVER__WS_IDLE_TIMEOUT_S": str(IDLE_TIMEOUT_S)},
-    )
-    try:
-        running.wait_ready()
-        running.idle_tasks = _metric(running, "cadenza_edge_asyncio_tasks")
+    env = {"CADENZA_SERVER__WS_IDLE_TIMEOUT_S": str(IDLE_TIMEOUT_S)}
+    with serving(tmp_path_factory.mktemp("ws") / "server.log", env) as running:
+        running.idle_tasks = running.metric("cadenza_edge_asyncio_tasks")
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture
@@ -38,18 +31,13 @@ def ws_url(server):
     return server.url.replace("http", "ws") + "/v1/stream"
 
 
-def _metric(server, name):
-    text = httpx.get(f"{server.url}/metrics").text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
-
-
 def _wait_until_idle(server, timeout_s=10.0):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         time.sleep(0.6)  # engine stats arrive every 0.5 s
         if (
-            _metric(server, "cadenza_engine_requests") == 0
-            and _metric(server, "cadenza_streams_active") == 0
+            server.metric("cadenza_engine_requests") == 0
+            and server.metric("cadenza_streams_active") == 0
         ):
             return
     pytest.fail("streams or engine requests were left behind")
