@@ -1,4 +1,5 @@
-"""Command line: ``cadenza serve`` and ``cadenza generate`` (also ``python -m cadenza``)."""
+"""Command line: ``cadenza serve | generate | plan | bench | loadtest`` (also
+``python -m cadenza``)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"cadenza: {exc}", file=sys.stderr)
         return 2
-    handler = {"serve": _serve, "generate": _generate, "bench": _bench, "plan": _plan}[args.command]
+    handler = {
+        "serve": _serve,
+        "generate": _generate,
+        "bench": _bench,
+        "plan": _plan,
+        "loadtest": _loadtest,
+    }[args.command]
     return handler(config, args)
 
 
@@ -45,6 +52,11 @@ def _build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="TCP port (default 8000)")
     serve.add_argument("--api-keys-file", help="accepted API keys, one per line (or sha256:<hex>)")
+    serve.add_argument(
+        "--engine",
+        choices=["cadenza", "naive"],
+        help="naive: one thread per request with the transformers model (a load-test baseline)",
+    )
     _add_model_flags(serve)
 
     generate = commands.add_parser(
@@ -78,7 +90,45 @@ def _build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--weights-bytes", help="memory the weights take (subtracted), e.g. 16GiB")
     plan.add_argument("--model", help="built-in model name or checkpoint directory")
     plan.add_argument("--json", action="store_true", help="print JSON")
+    plan.add_argument(
+        "--no-measure",
+        action="store_true",
+        help="with --model: skip measuring the real-time capacity on this device",
+    )
     plan.add_argument("--config", type=Path, help=argparse.SUPPRESS)
+
+    loadtest = commands.add_parser(
+        "loadtest",
+        help="drive real clients against a server and report concurrent streams at SLO",
+        description="Offer load to a running server, simulate each client's playout, and "
+        "report TTFA, underruns (C50/C100/C200) and RTF per level; --sweep finds the most "
+        "concurrent streams at SLO. Outputs report.json, report.md and PNG plots in --out.",
+    )
+    loadtest.add_argument("--url", required=True, help="server, e.g. http://127.0.0.1:8000")
+    loadtest.add_argument("--transport", choices=["ws", "http", "webrtc"], default="ws")
+    level_choice = loadtest.add_mutually_exclusive_group(required=True)
+    level_choice.add_argument("--concurrency", type=int, help="run one level of N streams")
+    level_choice.add_argument("--sweep", action="store_true", help="find capacity at SLO")
+    loadtest.add_argument("--arrival", choices=["closed", "poisson", "burst"], default="closed")
+    loadtest.add_argument("--rate", type=float, default=1.0, help="poisson: streams per second")
+    loadtest.add_argument("--duration", type=float, default=20.0, help="seconds per level")
+    loadtest.add_argument(
+        "--text-lengths", default="uniform:40-120", help="fixed:N or uniform:A-B characters"
+    )
+    loadtest.add_argument("--slo-ttfa-ms", type=float, default=500.0)
+    loadtest.add_argument("--slo-underrun-ms", type=float, default=100.0)
+    loadtest.add_argument("--client-buffer-ms", type=float, default=100.0)
+    loadtest.add_argument(
+        "--priority", choices=["realtime", "standard", "batch"], default="realtime"
+    )
+    loadtest.add_argument("--api-key")
+    loadtest.add_argument("--baseline", help="a second server to sweep the same way (naive)")
+    loadtest.add_argument("--start", type=int, default=1, help="sweep: first level")
+    loadtest.add_argument("--limit", type=int, default=128, help="sweep: largest level")
+    loadtest.add_argument("--seed", type=int, default=0)
+    loadtest.add_argument("--out", required=True, type=Path, help="output directory")
+    loadtest.add_argument("--quiet", action="store_true", help="no progress line")
+    loadtest.add_argument("--config", type=Path, help=argparse.SUPPRESS)
 
     bench = commands.add_parser("bench", help="benchmarks, side by side in one run")
     bench.add_argument("target", choices=["engine", "codec", "pacing"], help="what to measure")
@@ -109,6 +159,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
             "api_keys_file": getattr(args, "api_keys_file", None),
         },
         "model": {"name": getattr(args, "model", None), "device": getattr(args, "device", None)},
+        "engine": {"kind": getattr(args, "engine", None)},
     }
 
 
@@ -179,7 +230,7 @@ def _generate(config: CadenzaConfig, args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan(_: CadenzaConfig, args: argparse.Namespace) -> int:
+def _plan(config: CadenzaConfig, args: argparse.Namespace) -> int:
     from cadenza.admission.kv_plan import KVPlan, parse_bytes
 
     try:
@@ -204,6 +255,8 @@ def _plan(_: CadenzaConfig, args: argparse.Namespace) -> int:
         print(f"cadenza: {exc}", file=sys.stderr)
         return 2
     result = plan.to_dict()
+    if args.model is not None and not args.no_measure:
+        result["realtime"] = _measured_capacity(config, args.model)
     if args.json:
         print(json.dumps(result))
     else:
@@ -214,6 +267,31 @@ def _plan(_: CadenzaConfig, args: argparse.Namespace) -> int:
             )
             print(f"{key:<{width}}  {shown}")
     return 0
+
+
+def _measured_capacity(config: CadenzaConfig, model: str) -> dict[str, Any]:
+    """Real-time streams ``model`` holds on this device: the start-up calibration (cached, as
+    the server's) read through the same capacity model the server admits with."""
+    from cadenza.admission.capacity import CapacityModel
+    from cadenza.engine.calibration import load_or_calibrate
+    from cadenza.engine.engine import Engine
+
+    config = config.model_copy(update={"model": config.model.model_copy(update={"name": model})})
+    engine = Engine.from_config(config)
+    calibration = load_or_calibrate(engine, config.model.seed)
+    info = engine.engine_info(None if calibration is None else calibration.to_dict())
+    capacity = CapacityModel(info, config.engine, config.admission)
+    return {
+        "device": None if calibration is None else calibration.device_name,
+        "calibration": None if calibration is None else calibration.source,
+        "step_budget_ms": round(capacity.step_budget_ms, 3),
+        "max_streams": capacity.max_streams(),
+        "realtime_limit": capacity.realtime_limit(),
+        "kv_limit": capacity.kv_limit(),
+        "decode_step_ms": None
+        if calibration is None
+        else {str(t): round(ms, 3) for t, _, ms in calibration.model.decode_points},
+    }
 
 
 def _model_shape(name_or_path: str) -> tuple[dict[str, int], int]:
@@ -233,6 +311,56 @@ def _model_shape(name_or_path: str) -> tuple[dict[str, int], int]:
         "head_dim": config.head_dim,
     }
     return shape, config.num_heads
+
+
+def _loadtest(_: CadenzaConfig, args: argparse.Namespace) -> int:
+    import asyncio
+
+    from cadenza.loadtest.harness import LoadTestError, run_loadtest
+    from cadenza.loadtest.workload import LoadOptions, TextLengths, WorkloadError
+
+    try:
+        options = LoadOptions(
+            url=args.url.rstrip("/"),
+            transport=args.transport,
+            arrival=args.arrival,
+            rate=args.rate,
+            duration_s=args.duration,
+            text_lengths=TextLengths.parse(args.text_lengths),
+            slo_ttfa_ms=args.slo_ttfa_ms,
+            slo_underrun_ms=args.slo_underrun_ms,
+            client_buffer_ms=args.client_buffer_ms,
+            priority=args.priority,
+            api_key=args.api_key,
+            seed=args.seed,
+        )
+        report, paths = asyncio.run(
+            run_loadtest(
+                options,
+                out_dir=args.out,
+                concurrency=args.concurrency,
+                baseline_url=args.baseline,
+                start=args.start,
+                limit=args.limit,
+                progress=None if args.quiet else _progress_line,
+            )
+        )
+    except (WorkloadError, LoadTestError) as exc:
+        print(f"cadenza loadtest: {exc}", file=sys.stderr)
+        return 2
+    print(file=sys.stderr)
+    summary = {
+        "capacity_streams": report["capacity_streams"],
+        "ideal_streams": report["ideal_streams"],
+        "baseline_capacity_streams": (report.get("baseline") or {}).get("capacity_streams"),
+        "outputs": [str(p) for p in paths],
+    }
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+def _progress_line(text: str) -> None:
+    print(f"\r{text}", end="", file=sys.stderr, flush=True)
 
 
 def _bench(_: CadenzaConfig, args: argparse.Namespace) -> int:

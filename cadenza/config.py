@@ -86,6 +86,11 @@ class ModelConfig(_Section):
 class EngineConfig(_Section):
     """The engine process and how the edge talks to it."""
 
+    kind: Literal["cadenza", "naive"] = Field(
+        "cadenza",
+        description="cadenza: the batching engine; naive: one thread per request with the "
+        "transformers model and offline codec decode (a baseline for load tests)",
+    )
     mode: Literal["process", "inprocess"] = Field(
         "process",
         description="process: engine in its own process over ZeroMQ; inprocess: a thread (tests)",
@@ -123,6 +128,40 @@ class EngineConfig(_Section):
         gt=0,
         le=0.95,
         description="share of free device memory for the KV cache (raise it on a GPU)",
+    )
+
+    ttfa_target_ms: float = Field(
+        300.0, gt=0, description="a stream's first chunk is due this long after it arrives"
+    )
+    playout_reserve_ms: float = Field(
+        100.0,
+        ge=0,
+        description="audio a listener buffers before playing; later chunks are due against it",
+    )
+    realtime_headroom: float = Field(
+        0.1,
+        ge=0,
+        lt=1,
+        description="share of each frame period kept free: steps and admission aim below it",
+    )
+    calibration: Literal["auto", "refresh", "off"] = Field(
+        "auto",
+        description="step-time sweep at start-up: auto (cached per model and device), "
+        "refresh (measure again), off (no real-time admission)",
+    )
+    calibration_batch_sizes: tuple[int, ...] = Field(
+        (1, 2, 4, 8, 12, 16, 20, 24, 32, 48, 64),
+        min_length=1,
+        description="decoding streams per calibration point (stops once steps are too slow)",
+    )
+    calibration_steps: int = Field(
+        60, ge=2, le=1000, description="steps timed per point (a multiple of chunk_frames)"
+    )
+    calibration_long_context: int = Field(
+        1024, ge=0, description="prompt tokens of the long-context calibration point (0: none)"
+    )
+    calibration_cache_dir: str | None = Field(
+        None, description="where calibrations are cached (unset: ~/.cache/cadenza)"
     )
 
     @model_validator(mode="after")
@@ -168,6 +207,36 @@ class GuardConfig(_Section):
     )
 
 
+class AdmissionConfig(_Section):
+    """Priority queues and the capacity check in front of the engine (``admission/``)."""
+
+    realtime_max_wait_s: float = Field(
+        3.0, ge=0, description="longest a realtime request waits for capacity before refusal"
+    )
+    standard_max_wait_s: float = Field(30.0, ge=0, description="same for standard requests")
+    batch_max_wait_s: float = Field(120.0, ge=0, description="same for batch requests")
+    max_queue_length: int = Field(64, ge=0, description="requests waiting per priority class")
+    aging_s: float = Field(
+        10.0, gt=0, description="waiting this long raises a request by one priority class"
+    )
+    standard_reserved_share: float = Field(
+        0.2, ge=0, le=1, description="share of max_streams standard requests get first"
+    )
+    batch_reserved_share: float = Field(
+        0.05, ge=0, le=1, description="share of max_streams batch requests get first"
+    )
+    nominal_stream_s: float = Field(
+        10.0, gt=0, description="utterance length max_streams is quoted for (context, pages)"
+    )
+    slack_close_ms: float = Field(
+        10.0,
+        description="close admission while a delivered chunk had less slack than this",
+    )
+    slack_reopen_s: float = Field(
+        1.0, ge=0, description="reopen once chunks have kept that slack for this long"
+    )
+
+
 class CadenzaConfig(BaseSettings):
     """The whole configuration. Build it with :func:`load_config`."""
 
@@ -183,6 +252,7 @@ class CadenzaConfig(BaseSettings):
     engine: EngineConfig = EngineConfig()
     limits: LimitsConfig = LimitsConfig()
     guard: GuardConfig = GuardConfig()
+    admission: AdmissionConfig = AdmissionConfig()
 
     @classmethod
     def settings_customise_sources(

@@ -87,6 +87,57 @@ class Metrics:
         self.edge_tasks = Gauge(
             "cadenza_edge_asyncio_tasks", "asyncio tasks alive in the edge process", registry=r
         )
+        self.admission_decisions = Counter(
+            "cadenza_admission_decisions",
+            "admission outcomes by priority, decision (admitted, queued, refused) and reason",
+            ["priority", "decision", "reason"],
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "cadenza_queue_depth", "requests waiting for capacity", ["priority"], registry=r
+        )
+        self.queue_oldest_age = Gauge(
+            "cadenza_queue_oldest_age_seconds",
+            "how long the oldest waiting request has waited",
+            ["priority"],
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "cadenza_queue_wait_seconds",
+            "time admitted requests waited for capacity",
+            ["priority"],
+            buckets=(*_LATENCY_BUCKETS_S, 30.0, 60.0, 120.0),
+            registry=r,
+        )
+        self.streams_admitted = Gauge(
+            "cadenza_streams_admitted", "streams holding an admission slot", registry=r
+        )
+        self.max_streams = Gauge(
+            "cadenza_capacity_max_streams",
+            "current estimate of concurrent real-time streams this server holds",
+            registry=r,
+        )
+        self.admission_open = Gauge(
+            "cadenza_admission_open",
+            "0 while admission is closed because chunks lost their slack",
+            registry=r,
+        )
+        self.deadline_slack = Histogram(
+            "cadenza_chunk_deadline_slack_seconds",
+            "time each audio chunk left the engine before its playout deadline (negative: late)",
+            buckets=(-0.5, -0.2, -0.1, -0.05, 0.0, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0),
+            registry=r,
+        )
+        self.skipped_steps = Counter(
+            "cadenza_engine_skipped_steps",
+            "sequence-steps skipped by streams ahead of their playout clock",
+            registry=r,
+        )
+        self.step_correction = Gauge(
+            "cadenza_engine_step_correction",
+            "measured / calibrated step time (online correction of the capacity model)",
+            registry=r,
+        )
         self._engine_totals: dict[str, int] = {}
 
     def observe_engine_stats(self, message: dict[str, Any]) -> None:
@@ -95,6 +146,8 @@ class Metrics:
             self.engine_step.observe(seconds)
         for decodes in message["step_decodes"]:
             self.step_decodes.observe(decodes)
+        for slack_ms in message.get("chunk_slack_ms", ()):
+            self.deadline_slack.observe(slack_ms / 1000.0)
         engine = message["engine"]
         self.engine_running.set(engine["num_running"])
         self.engine_waiting.set(engine["num_waiting"])
@@ -102,9 +155,11 @@ class Metrics:
         self.decode_occupancy.set(engine["num_running"] / max(engine["max_num_seqs"], 1))
         self.kv_pages_total.set(engine["kv_blocks_total"])
         self.kv_pages_free.set(engine["kv_blocks_free"])
+        self.step_correction.set(engine.get("step_correction", 1.0))
         for key, counter in (
             ("num_preemptions", self.preemptions),
             ("prefix_hit_tokens", self.prefix_hit_tokens),
+            ("skipped_steps", self.skipped_steps),
         ):
             delta = engine[key] - self._engine_totals.get(key, 0)
             if delta > 0:

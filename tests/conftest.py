@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 from hypothesis import settings
@@ -17,6 +20,12 @@ if os.environ.get("CI"):
 os.environ.setdefault("CADENZA_MODEL__DEVICE", "cpu")
 # A small KV cache: enough for the tests' streams, and cheap to allocate in every server.
 os.environ.setdefault("CADENZA_ENGINE__KV_CACHE_MEMORY_BYTES", str(256 << 20))
+# Every server of the session shares one calibration (measured once, by the first to start),
+# kept out of the user's cache.
+if "CADENZA_ENGINE__CALIBRATION_CACHE_DIR" not in os.environ:
+    _calibration_dir = tempfile.mkdtemp(prefix="cadenza-calibration-")
+    atexit.register(shutil.rmtree, _calibration_dir, ignore_errors=True)
+    os.environ["CADENZA_ENGINE__CALIBRATION_CACHE_DIR"] = _calibration_dir
 
 
 @pytest.fixture(scope="session")

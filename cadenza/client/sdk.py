@@ -16,12 +16,14 @@ from cadenza.stream import protocol
 
 
 class StreamError(RuntimeError):
-    """The server refused or ended an utterance with an error (``code`` from docs/protocol.md)."""
+    """The server refused or ended an utterance with an error (``code`` from docs/protocol.md);
+    ``retry_after_s`` is set when the server said when to try again (capacity, rate limits)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, retry_after_s: float | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,8 @@ class Session:
         self.connection = connection
         self.ready = ready
         self.last_stats: dict[str, Any] | None = None
+        self.last_queued: dict[str, Any] | None = None  # the server's queue notice, if it sent one
+        self.last_started: dict[str, Any] | None = None
         self._microphone_rate: int | None = None
 
     async def speak(
@@ -70,8 +74,9 @@ class Session:
         ):
             if value is not None:
                 request[key] = value
+        self.last_queued = self.last_started = self.last_stats = None
         await self.connection.send(json.dumps(request))
-        started = await self._next_control({"started"})
+        started = self.last_started = await self._next_control({"started"})
         stream_id, rate = started["stream_id"], started["sample_rate"]
         finished = False
         try:
@@ -85,7 +90,7 @@ class Session:
                 event = json.loads(message)
                 if event.get("type") == "error":
                     finished = True
-                    raise StreamError(event["code"], event["message"])
+                    raise _stream_error(event)
                 if event.get("type") == "done" and event.get("stream_id") == stream_id:
                     finished = True
                     self.last_stats = event.get("stats")
@@ -125,9 +130,16 @@ class Session:
                 continue  # audio of an utterance that was cancelled
             event = json.loads(message)
             if event.get("type") == "error":
-                raise StreamError(event["code"], event["message"])
+                raise _stream_error(event)
+            if event.get("type") == "queued":
+                self.last_queued = dict(event)
             if event.get("type") in kinds:
                 return dict(event)
+
+
+def _stream_error(event: dict[str, Any]) -> StreamError:
+    retry = event.get("retry_after_s")
+    return StreamError(event["code"], event["message"], None if retry is None else float(retry))
 
 
 @asynccontextmanager

@@ -12,6 +12,11 @@ Each :meth:`Engine.step`:
 5. every stream with enough new codec frames (or that just finished) is decoded to audio in
    one batched call of the streaming decoder.
 
+Every audio stream carries a :class:`PlayoutClock`; the scheduler's :class:`DeadlinePolicy`
+orders and sizes work by it. Each step is timed: a calibrated :class:`StepTimeModel` (see
+:mod:`cadenza.engine.calibration`) is corrected online from those times, and every chunk's
+slack against its deadline is recorded for the edge's metrics and admission.
+
 Offline APIs: :meth:`generate_ids` (token LMs, used to check exactness against transformers)
 and :meth:`synthesize` (text to audio).
 """
@@ -20,7 +25,10 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
+from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,18 +37,22 @@ from cadenza.codecs.encodec import CodecError, EncodecCodec, load_codec
 from cadenza.codecs.streaming_decoder import StreamingDecoder
 from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
 from cadenza.engine.block_pool import BlockPool
+from cadenza.engine.deadline_policy import DeadlinePolicy
 from cadenza.engine.kv_cache_manager import KVCacheManager
 from cadenza.engine.memory import available_memory_bytes
+from cadenza.engine.messages import EngineInfo
 from cadenza.engine.model_runner import ForwardResult, ModelRunner
 from cadenza.engine.models.llama import fuse_llama_projections
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.models.registry import load_model
 from cadenza.engine.paged_kv_cache import PagedKVCache
+from cadenza.engine.playout_clock import PlayoutClock
 from cadenza.engine.request import FinishReason, StreamOutput, SynthesisRequest, derive_duration_s
 from cadenza.engine.sampler import sample_rows
 from cadenza.engine.sampling_params import SamplingParams
 from cadenza.engine.scheduler import ScheduledBatch, Scheduler
 from cadenza.engine.sequence import Sequence, SequenceStatus
+from cadenza.engine.step_time_model import StepTimeModel
 from cadenza.kernels.cpu_linear import pack_linears, packing_available
 
 log = logging.getLogger(__name__)
@@ -66,6 +78,9 @@ class EngineStats:
     prefix_query_tokens: int
     last_batch_decodes: int
     last_batch_tokens: int
+    last_batch_context: int  # KV positions the last step's sequences attend to
+    skipped_steps: int  # sequence-steps skipped by streams ahead of their playout
+    step_correction: float  # measured / calibrated step time (1.0 when uncalibrated)
 
 
 class Engine:
@@ -104,8 +119,22 @@ class Engine:
         self.kv_manager = KVCacheManager(
             self.block_pool, config.block_size, config.reserve_max_output
         )
+        self.steps_per_frame = self.layout.steps_for_frames(101) - self.layout.steps_for_frames(100)
+        self.policy: DeadlinePolicy | None = None
+        if self.layout.produces_audio:
+            assert codec is not None
+            self.policy = DeadlinePolicy(
+                self.layout,
+                frame_period_s=1.0 / codec.frame_rate,
+                steps_per_frame=self.steps_per_frame,
+                first_chunk_frames=config.first_chunk_frames,
+                chunk_frames=config.chunk_frames,
+                headroom=config.realtime_headroom,
+                min_prefill_tokens=config.block_size,
+                clock=time.monotonic,
+            )
         self.scheduler = Scheduler(
-            self.kv_manager, config.max_num_batched_tokens, config.max_num_seqs
+            self.kv_manager, config.max_num_batched_tokens, config.max_num_seqs, self.policy
         )
         self.runner = ModelRunner(model, self.kv_cache, device)
         self.decoder: StreamingDecoder | None = None
@@ -120,6 +149,12 @@ class Engine:
         self._seqs: dict[str, Sequence] = {}
         self._pending: list[StreamOutput] = []
         self._last_batch = ScheduledBatch()
+        self._last_context = 0
+        self.last_step_s = 0.0
+        # Slack of each delivered chunk (seconds), drained by whoever reports metrics.
+        self.chunk_slacks_s: deque[float] = deque(maxlen=4096)
+        self.codec_seconds = 0.0  # time in the streaming decoder, and the frames it decoded
+        self.codec_frames = 0
 
     @classmethod
     def from_pretrained(
@@ -218,6 +253,12 @@ class Engine:
             conditioning=f"voice={request.voice}",
         )
         seq.target_frames = target_frames
+        seq.playout = PlayoutClock(
+            arrival_s=time.monotonic(),
+            ttfa_target_s=self.config.ttfa_target_ms / 1000.0,
+            frame_period_s=1.0 / self.frame_rate,
+            reserve_s=self.config.playout_reserve_ms / 1000.0,
+        )
         self._submit(seq)
         seq.codec_slot = self._free_codec_slots.pop()
         self._streaming_decoder().open(seq.codec_slot)
@@ -251,6 +292,25 @@ class Engine:
         self._finish(seq, FinishReason.CANCELLED, _EMPTY_AUDIO)
         return True
 
+    def engine_info(self, calibration: dict[str, Any] | None = None) -> EngineInfo:
+        """What the edge needs to know about this engine (sent once, in ``ready``)."""
+        return EngineInfo(
+            model_name=self.model_name,
+            voices=self.voices,
+            sample_rate=self.sample_rate,
+            frame_rate=self.frame_rate,
+            device=str(self.model.device),
+            steps_per_frame=self.steps_per_frame,
+            block_size=self.config.block_size,
+            kv_blocks_total=self.block_pool.num_blocks,
+            max_num_seqs=self.config.max_num_seqs,
+            calibration=calibration,
+        )
+
+    def sequence(self, request_id: str) -> Sequence | None:
+        """A live request's state (``None`` once it has finished)."""
+        return self._seqs.get(request_id)
+
     def has_unfinished_requests(self) -> bool:
         return bool(self._seqs) or bool(self._pending)
 
@@ -258,13 +318,36 @@ class Engine:
 
     def step(self) -> list[StreamOutput]:
         """Run one step; return the outputs that are ready (audio chunks, finished streams)."""
+        started = time.perf_counter()
         batch = self.scheduler.schedule()
         self._last_batch = batch
+        self._last_context = sum(seq.num_tokens for seq, _ in batch.items())
         if not batch.is_empty:
             result = self._forward(batch)
             self._advance(batch, result)
+        self.last_step_s = time.perf_counter() - started
+        policy = self.policy
+        if not batch.is_empty and policy is not None and policy.step_model is not None:
+            policy.correction.observe(
+                policy.step_model,
+                batch.num_tokens,
+                len(batch.decodes),
+                self._last_context,
+                1000.0 * self.last_step_s,
+            )
         outputs, self._pending = self._pending, []
         return outputs
+
+    @property
+    def step_model(self) -> StepTimeModel | None:
+        """The calibrated step-time model the deadline policy uses (``None``: uncalibrated)."""
+        return None if self.policy is None else self.policy.step_model
+
+    @step_model.setter
+    def step_model(self, model: StepTimeModel | None) -> None:
+        if self.policy is None:
+            raise TypeError(f"{self.model_name} has no playout deadlines to calibrate")
+        self.policy.step_model = model
 
     def stats(self) -> EngineStats:
         return EngineStats(
@@ -278,6 +361,9 @@ class Engine:
             prefix_query_tokens=self.kv_manager.prefix_query_tokens,
             last_batch_decodes=len(self._last_batch.decodes),
             last_batch_tokens=self._last_batch.num_tokens,
+            last_batch_context=self._last_context,
+            skipped_steps=self.scheduler.num_skipped,
+            step_correction=1.0 if self.policy is None else self.policy.correction.factor,
         )
 
     def check_integrity(self) -> None:
@@ -485,13 +571,22 @@ class Engine:
         if self.decoder is None:
             return {}
         chunks, final, owners = {}, set(), {}
+        pending = {seq: self.layout.frames_ready(seq) - seq.frames_sent for seq in seqs}
+
+        def due(seq: Sequence) -> bool:
+            first = seq.frames_sent == 0
+            threshold = self.config.first_chunk_frames if first else self.config.chunk_frames
+            return seq in finished or pending[seq] >= threshold
+
+        # When any stream's chunk is due, streams at least a third of the way to theirs join
+        # the same decoder call: the codec runs in large batches, and streams that decoded
+        # together stay in phase, so the next calls are large too.
+        join = any(due(seq) for seq in seqs)
+        join_frames = max(1, self.config.chunk_frames // 3)
         for seq in seqs:
             complete = self.layout.frames_ready(seq)
-            pending = complete - seq.frames_sent
-            threshold = (
-                self.config.first_chunk_frames if seq.frames_sent == 0 else self.config.chunk_frames
-            )
-            if seq.codec_slot is None or (pending < threshold and seq not in finished):
+            joins = join and seq.frames_sent > 0 and pending[seq] >= join_frames
+            if seq.codec_slot is None or not (due(seq) or joins):
                 continue
             codes = self.layout.frame_codes(seq, seq.frames_sent, complete)
             chunks[seq.codec_slot] = (
@@ -503,7 +598,15 @@ class Engine:
                 final.add(seq.codec_slot)
         if not chunks:
             return {}
+        started = time.perf_counter()
         decoded = self.decoder.decode(chunks, frozenset(final))
+        now = time.monotonic()
+        self.codec_seconds += time.perf_counter() - started
+        self.codec_frames += sum(int(codes.shape[1]) for codes in chunks.values())
+        for slot, seq in owners.items():
+            if seq.playout is not None and chunks[slot].shape[1] > 0:
+                first_frame = seq.frames_sent - int(chunks[slot].shape[1])
+                self.chunk_slacks_s.append(seq.playout.delivered(first_frame, now))
         for slot in final:
             self._free_codec_slots.append(slot)
             owners[slot].codec_slot = None

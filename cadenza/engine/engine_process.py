@@ -27,7 +27,9 @@ import zmq
 
 from cadenza.config import CadenzaConfig
 from cadenza.engine import messages
+from cadenza.engine.calibration import load_or_calibrate
 from cadenza.engine.engine import Engine, RequestRejected
+from cadenza.engine.naive_engine import NaiveEngine
 from cadenza.engine.request import FinishReason, StreamOutput
 from cadenza.telemetry import configure_logging
 
@@ -51,20 +53,13 @@ def run_engine_loop(
     outbound.connect(outbound_address)
     try:
         try:
-            engine = Engine.from_config(config)
+            engine, info = _load(config)
         except Exception as exc:
             log.exception("engine failed to load")
             outbound.send(
                 messages.pack({"type": "fatal", "message": f"engine failed to load: {exc}"})
             )
             return
-        info = messages.EngineInfo(
-            model_name=engine.model_name,
-            voices=engine.voices,
-            sample_rate=engine.sample_rate,
-            frame_rate=engine.frame_rate,
-            device=str(engine.model.device),
-        )
         outbound.send(messages.pack(messages.info_message(info)))
         _serve(engine, inbound, outbound, stop)
     finally:
@@ -72,15 +67,24 @@ def run_engine_loop(
         outbound.close(linger=1000)
 
 
+def _load(config: CadenzaConfig) -> tuple[Engine | NaiveEngine, messages.EngineInfo]:
+    """Build the configured engine, calibrate it, and describe it for the edge."""
+    if config.engine.kind == "naive":
+        naive = NaiveEngine.from_config(config)
+        return naive, naive.engine_info()
+    engine = Engine.from_config(config)
+    calibration = load_or_calibrate(engine, config.model.seed)
+    return engine, engine.engine_info(None if calibration is None else calibration.to_dict())
+
+
 def _serve(
-    engine: Engine,
+    engine: Engine | NaiveEngine,
     inbound: zmq.Socket[bytes],
     outbound: zmq.Socket[bytes],
     stop: threading.Event | None,
 ) -> None:
     parent_pid = os.getppid()
-    step_durations: list[float] = []
-    step_decodes: list[int] = []
+    steps = messages.StepLog()
     last_stats = time.monotonic()
     while stop is None or not stop.is_set():
         timeout_ms = 0 if engine.has_unfinished_requests() else IDLE_POLL_MS
@@ -91,24 +95,30 @@ def _serve(
                 return
             _handle(engine, message, outbound)
         if engine.has_unfinished_requests():
-            started = time.perf_counter()
             outputs = engine.step()
-            step_durations.append(time.perf_counter() - started)
-            step_decodes.append(engine.stats().last_batch_decodes)
+            stats = engine.stats()
+            steps.step_s.append(engine.last_step_s)
+            steps.step_decodes.append(stats.last_batch_decodes)
+            steps.step_tokens.append(stats.last_batch_tokens)
+            steps.step_context.append(stats.last_batch_context)
             for output in outputs:
                 code = "internal" if output.finish_reason is FinishReason.ERROR else None
                 outbound.send(messages.pack(messages.output_message(output, code)))
         now = time.monotonic()
         if now - last_stats >= STATS_INTERVAL_S:
-            stats = messages.stats_message(step_durations, step_decodes, engine.stats())
-            outbound.send(messages.pack(stats))
-            step_durations, step_decodes, last_stats = [], [], now
+            slacks = list(engine.chunk_slacks_s)
+            engine.chunk_slacks_s.clear()
+            report = messages.stats_message(steps, slacks, engine.stats())
+            outbound.send(messages.pack(report))
+            steps, last_stats = messages.StepLog(), now
             if stop is None and os.getppid() != parent_pid:
                 log.warning("edge process is gone; engine exits")
                 return
 
 
-def _handle(engine: Engine, message: dict[str, Any], outbound: zmq.Socket[bytes]) -> None:
+def _handle(
+    engine: Engine | NaiveEngine, message: dict[str, Any], outbound: zmq.Socket[bytes]
+) -> None:
     kind = message["type"]
     if kind == "add":
         try:

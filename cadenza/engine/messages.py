@@ -11,13 +11,15 @@ engine -> edge
     ``output``    {request_id, audio: float32 LE bytes, codes: uint16 LE bytes [frames, K] or
                   None, num_codebooks, finish_reason, error, error_code}
     ``stats``     {step_s: [seconds of each step since the last stats], step_decodes: [decode
-                  tokens in each of those steps], engine: EngineStats fields}
+                  tokens in each of those steps], step_tokens: [rows computed], step_context:
+                  [KV positions attended], chunk_slack_ms: [slack of each chunk delivered],
+                  engine: EngineStats fields}
     ``fatal``     {message}                                        the engine cannot go on
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -28,6 +30,7 @@ from cadenza.engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from cadenza.engine.engine import EngineStats
+    from cadenza.engine.naive_engine import NaiveStats
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,11 @@ class EngineInfo:
     sample_rate: int
     frame_rate: float
     device: str
+    steps_per_frame: int = 1  # engine steps per codec frame (1 for parallel layouts)
+    block_size: int = 16  # tokens per KV page
+    kv_blocks_total: int = 0
+    max_num_seqs: int = 0
+    calibration: dict[str, Any] | None = field(default=None, hash=False)  # Calibration.to_dict
 
 
 def pack(message: dict[str, Any]) -> bytes:
@@ -98,12 +106,25 @@ def info_from_message(message: dict[str, Any]) -> EngineInfo:
     return EngineInfo(**fields)
 
 
+@dataclass
+class StepLog:
+    """What the engine loop records per step between two ``stats`` messages."""
+
+    step_s: list[float] = field(default_factory=list)
+    step_decodes: list[int] = field(default_factory=list)
+    step_tokens: list[int] = field(default_factory=list)
+    step_context: list[int] = field(default_factory=list)
+
+
 def stats_message(
-    step_s: list[float], step_decodes: list[int], stats: EngineStats
+    log: StepLog, chunk_slack_s: list[float], stats: EngineStats | NaiveStats
 ) -> dict[str, Any]:
     return {
         "type": "stats",
-        "step_s": step_s,
-        "step_decodes": step_decodes,
+        "step_s": log.step_s,
+        "step_decodes": log.step_decodes,
+        "step_tokens": log.step_tokens,
+        "step_context": log.step_context,
+        "chunk_slack_ms": [round(1000.0 * s, 2) for s in chunk_slack_s],
         "engine": asdict(stats),
     }

@@ -8,6 +8,10 @@ most one chunk; then sequences still prefilling; then waiting sequences are admi
 order while their pages (see :class:`KVCacheManager`) and the budget allow. A prefix hit simply
 starts a sequence with ``num_computed_tokens > 0``.
 
+With a :class:`DeadlinePolicy`, decoding streams are taken in deadline order, streams far ahead
+of their listeners may skip an over-budget step, and prefill chunks are capped so that no
+decoding stream becomes late (see :mod:`cadenza.engine.deadline_policy`).
+
 If a running sequence cannot grow (only possible without output reservation), the most recently
 admitted sequence is preempted: its pages are released, its tokens so far become its prompt, and
 it goes back to the front of the queue to be recomputed. Preemptions are counted.
@@ -18,6 +22,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from cadenza.engine.deadline_policy import DeadlinePolicy
 from cadenza.engine.kv_cache_manager import KVCacheManager
 from cadenza.engine.sequence import Sequence, SequenceStatus
 
@@ -28,6 +33,7 @@ class ScheduledBatch:
 
     decodes: list[Sequence] = field(default_factory=list)
     prefills: list[tuple[Sequence, int]] = field(default_factory=list)
+    skipped: list[Sequence] = field(default_factory=list)  # ahead of playout, sat this one out
 
     @property
     def num_tokens(self) -> int:
@@ -42,7 +48,13 @@ class ScheduledBatch:
 
 
 class Scheduler:
-    def __init__(self, kv: KVCacheManager, max_num_batched_tokens: int, max_num_seqs: int) -> None:
+    def __init__(
+        self,
+        kv: KVCacheManager,
+        max_num_batched_tokens: int,
+        max_num_seqs: int,
+        policy: DeadlinePolicy | None = None,
+    ) -> None:
         if max_num_batched_tokens < max_num_seqs:
             raise ValueError("max_num_batched_tokens must be at least max_num_seqs")
         self.kv = kv
@@ -51,6 +63,8 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self.policy = policy
+        self.num_skipped = 0  # sequence-steps skipped because the stream was ahead
 
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
@@ -62,19 +76,30 @@ class Scheduler:
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch()
         budget = self.max_num_batched_tokens
-        for seq in sorted(self.running, key=lambda s: s.is_prefilling):
+        decoding = [seq for seq in self.running if not seq.is_prefilling]
+        prefilling = [seq for seq in self.running if seq.is_prefilling]
+        if self.policy is not None:
+            decoding, batch.skipped = self.policy.order_and_skip(decoding)
+            self.num_skipped += len(batch.skipped)
+        for seq in decoding:
             if budget == 0:
                 break
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
-            if not self._grow(seq, num_new):
-                continue
-            if seq.is_prefilling:
-                batch.prefills.append((seq, num_new))
-            else:
+            if self._grow(seq, 1):
                 batch.decodes.append(seq)
-            budget -= num_new
+                budget -= 1
+        if self.policy is not None:
+            budget = self.policy.prefill_limit(batch.decodes, budget)
+        for seq in prefilling:
+            if budget == 0:
+                break
+            if seq.status is not SequenceStatus.RUNNING:
+                continue
+            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            if self._grow(seq, num_new):
+                batch.prefills.append((seq, num_new))
+                budget -= num_new
         while self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
             seq = self.waiting[0]
             if not self.kv.try_admit(seq):

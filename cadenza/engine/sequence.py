@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from cadenza.engine.block_pool import BlockHash
+from cadenza.engine.playout_clock import PlayoutClock
 from cadenza.engine.request import FinishReason
 from cadenza.engine.sampling_params import SamplingParams
 
@@ -51,6 +52,7 @@ class Sequence:
     frames_sent: int = 0
     codec_slot: int | None = None  # the stream's slot in the engine's streaming decoder
     seen_ids: torch.Tensor | None = None  # [K, V] bool, for the repetition penalty
+    playout: PlayoutClock | None = None  # audio streams: when each chunk is due
 
     def __post_init__(self) -> None:
         self.num_prompt_tokens = len(self.token_rows)

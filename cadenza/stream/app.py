@@ -1,8 +1,8 @@
 """The edge application: FastAPI routes over one :class:`EngineClient`.
 
 ``create_app(config)`` builds the app; its lifespan starts the engine (a child process unless
-``engine.mode = "inprocess"``) and stops it on shutdown. Routes: health, readiness, metrics and
-the OpenAI speech API.
+``engine.mode = "inprocess"``) and stops it on shutdown. Routes: health, readiness, metrics,
+capacity, the OpenAI speech API, the WebSocket stream and WebRTC signalling.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
@@ -44,9 +45,18 @@ def create_app(config: CadenzaConfig) -> FastAPI:
     else:
         log.warning("no API key file: every client may use this server")
 
+    edge: EdgeState | None = None
+
+    def on_stats(message: dict[str, Any]) -> None:
+        if edge is not None:
+            edge.on_engine_stats(message)
+        else:
+            metrics.observe_engine_stats(message)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = EngineClient(config, on_stats=metrics.observe_engine_stats)
+        nonlocal edge
+        engine = EngineClient(config, on_stats=on_stats)
         started = time.perf_counter()
         await engine.start()
         info = engine.info
@@ -58,8 +68,17 @@ def create_app(config: CadenzaConfig) -> FastAPI:
             len(info.voices),
             time.perf_counter() - started,
         )
-        app.state.edge = state = EdgeState(
+        app.state.edge = state = edge = EdgeState(
             config=config, engine=engine, metrics=metrics, api_keys=api_keys, guard=guard
+        )
+        assert state.gate is not None
+        capacity = state.gate.snapshot()
+        log.info(
+            "capacity: %d real-time streams (real-time limit %d, KV limit %d), step budget %.2f ms",
+            capacity["max_streams"],
+            capacity["limits"]["realtime"],
+            capacity["limits"]["kv_memory"],
+            capacity["step_budget_ms"],
         )
         try:
             yield
@@ -100,11 +119,20 @@ def create_app(config: CadenzaConfig) -> FastAPI:
         body = {"status": "ready" if ready else "not ready", "streams": state.engine.num_streams}
         return JSONResponse(body, status_code=200 if ready else 503)
 
+    @app.get("/v1/capacity")
+    async def capacity(request: Request) -> JSONResponse:
+        """What this server can hold now (see docs/capacity.md)."""
+        state: EdgeState = request.app.state.edge
+        assert state.gate is not None
+        return JSONResponse(state.gate.snapshot())
+
     @app.get("/metrics")
     async def prometheus_metrics(request: Request) -> Response:
         state: EdgeState = request.app.state.edge
         metrics.engine_ready.set(1 if state.engine.is_ready() else 0)
         metrics.edge_tasks.set(len(asyncio.all_tasks()))
+        if state.gate is not None:
+            state.gate.update_gauges()
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

@@ -7,6 +7,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from cadenza.admission.gate import AdmissionRefused
 from cadenza.admission.validation import InvalidRequest
 
 
@@ -30,6 +31,13 @@ class ApiError(Exception):
     @classmethod
     def from_invalid(cls, exc: InvalidRequest) -> ApiError:
         return cls(exc.status, exc.message, code=exc.code, param=exc.param)
+
+    @classmethod
+    def from_refusal(cls, exc: AdmissionRefused) -> ApiError:
+        """Over capacity: 503 with ``Retry-After``; a request that can never fit: 400."""
+        if exc.code == "too_large":
+            return cls(400, str(exc), code=exc.code, param="max_duration_s")
+        return cls(503, str(exc), code=exc.code, headers={"Retry-After": exc.retry_after_header})
 
 
 def error_type(status: int) -> str:

@@ -24,6 +24,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from cadenza.admission.gate import AdmissionRefused, Ticket
 from cadenza.admission.rate_limit import Grant, RateLimited
 from cadenza.admission.validation import InvalidRequest, validate_synthesis
 from cadenza.codecs.containers import (
@@ -47,7 +48,9 @@ router = APIRouter()
 
 class SpeechRequest(BaseModel):
     """OpenAI's speech request, plus the extensions ``seed``, ``max_duration_s`` and
-    ``priority`` (accepted and validated; admission classes act on it once they exist)."""
+    ``priority``: the admission class (``realtime``, ``standard``, ``batch``; see
+    docs/capacity.md). Over capacity a request waits in its class's queue or gets 503 with
+    ``Retry-After``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -126,16 +129,25 @@ async def create_speech(request: Request) -> StreamingResponse:
         sampling=SamplingParams(seed=body.seed),
     )
     tempo = TempoChanger(info.sample_rate, body.speed) if body.speed != 1.0 else None
+    try:
+        ticket = await state.acquire_slot(synthesis, body.priority)
+    except AdmissionRefused as exc:
+        state.settle(grant, 0.0)
+        raise ApiError.from_refusal(exc) from exc
+    except BaseException:
+        state.settle(grant, 0.0)
+        raise
     started = time.perf_counter()
     outputs = state.engine.generate(synthesis)
     try:
         first = await _first_output(outputs)
     except BaseException:
         state.settle(grant, 0.0)
+        state.release_slot(ticket)
         raise
     state.metrics.time_to_first_audio.observe(time.perf_counter() - started)
     audio = _stream_audio(
-        state, outputs, first, encoder, tempo, info.sample_rate, request_id, grant
+        state, outputs, first, encoder, tempo, info.sample_rate, request_id, grant, ticket
     )
     headers = {"X-Request-Id": request_id}
     if body.stream_format == "sse":
@@ -207,6 +219,7 @@ async def _stream_audio(
     sample_rate: int,
     request_id: str,
     grant: Grant,
+    ticket: Ticket,
 ) -> AsyncGenerator[bytes, None]:
     state.metrics.streams_active.inc()
     reason = "cancelled"
@@ -236,6 +249,7 @@ async def _stream_audio(
         raise
     finally:
         state.settle(grant, produced_s)
+        state.release_slot(ticket)
         state.metrics.streams_active.dec()
         state.metrics.streams_finished.labels(reason=reason).inc()
         await outputs.aclose()  # aborts the engine request if it did not finish

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from cadenza.admission.gate import AdmissionRefused
 from cadenza.admission.rate_limit import RateLimited
 
 PROTOCOL_VERSION = 1
@@ -147,6 +148,25 @@ def rate_limited_message(exc: RateLimited, stream_id: int | None = None) -> str:
         message=str(exc),
         stream_id=stream_id,
         retry_after_s=round(exc.retry_after_s, 1),
+    )
+
+
+def refused_message(exc: AdmissionRefused, stream_id: int | None = None) -> str:
+    return server_message(
+        "error",
+        code=exc.code,
+        message=str(exc),
+        stream_id=stream_id,
+        retry_after_s=round(exc.retry_after_s, 1),
+    )
+
+
+def queued_message(stream_id: int, position: int, estimated_wait_s: float) -> str:
+    return server_message(
+        "queued",
+        stream_id=stream_id,
+        position=position,
+        estimated_wait_s=round(estimated_wait_s, 1),
     )
 
 

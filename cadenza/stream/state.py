@@ -7,12 +7,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cadenza.admission.api_keys import ApiKeys, bearer_token
+from cadenza.admission.capacity import CapacityModel
+from cadenza.admission.gate import AdmissionGate, QueuedCallback, Ticket
 from cadenza.admission.guard import TextGuard, run_guard
+from cadenza.admission.priority_queues import Priority
 from cadenza.admission.rate_limit import Grant, RateLimiter
 from cadenza.config import CadenzaConfig
 from cadenza.engine.engine_client import EngineClient
 from cadenza.engine.messages import EngineInfo
-from cadenza.engine.request import derive_duration_s
+from cadenza.engine.request import SynthesisRequest, derive_duration_s
 from cadenza.stream.errors import ApiError
 from cadenza.telemetry import Metrics
 
@@ -27,6 +30,7 @@ class EdgeState:
     api_keys: ApiKeys | None = None  # None: the server is open
     rate_limiter: RateLimiter | None = None
     guard: TextGuard | None = None
+    gate: AdmissionGate | None = None  # built from the engine's info once it is ready
 
     def __post_init__(self) -> None:
         limits = self.config.limits
@@ -34,6 +38,50 @@ class EdgeState:
             self.rate_limiter = RateLimiter(
                 limits.requests_per_minute, limits.audio_seconds_per_minute
             )
+        if self.gate is None and self.engine.info is not None:
+            capacity = CapacityModel(self.engine.info, self.config.engine, self.config.admission)
+            self.gate = AdmissionGate(self.config.admission, capacity, self.metrics)
+
+    def on_engine_stats(self, stats: dict[str, Any]) -> None:
+        """Engine reports feed the metrics and the capacity model."""
+        self.metrics.observe_engine_stats(stats)
+        if self.gate is not None:
+            self.gate.on_engine_stats(stats)
+
+    async def acquire_slot(
+        self,
+        request: SynthesisRequest,
+        priority: Priority,
+        on_queued: QueuedCallback | None = None,
+    ) -> Ticket:
+        """Wait for admission of ``request``; raises :class:`AdmissionRefused`. Every ticket
+        must be given back with :meth:`release_slot` once its engine request has ended."""
+        assert self.gate is not None
+        prompt_s = (
+            len(request.prompt_audio) / 4 / request.prompt_sample_rate
+            if request.prompt_audio
+            else 0.0
+        )
+        cost = self.gate.capacity.stream_cost(
+            request.text, self.audio_seconds(request.text, request.max_duration_s), prompt_s
+        )
+        return await self.gate.acquire(priority, cost, on_queued)
+
+    def release_slot(self, ticket: Ticket) -> None:
+        """Give an admission slot back (idempotent)."""
+        if self.gate is not None:
+            self.gate.release(ticket)
+
+    def audio_seconds(self, text: str, max_duration_s: float | None) -> float:
+        """Audio a request may produce (its duration, as the engine derives it)."""
+        limits = self.config.limits
+        return derive_duration_s(
+            text,
+            max_duration_s,
+            chars_per_second=limits.chars_per_second,
+            min_duration_s=limits.min_duration_s,
+            server_max_duration_s=limits.max_duration_s,
+        )
 
     def authenticate(self, authorization: str | None, peer: str | None) -> str:
         """Check an ``Authorization`` header; 401 unless the key is valid or none is needed.
@@ -52,16 +100,8 @@ class EdgeState:
 
     def admit(self, client: str, text: str, max_duration_s: float | None) -> Grant:
         """Charge a request to ``client``'s buckets; raises :class:`RateLimited`."""
-        limits = self.config.limits
-        audio_s = derive_duration_s(
-            text,
-            max_duration_s,
-            chars_per_second=limits.chars_per_second,
-            min_duration_s=limits.min_duration_s,
-            server_max_duration_s=limits.max_duration_s,
-        )
         assert self.rate_limiter is not None
-        return self.rate_limiter.admit(client, audio_s)
+        return self.rate_limiter.admit(client, self.audio_seconds(text, max_duration_s))
 
     def settle(self, grant: Grant, audio_s: float) -> None:
         assert self.rate_limiter is not None

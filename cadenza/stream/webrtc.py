@@ -25,9 +25,12 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from fastapi import APIRouter, Request
 
+from cadenza.admission.gate import AdmissionRefused
+from cadenza.admission.priority_queues import Priority
 from cadenza.admission.rate_limit import Grant, RateLimited
 from cadenza.codecs.resampler import StreamResampler
 from cadenza.engine.engine_client import EngineError
+from cadenza.engine.request import SynthesisRequest
 from cadenza.stream import protocol
 from cadenza.stream.errors import ApiError
 from cadenza.stream.jitter_buffer import FrameKind, JitterBuffer
@@ -186,17 +189,41 @@ class WebRTCSession:
             self.state.settle(grant, 0.0)
             self._send(protocol.error_message("content_refused", refusal, self._stream_id))
             return
-        self._active = asyncio.create_task(self._play(self._stream_id, request, grant))
+        self._active = asyncio.create_task(
+            self._play(self._stream_id, request, grant, speak.priority)
+        )
 
-    async def _play(self, stream_id: int, request: Any, grant: Grant) -> None:
+    async def _play(
+        self, stream_id: int, request: SynthesisRequest, grant: Grant, priority: Priority
+    ) -> None:
         info = self.state.engine.info
         assert info is not None
+
+        async def queued(position: int, wait_s: float) -> None:
+            self._send(protocol.queued_message(stream_id, position, wait_s))
+
+        try:
+            ticket = await self.state.acquire_slot(request, priority, queued)
+        except AdmissionRefused as exc:
+            self.state.settle(grant, 0.0)
+            self._send(protocol.refused_message(exc, stream_id))
+            return
+        except BaseException:
+            self.state.settle(grant, 0.0)
+            raise
         resampler = StreamResampler(info.sample_rate, RTC_RATE)
         self.buffer.start()
         self.track.first_audio_at = None
         started = self._speak_started_at = time.monotonic()
         reason = "eos"
-        self._send(protocol.server_message("started", stream_id=stream_id, sample_rate=RTC_RATE))
+        self._send(
+            protocol.server_message(
+                "started",
+                stream_id=stream_id,
+                sample_rate=RTC_RATE,
+                queued_s=round(ticket.waited_s, 3),
+            )
+        )
         outputs = self.state.engine.generate(request)
         self.state.metrics.streams_active.inc()
         try:
@@ -206,6 +233,9 @@ class WebRTCSession:
                     self.buffer.push(resampler.flush())
                     self.buffer.end()
                     reason = output.finish_reason.value if output.finish_reason else "eos"
+            # The engine is done with this stream: its slot goes to the next one while the
+            # listener hears the buffered end.
+            self.state.release_slot(ticket)
             while self.buffer.active:  # let the listener hear the end
                 await asyncio.sleep(FRAME_MS / 1000)
             first = self.track.first_audio_at
@@ -224,6 +254,7 @@ class WebRTCSession:
             self._send(protocol.error_message(f"engine_{exc.code}", str(exc), stream_id))
         finally:
             self.state.settle(grant, self.buffer.stats.frames_played * FRAME_MS / 1000)
+            self.state.release_slot(ticket)
             self.state.metrics.streams_active.dec()
             await outputs.aclose()
 

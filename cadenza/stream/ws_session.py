@@ -25,6 +25,8 @@ import numpy as np
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from cadenza.admission.api_keys import bearer_token
+from cadenza.admission.gate import AdmissionRefused
+from cadenza.admission.priority_queues import Priority
 from cadenza.admission.rate_limit import Grant, RateLimited
 from cadenza.codecs.opus import OpusPacketEncoder
 from cadenza.codecs.resampler import StreamResampler
@@ -230,7 +232,7 @@ class WebSocketSession:
             return
         self._active_id = stream_id
         self._active = asyncio.create_task(
-            self._play(stream_id, request, speak.format, rate, grant)
+            self._play(stream_id, request, speak.format, rate, grant, speak.priority)
         )
 
     async def _stop_active(self) -> None:
@@ -248,21 +250,48 @@ class WebSocketSession:
             )
 
     async def _play(
-        self, stream_id: int, request: SynthesisRequest, fmt: str, rate: int, grant: Grant
+        self,
+        stream_id: int,
+        request: SynthesisRequest,
+        fmt: str,
+        rate: int,
+        grant: Grant,
+        priority: Priority,
     ) -> None:
         info = self.state.engine.info
         assert info is not None
         encode = _payload_encoder(fmt, info.sample_rate, rate, info.frame_rate)
         clock = _PlayoutClock()
+
+        async def queued(position: int, wait_s: float) -> None:
+            await self._send_text(protocol.queued_message(stream_id, position, wait_s))
+
+        try:
+            ticket = await self.state.acquire_slot(request, priority, queued)
+        except AdmissionRefused as exc:
+            self.state.settle(grant, 0.0)
+            await self._send_text(protocol.refused_message(exc, stream_id))
+            if self._active_id == stream_id:
+                self._active_id = None
+            return
+        except BaseException:
+            self.state.settle(grant, 0.0)
+            raise
         started = time.perf_counter()
         ttfa_ms: float | None = None
         index = 0
-        await self._send_text(
-            protocol.server_message("started", stream_id=stream_id, format=fmt, sample_rate=rate)
-        )
         outputs = self.state.engine.generate(request)
         self.state.metrics.streams_active.inc()
         try:
+            await self._send_text(
+                protocol.server_message(
+                    "started",
+                    stream_id=stream_id,
+                    format=fmt,
+                    sample_rate=rate,
+                    queued_s=round(ticket.waited_s, 3),
+                )
+            )
             async for output in outputs:
                 for payload, seconds in encode(output, output.finished):
                     await self._send_bytes(protocol.encode_audio_frame(stream_id, index, payload))
@@ -295,6 +324,7 @@ class WebSocketSession:
             await self._send_text(protocol.error_message(f"engine_{exc.code}", str(exc), stream_id))
         finally:
             self.state.settle(grant, clock.audio_s)
+            self.state.release_slot(ticket)
             self.state.metrics.streams_active.dec()
             await outputs.aclose()
             if self._active_id == stream_id:

@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -65,9 +66,13 @@ def test_invalid_plans(change):
         KVPlan(**{**LLAMA3_8B, **change})
 
 
-def _plan(*args):
+def _plan(*args, env=None):
     return subprocess.run(
-        [sys.executable, "-m", "cadenza", "plan", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "cadenza", "plan", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -79,10 +84,34 @@ def test_cli_json_and_errors():
     data = json.loads(result.stdout)
     assert data["kv_bytes_per_token"] == 131_072 and data["kv_bytes_per_sequence"] == 2**30
     tiny = json.loads(
-        _plan("--model", "cadenza-tiny", "--kv-dtype", "fp32", "--context", "10", "--json").stdout
-    )
+        _plan(
+            "--model", "cadenza-tiny", "--kv-dtype", "fp32", "--context", "10", "--json",
+            "--no-measure",
+        ).stdout
+    )  # fmt: skip
+    assert "realtime" not in tiny
     assert tiny["kv_bytes_per_token"] == 8192 and tiny["mha_to_gqa_ratio"] == 2
     missing = _plan("--layers", "32", "--context", "10")
     assert missing.returncode == 2 and "--kv-heads" in missing.stderr
     garbage = _plan("--model", "cadenza-tiny", "--context", "10", "--memory", "lots")
     assert garbage.returncode == 2 and "size" in garbage.stderr
+
+
+def test_cli_with_a_model_measures_its_real_time_capacity_here(tmp_path):
+    quick_sweep = {
+        "CADENZA_ENGINE__CALIBRATION_BATCH_SIZES": "[1, 2, 4]",
+        "CADENZA_ENGINE__CALIBRATION_STEPS": "15",
+        "CADENZA_ENGINE__CALIBRATION_LONG_CONTEXT": "0",
+        "CADENZA_ENGINE__CALIBRATION_CACHE_DIR": str(tmp_path),
+    }
+    result = _plan("--model", "cadenza-tiny", "--context", "100", "--json", env=quick_sweep)
+    assert result.returncode == 0, result.stderr
+    realtime = json.loads(result.stdout)["realtime"]
+    assert realtime["calibration"] == "measured"
+    assert set(realtime["decode_step_ms"]) == {"1", "2", "4"}
+    assert 1 <= realtime["max_streams"] <= 64
+    assert realtime["step_budget_ms"] < 1000 / 75
+    again = json.loads(
+        _plan("--model", "cadenza-tiny", "--context", "100", "--json", env=quick_sweep).stdout
+    )
+    assert again["realtime"]["calibration"] == "cache"

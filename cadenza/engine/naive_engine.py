@@ -1,0 +1,266 @@
+"""The baseline: serve each stream the way simple servers do (``cadenza serve --engine naive``).
+
+One Python thread per request runs the ``transformers`` model (``LlamaModel`` with its own
+``DynamicCache``) one step at a time, and decodes every chunk with the offline EnCodec decoder
+(the chunk's frames alone, no streaming state). Nothing is shared between requests: no
+batching, no paged cache, no admission beyond ``engine.max_pending_requests`` (every request is
+started at once, as servers without a capacity model do). Sampling and the delay pattern are
+cadenza-tiny's own, so the tokens a request gets have the same distribution as on the real
+engine; only the serving differs.
+
+It exists so the load-test harness can put cadenza's capacity next to the naive way's on the
+same machine, behind the same edge. Only the built-in ``cadenza-tiny`` is supported.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from cadenza.codecs.encodec import load_codec
+from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
+from cadenza.engine.messages import EngineInfo
+from cadenza.engine.models.cadenza_tiny import MODEL_NAME, CadenzaTinyModel
+from cadenza.engine.request import FinishReason, StreamOutput, SynthesisRequest, derive_duration_s
+from cadenza.engine.sampler import sample_rows
+from cadenza.engine.sequence import Sequence
+
+log = logging.getLogger(__name__)
+
+_IDLE_WAIT_S = 0.005
+_EMPTY = np.zeros(0, dtype=np.float32)
+
+
+class NaiveEngineError(ValueError):
+    """The naive engine cannot serve this model or request."""
+
+
+@dataclass(frozen=True)
+class NaiveStats:
+    """The subset of :class:`~cadenza.engine.engine.EngineStats` the naive engine can report."""
+
+    num_running: int
+    num_waiting: int = 0
+    max_num_seqs: int = 0
+    kv_blocks_total: int = 0
+    kv_blocks_free: int = 0
+    num_preemptions: int = 0
+    prefix_hit_tokens: int = 0
+    prefix_query_tokens: int = 0
+    last_batch_decodes: int = 0
+    last_batch_tokens: int = 0
+    last_batch_context: int = 0
+    skipped_steps: int = 0
+    step_correction: float = 1.0
+
+
+class NaiveEngine:
+    def __init__(
+        self,
+        model: CadenzaTinyModel,
+        *,
+        seed: int = 0,
+        engine_config: EngineConfig | None = None,
+        limits: LimitsConfig | None = None,
+    ) -> None:
+        from transformers import LlamaConfig, LlamaModel
+
+        self.config = engine_config or EngineConfig()
+        self.limits = limits or LimitsConfig()
+        self.model = model
+        self.model_name = MODEL_NAME
+        self.layout = model.layout
+        backbone = model.spec.backbone
+        hf_config = LlamaConfig(
+            vocab_size=1,  # embeddings come from the codebook tables
+            bos_token_id=None,
+            eos_token_id=None,
+            hidden_size=backbone.hidden_size,
+            intermediate_size=backbone.intermediate_size,
+            num_hidden_layers=backbone.num_layers,
+            num_attention_heads=backbone.num_heads,
+            num_key_value_heads=backbone.num_kv_heads,
+            head_dim=backbone.head_dim,
+            rms_norm_eps=backbone.rms_norm_eps,
+            rope_parameters={"rope_type": "default", "rope_theta": backbone.rope_theta},
+            max_position_embeddings=16384,
+        )
+        hf_model: Any = LlamaModel(hf_config)
+        self.hf_model = hf_model.eval()
+        missing, unexpected = self.hf_model.load_state_dict(
+            model.backbone.state_dict(), strict=False
+        )
+        if unexpected or set(missing) != {"embed_tokens.weight"}:
+            raise NaiveEngineError(f"backbone does not map onto LlamaModel: {missing, unexpected}")
+        self.codec = load_codec(model.codec_name or "encodec_24khz", seed=seed)
+        masks = self.layout.sampling_masks()
+        self._masks = masks
+        self._outputs: queue.Queue[StreamOutput] = queue.Queue()
+        self._cancelled: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self.last_step_s = 0.0
+        self.chunk_slacks_s: deque[float] = deque(maxlen=1)  # no playout clocks here
+        self.steps_per_frame = 1
+
+    @classmethod
+    def from_config(cls, config: CadenzaConfig) -> NaiveEngine:
+        if config.model.name != MODEL_NAME:
+            raise NaiveEngineError(f"the naive engine serves only {MODEL_NAME}")
+        if config.model.torch_threads:
+            torch.set_num_threads(config.model.torch_threads)
+        model = CadenzaTinyModel.from_seed(config.model.seed)
+        return cls(model, seed=config.model.seed, engine_config=config.engine, limits=config.limits)
+
+    @property
+    def sample_rate(self) -> int:
+        return self.codec.sample_rate
+
+    @property
+    def frame_rate(self) -> float:
+        return self.codec.frame_rate
+
+    @property
+    def voices(self) -> tuple[str, ...]:
+        return self.model.voices
+
+    def engine_info(self) -> EngineInfo:
+        return EngineInfo(
+            model_name=self.model_name,
+            voices=self.voices,
+            sample_rate=self.sample_rate,
+            frame_rate=self.frame_rate,
+            device="cpu",
+            steps_per_frame=1,
+            block_size=self.config.block_size,
+            kv_blocks_total=2**31 - 1,  # no page pool: memory is not accounted
+            max_num_seqs=self.config.max_pending_requests,
+            calibration=None,
+        )
+
+    # -- the engine loop's interface ------------------------------------------------------------
+
+    def add_request(self, request: SynthesisRequest) -> None:
+        from cadenza.engine.engine import RequestRejected
+
+        if request.voice not in self.voices:
+            raise RequestRejected(f"unknown voice {request.voice!r}; voices: {self.voices}")
+        if request.prompt_audio:
+            raise RequestRejected("the naive engine takes no speech prompts")
+        with self._lock:
+            if request.request_id in self._cancelled:
+                raise RequestRejected(f"duplicate request id {request.request_id!r}")
+            if len(self._cancelled) >= self.config.max_pending_requests:
+                raise RequestRejected("engine queue is full")
+            cancelled = self._cancelled[request.request_id] = threading.Event()
+        threading.Thread(
+            target=self._serve, args=(request, cancelled), name="naive-request", daemon=True
+        ).start()
+
+    def abort_request(self, request_id: str) -> bool:
+        with self._lock:
+            event = self._cancelled.get(request_id)
+        if event is None:
+            return False
+        event.set()
+        return True
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self._cancelled) or not self._outputs.empty()
+
+    def step(self) -> list[StreamOutput]:
+        """Whatever the request threads produced since the last call (waits briefly if none)."""
+        started = time.perf_counter()
+        outputs = []
+        try:
+            outputs.append(self._outputs.get(timeout=_IDLE_WAIT_S))
+            while True:
+                outputs.append(self._outputs.get_nowait())
+        except queue.Empty:
+            pass
+        self.last_step_s = time.perf_counter() - started
+        return outputs
+
+    def stats(self) -> NaiveStats:
+        return NaiveStats(num_running=len(self._cancelled), max_num_seqs=len(self._cancelled))
+
+    # -- one request, in its own thread ---------------------------------------------------------
+
+    def _serve(self, request: SynthesisRequest, cancelled: threading.Event) -> None:
+        try:
+            reason = self._generate(request, cancelled)
+            self._outputs.put(StreamOutput(request.request_id, _EMPTY, reason))
+        except Exception as exc:
+            log.exception("naive request %s failed", request.request_id)
+            self._outputs.put(
+                StreamOutput(request.request_id, _EMPTY, FinishReason.ERROR, str(exc))
+            )
+        finally:
+            with self._lock:
+                self._cancelled.pop(request.request_id, None)
+
+    @torch.inference_mode()
+    def _generate(self, request: SynthesisRequest, cancelled: threading.Event) -> FinishReason:
+        from transformers import DynamicCache
+
+        duration = derive_duration_s(
+            request.text,
+            request.max_duration_s,
+            chars_per_second=self.limits.chars_per_second,
+            min_duration_s=self.limits.min_duration_s,
+            server_max_duration_s=self.limits.max_duration_s,
+        )
+        generator = torch.Generator().manual_seed(request.sampling.seed or 0)
+        prompt = self.model.build_prompt(request.text, request.voice)
+        seq = Sequence(
+            request.request_id,
+            prompt,
+            request.sampling,
+            generator,
+            max_new_steps=10**9,
+        )
+        seq.target_frames = round(duration * self.frame_rate)
+        seq.max_new_steps = self.layout.steps_for_frames(seq.target_frames)
+        cache = DynamicCache()
+        rows = torch.tensor(prompt)
+        while True:
+            if cancelled.is_set():
+                return FinishReason.CANCELLED
+            out = self.hf_model(inputs_embeds=self._embed(rows)[None], cache=cache, use_cache=True)
+            logits = self.model.heads(out.last_hidden_state[0, -1:]).view(
+                1, self.layout.num_codebooks, -1
+            )
+            row = sample_rows(logits, [seq], self._masks, [self.layout.constraints(seq)])[0]
+            seq.append(row)
+            reason = self.layout.on_row(seq, row)
+            if reason is None and seq.num_generated >= seq.max_new_steps:
+                reason = FinishReason.LENGTH
+            self._emit(seq, final=reason is not None)
+            if reason is not None:
+                return reason
+            rows = torch.tensor([row])
+
+    def _embed(self, rows: torch.Tensor) -> torch.Tensor:
+        embedding = self.model.embed_codebooks[0](rows[:, 0])
+        for k in range(1, rows.shape[1]):
+            embedding = embedding + self.model.embed_codebooks[k](rows[:, k])
+        return embedding
+
+    def _emit(self, seq: Sequence, final: bool) -> None:
+        complete = self.layout.frames_ready(seq)
+        first = seq.frames_sent == 0
+        threshold = self.config.first_chunk_frames if first else self.config.chunk_frames
+        if complete - seq.frames_sent < threshold and not (final and complete > seq.frames_sent):
+            return
+        codes = self.layout.frame_codes(seq, seq.frames_sent, complete)
+        seq.frames_sent = complete
+        tensor = torch.tensor(codes, dtype=torch.long).T[None]  # [1, K, frames]
+        audio = self.codec.decode(tensor)[0].clamp(-1.0, 1.0).numpy()
+        self._outputs.put(StreamOutput(seq.request_id, audio, codes=np.array(codes, np.uint16)))

@@ -1,0 +1,189 @@
+"""How long one engine step takes, as a function of its work: the real-time half of admission.
+
+A step's time depends on ``tokens``, the rows it computes (one per decoding stream, more for
+prefill chunks; sampling and the amortised codec decode ride along) and ``context_tokens``, the
+KV positions its attention reads: measured decode points are interpolated over ``tokens``, and a
+linear term per 1,000 context positions covers attention. The points come from a start-up sweep
+(:mod:`cadenza.engine.calibration`); :class:`OnlineCorrection` then scales predictions by what
+live steps actually take, so a slower machine (or a busier one) lowers the capacity estimate.
+
+No torch here: the edge uses the same model to decide admission.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """One measured step: rows computed, KV positions attended, mean wall time."""
+
+    tokens: int
+    context_tokens: int
+    ms: float
+
+
+@dataclass(frozen=True)
+class StepTimeModel:
+    """Predicted step time. ``decode_points`` (measured pure-decode steps at short context,
+    ``(streams, context_tokens, ms)``) are interpolated, which follows the real curve where a
+    straight line would not (caches, thread hand-offs); between and beyond them the linear
+    terms fill in: ``per_kilocontext_ms`` for context away from the measured one and
+    ``per_token_ms`` past the last point and for prefill rows."""
+
+    fixed_ms: float
+    per_token_ms: float
+    per_kilocontext_ms: float  # per 1,000 attended KV positions
+    decode_points: tuple[tuple[int, int, float], ...] = ()
+
+    def predict_ms(self, tokens: int, context_tokens: int) -> float:
+        points = self.decode_points
+        if not points or tokens <= 0:
+            return (
+                self.fixed_ms
+                + self.per_token_ms * max(tokens, 0)
+                + self.per_kilocontext_ms * context_tokens / 1000.0
+            )
+        base_ms, base_context = _interpolate(points, tokens, self.per_token_ms)
+        return base_ms + self.per_kilocontext_ms * (context_tokens - base_context) / 1000.0
+
+    def max_batch(self, budget_ms: float, context_per_stream: int, limit: int) -> int:
+        """The most decoding streams (up to ``limit``) whose step fits ``budget_ms``."""
+        best = 0
+        for batch in range(1, limit + 1):
+            if self.predict_ms(batch, batch * context_per_stream) > budget_ms:
+                break
+            best = batch
+        return best
+
+    @classmethod
+    def fit(
+        cls, samples: Sequence[StepSample], long_context: StepSample | None = None
+    ) -> StepTimeModel:
+        """The model of pure-decode ``samples`` at short context (one or more batch sizes)
+        and, optionally, one ``long_context`` sample that fixes the attention term."""
+        if not samples:
+            raise ValueError("no step samples to fit")
+        line = _least_squares(list(samples) + ([long_context] if long_context else []))
+        points: list[tuple[int, int, float]] = []
+        for sample in sorted(samples, key=lambda s: s.tokens):
+            # Monotone: a noisy point never predicts a smaller step for more streams.
+            ms = max(sample.ms, points[-1][2] if points else 0.0)
+            points.append((sample.tokens, sample.context_tokens, ms))
+        per_context = line.per_kilocontext_ms
+        if long_context is not None:
+            short_ms, short_context = _interpolate(tuple(points), long_context.tokens, 0.0)
+            extra = (long_context.context_tokens - short_context) / 1000.0
+            if extra > 0:
+                per_context = max((long_context.ms - short_ms) / extra, 0.0)
+        slope = line.per_token_ms
+        if len(points) >= 2:
+            (t0, _, ms0), (t1, _, ms1) = points[-2], points[-1]
+            slope = max(slope, (ms1 - ms0) / (t1 - t0))
+        return cls(
+            fixed_ms=line.fixed_ms,
+            per_token_ms=slope,
+            per_kilocontext_ms=per_context,
+            decode_points=tuple(points),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "decode_points": [list(p) for p in self.decode_points]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepTimeModel:
+        return cls(
+            fixed_ms=float(data["fixed_ms"]),
+            per_token_ms=float(data["per_token_ms"]),
+            per_kilocontext_ms=float(data["per_kilocontext_ms"]),
+            decode_points=tuple(
+                (int(t), int(c), float(ms)) for t, c, ms in data.get("decode_points", ())
+            ),
+        )
+
+
+def _interpolate(
+    points: tuple[tuple[int, int, float], ...], tokens: int, slope_ms: float
+) -> tuple[float, float]:
+    """``(ms, context)`` at ``tokens`` streams along the measured points; linear between them,
+    ``slope_ms`` per stream outside them (context scaled per stream)."""
+    first, last = points[0], points[-1]
+    if tokens <= first[0]:
+        return first[2] - slope_ms * (first[0] - tokens), first[1] * tokens / first[0]
+    if tokens >= last[0]:
+        return last[2] + slope_ms * (tokens - last[0]), last[1] * tokens / last[0]
+    for (t0, c0, ms0), (t1, c1, ms1) in itertools.pairwise(points):
+        if t0 <= tokens <= t1:
+            share = (tokens - t0) / (t1 - t0)
+            return ms0 + share * (ms1 - ms0), c0 + share * (c1 - c0)
+    raise AssertionError("unreachable: points are sorted")
+
+
+def _least_squares(samples: list[StepSample]) -> StepTimeModel:
+    """``fixed + per_token * tokens + per_kilocontext * context`` by least squares, with
+    non-negative coefficients (a negative one is dropped and the rest refitted)."""
+    columns = [
+        np.ones(len(samples)),
+        np.array([s.tokens for s in samples], dtype=float),
+        np.array([s.context_tokens / 1000.0 for s in samples], dtype=float),
+    ]
+    target = np.array([s.ms for s in samples], dtype=float)
+    active = [0, 1, 2]
+    while True:
+        design = np.stack([columns[i] for i in active], axis=1)
+        solution, *_ = np.linalg.lstsq(design, target, rcond=None)
+        coefficients = dict(zip(active, solution.tolist(), strict=True))
+        negative = [i for i in active if coefficients[i] < 0]
+        if not negative or len(active) == 1:
+            break
+        active.remove(min(negative, key=lambda i: coefficients[i]))
+    return StepTimeModel(
+        fixed_ms=max(coefficients.get(0, 0.0), 0.0),
+        per_token_ms=max(coefficients.get(1, 0.0), 0.0),
+        per_kilocontext_ms=max(coefficients.get(2, 0.0), 0.0),
+    )
+
+
+class OnlineCorrection:
+    """Measured over predicted time of the last ``window`` decode steps (a ratio of sums, so
+    the occasional step that carries a codec decode weighs what it costs).
+
+    Only steps dominated by decoding count (prefill rows at most as many as decodes): those
+    are the steps a real-time stream lives in. The factor is clamped to
+    ``[min_factor, max_factor]``.
+    """
+
+    def __init__(self, window: int = 256, min_factor: float = 0.5, max_factor: float = 4.0) -> None:
+        self.min_factor = min_factor
+        self.max_factor = max_factor
+        self._measured: deque[float] = deque(maxlen=window)
+        self._predicted: deque[float] = deque(maxlen=window)
+
+    @property
+    def samples(self) -> int:
+        return len(self._measured)
+
+    @property
+    def factor(self) -> float:
+        predicted = sum(self._predicted)
+        if predicted <= 0:
+            return 1.0
+        return min(max(sum(self._measured) / predicted, self.min_factor), self.max_factor)
+
+    def observe(
+        self, model: StepTimeModel, tokens: int, decodes: int, context_tokens: int, ms: float
+    ) -> None:
+        if decodes == 0 or tokens > 2 * decodes or not math.isfinite(ms):
+            return
+        predicted = model.predict_ms(tokens, context_tokens)
+        if predicted > 0:
+            self._measured.append(ms)
+            self._predicted.append(predicted)

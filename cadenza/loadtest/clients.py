@@ -1,0 +1,155 @@
+"""One stream from the client's side, per transport: send the request, timestamp every audio
+chunk as it lands, and classify the outcome. Each returns a :class:`StreamResult`.
+
+* ``ws``: the SDK (:mod:`cadenza.client`), 16-bit PCM at the codec rate, one connection per
+  virtual user reused across its utterances; queue notices and ``started.queued_s`` tell a
+  queued stream from an immediate one.
+* ``http``: ``POST /v1/audio/speech`` with ``response_format=pcm`` (24 kHz 16-bit), read as
+  it streams; a 503 or 429 is a refusal with the error's code as the reason.
+* ``webrtc``: an aiortc peer; the server paces audio into the track, so its jitter buffer's
+  report (``done.stats``: first audio, underruns) stands in for client-side arrival times.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import httpx
+
+from cadenza.client.sdk import Session, StreamError
+from cadenza.loadtest.level_summary import StreamResult
+from cadenza.loadtest.playout import Chunk, Playout, Underrun, simulate_playout
+from cadenza.loadtest.workload import LoadOptions
+
+REFUSAL_CODES = frozenset(
+    {"queue_full", "queue_timeout", "too_large", "rate_limited", "deadlines_slipping"}
+)
+HTTP_PCM_RATE = 24000
+
+
+def _outcome_of_error(code: str) -> str:
+    return "refused" if code in REFUSAL_CODES else "error"
+
+
+async def ws_stream(
+    session: Session, text: str, options: LoadOptions, level_start: float, seed: int
+) -> StreamResult:
+    """One utterance over an open SDK session."""
+    sent = time.monotonic()
+    chunks: list[Chunk] = []
+    rate = 0
+    try:
+        async for chunk in session.speak(text, format="pcm", priority=options.priority, seed=seed):
+            now = time.monotonic()
+            rate = chunk.sample_rate
+            chunks.append(Chunk(now, len(chunk.data) / 2 / rate))
+    except StreamError as exc:
+        return StreamResult(_outcome_of_error(exc.code), sent - level_start, reason=exc.code)
+    started = session.last_started or {}
+    queued_s = float(started.get("queued_s") or 0.0)
+    queued = session.last_queued is not None or queued_s > 0.001
+    return _served(chunks, sent, level_start, options, queued, queued_s)
+
+
+async def http_stream(
+    client: httpx.AsyncClient, text: str, options: LoadOptions, level_start: float, seed: int
+) -> StreamResult:
+    body = {
+        "model": "cadenza-tiny",
+        "input": text,
+        "response_format": "pcm",
+        "priority": options.priority,
+        "seed": seed,
+    }
+    headers = {"Authorization": f"Bearer {options.api_key}"} if options.api_key else {}
+    sent = time.monotonic()
+    chunks: list[Chunk] = []
+    try:
+        async with client.stream(
+            "POST", f"{options.url}/v1/audio/speech", json=body, headers=headers
+        ) as response:
+            if response.status_code != 200:
+                await response.aread()
+                code = _error_code(response.content) or f"http_{response.status_code}"
+                outcome = "refused" if response.status_code in (429, 503) else "error"
+                return StreamResult(outcome, sent - level_start, reason=code)
+            carry = 0
+            async for data in response.aiter_raw():
+                usable = (len(data) + carry) // 2 * 2 - carry
+                carry = (carry + len(data)) % 2
+                chunks.append(Chunk(time.monotonic(), max(usable, 0) / 2 / HTTP_PCM_RATE))
+    except httpx.HTTPError as exc:
+        return StreamResult("error", sent - level_start, reason=type(exc).__name__)
+    return _served(chunks, sent, level_start, options, queued=False, queued_s=0.0)
+
+
+async def webrtc_stream(text: str, options: LoadOptions, level_start: float) -> StreamResult:
+    """One utterance over a fresh aiortc peer (connection set-up is not counted in TTFA)."""
+    from cadenza.client.webrtc import WebRTCPeer  # aiortc: only when this transport is used
+
+    peer = WebRTCPeer(options.url, api_key=options.api_key)
+    try:
+        await peer.connect()
+        sent = time.monotonic()
+        peer.send({"type": "speak", "text": text, "priority": options.priority})
+        started = await peer.next_event({"started", "error"}, timeout_s=60)
+        if started["type"] == "error":
+            code = str(started.get("code"))
+            return StreamResult(_outcome_of_error(code), sent - level_start, reason=code)
+        done = await peer.next_event({"done", "error"}, timeout_s=600)
+        if done["type"] == "error":
+            return StreamResult("error", sent - level_start, reason=str(done.get("code")))
+    except Exception as exc:
+        return StreamResult("error", time.monotonic() - level_start, type(exc).__name__)
+    finally:
+        await peer.close()
+    stats: dict[str, Any] = done.get("stats") or {}
+    queued_s = float(started.get("queued_s") or 0.0)
+    ttfa = stats.get("ttfa_ms")
+    longest = float(stats.get("longest_underrun_ms") or 0.0) / 1000.0
+    audio_s = float(stats.get("audio_s") or 0.0)
+    playout = Playout(
+        audio_s=audio_s,
+        longest_underrun_s=longest,
+        total_underrun_s=longest * int(stats.get("underruns") or 0),
+        underruns=(Underrun(0.0, longest),) if longest else (),
+        generation_s=audio_s,
+    )
+    return StreamResult(
+        "queued_served" if queued_s > 0.001 else "served",
+        sent - level_start,
+        queued_s=queued_s,
+        ttfa_s=None if ttfa is None else queued_s + float(ttfa) / 1000.0,
+        playout=playout,
+    )
+
+
+def _served(
+    chunks: list[Chunk],
+    sent: float,
+    level_start: float,
+    options: LoadOptions,
+    queued: bool,
+    queued_s: float,
+) -> StreamResult:
+    chunks = [c for c in chunks if c.audio_s > 0]
+    if not chunks:
+        return StreamResult("error", sent - level_start, reason="no_audio")
+    playout = simulate_playout(chunks, options.client_buffer_ms / 1000.0, origin_s=sent)
+    return StreamResult(
+        "queued_served" if queued else "served",
+        sent - level_start,
+        queued_s=queued_s,
+        ttfa_s=chunks[0].arrival_s - sent,
+        playout=playout,
+    )
+
+
+def _error_code(content: bytes) -> str | None:
+    try:
+        error = json.loads(content).get("error", {})
+        return str(error.get("code")) if error.get("code") else None
+    except (ValueError, AttributeError):
+        return None

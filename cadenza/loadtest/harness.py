@@ -1,0 +1,86 @@
+"""``cadenza loadtest``: one level or a sweep, optionally against a baseline server too, then
+the report. Load only goes where ``--url`` points; nothing is started here."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from cadenza.loadtest.level_runner import Progress, run_level
+from cadenza.loadtest.level_summary import level_passes
+from cadenza.loadtest.report import build_report, write_report
+from cadenza.loadtest.server_metrics import read_capacity
+from cadenza.loadtest.sweep import sweep
+from cadenza.loadtest.workload import LoadOptions
+
+
+class LoadTestError(RuntimeError):
+    """The target server cannot be tested (unreachable, not ready)."""
+
+
+async def run_loadtest(
+    options: LoadOptions,
+    *,
+    out_dir: Path,
+    concurrency: int | None = None,
+    baseline_url: str | None = None,
+    start: int = 1,
+    limit: int = 128,
+    progress: Progress | None = None,
+) -> tuple[dict[str, Any], list[Path]]:
+    """Run, write the outputs, return ``(report, paths)``. ``concurrency=None`` sweeps."""
+    ideal = await _ideal_streams(options.url)
+    capacity, levels = await _measure(options, concurrency, start, limit, progress)
+    baseline = None
+    if baseline_url is not None:
+        base_options = replace(options, url=baseline_url.rstrip("/"))
+        base_capacity, base_levels = await _measure(base_options, concurrency, 1, limit, progress)
+        baseline = {
+            "options": _options_dict(base_options),
+            "capacity_streams": base_capacity,
+            "levels": base_levels,
+        }
+    report = build_report(_options_dict(options), levels, capacity, ideal, baseline)
+    return report, write_report(report, out_dir)
+
+
+async def _measure(
+    options: LoadOptions,
+    concurrency: int | None,
+    start: int,
+    limit: int,
+    progress: Progress | None,
+) -> tuple[int | None, list[dict[str, Any]]]:
+    await _check_ready(options.url)
+    if concurrency is not None:
+        level = await run_level(options, concurrency, progress)
+        level["passed"] = level_passes(level, options.slo_ttfa_ms)
+        return (concurrency if level["passed"] else None), [level]
+    return await sweep(options, start=start, limit=limit, progress=progress)
+
+
+async def _check_ready(url: str) -> None:
+    try:
+        async with httpx.AsyncClient(timeout=10) as client:
+            response = await client.get(f"{url}/readyz")
+    except httpx.HTTPError as exc:
+        raise LoadTestError(f"{url} is unreachable: {exc}") from exc
+    if response.status_code != 200:
+        raise LoadTestError(f"{url}/readyz answered {response.status_code}: not ready")
+
+
+async def _ideal_streams(url: str) -> int | None:
+    async with httpx.AsyncClient() as client:
+        capacity = await read_capacity(client, url)
+    value = None if capacity is None else capacity.get("max_streams")
+    return int(value) if isinstance(value, int | float) else None
+
+
+def _options_dict(options: LoadOptions) -> dict[str, Any]:
+    values = asdict(options)
+    values["text_lengths"] = f"uniform:{options.text_lengths.low}-{options.text_lengths.high}"
+    values.pop("api_key", None)
+    return values

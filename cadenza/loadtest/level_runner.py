@@ -1,0 +1,194 @@
+"""Run one load level: offer streams for ``duration_s`` by the chosen arrival process, collect
+every stream's result, and read the server's numbers and the harness's own CPU use meanwhile.
+
+Arrival processes:
+
+* ``closed``: ``concurrency`` virtual users, each starting its next utterance as soon as the
+  previous one ends (after a refusal it waits the server's ``Retry-After``, at most 1 s);
+* ``poisson``: streams arrive at ``rate`` per second (exponential gaps), each on its own
+  connection, however many are already running (``concurrency`` caps nothing);
+* ``burst``: ``concurrency`` streams start at once, one each.
+
+A level stops offering at ``duration_s`` and waits for the streams in flight to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import resource
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from cadenza.client.sdk import Session, StreamError, connect
+from cadenza.loadtest.clients import http_stream, webrtc_stream, ws_stream
+from cadenza.loadtest.level_summary import StreamResult, summarize_level
+from cadenza.loadtest.server_metrics import MetricsWindow, read_capacity, read_metrics
+from cadenza.loadtest.workload import LoadOptions
+
+Progress = Callable[[str], None]
+SCRAPE_INTERVAL_S = 1.0
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def run_level(
+    options: LoadOptions, concurrency: int, progress: Progress | None = None
+) -> dict[str, Any]:
+    """One level's ``levels[]`` entry (see :func:`summarize_level`)."""
+    rng = random.Random(options.seed * 1_000_003 + concurrency)
+    results: list[StreamResult] = []
+    window = MetricsWindow()
+    start = time.monotonic()
+    cpu_start = _cpu_seconds()
+    stop_offering = start + options.duration_s
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600, connect=30)) as http:
+        capacity = await read_capacity(http, options.url)
+        scraper = asyncio.create_task(_scrape(http, options.url, window))
+        reporter = asyncio.create_task(_report(progress, concurrency, results, start, options))
+        try:
+            if options.arrival == "closed":
+                await asyncio.gather(
+                    *(
+                        _virtual_user(options, http, rng.random(), start, stop_offering, results)
+                        for _ in range(concurrency)
+                    )
+                )
+            else:
+                await _open_arrivals(options, http, concurrency, rng, start, results)
+        finally:
+            reporter.cancel()
+            scraper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await scraper
+            with contextlib.suppress(httpx.HTTPError):
+                window.add(await read_metrics(http, options.url))
+    wall = time.monotonic() - start
+    server = window.summary()
+    if capacity is not None:
+        server["max_streams_at_start"] = capacity.get("max_streams")
+    return summarize_level(
+        concurrency,
+        results,
+        server=server,
+        client_cpu=round((_cpu_seconds() - cpu_start) / wall, 3) if wall > 0 else None,
+        duration_s=wall,
+    )
+
+
+async def _virtual_user(
+    options: LoadOptions,
+    http: httpx.AsyncClient,
+    phase: float,
+    start: float,
+    stop_offering: float,
+    results: list[StreamResult],
+) -> None:
+    rng = random.Random(phase)
+    await asyncio.sleep(phase * 0.25)  # spread the first requests over a quarter second
+    if options.transport == "ws":
+        try:
+            async with connect(options.ws_url, api_key=options.api_key, open_timeout=30) as s:
+                await _loop(options, rng, start, stop_offering, results, _ws_runner(s, options))
+        except (OSError, StreamError) as exc:
+            results.append(StreamResult("error", time.monotonic() - start, reason=str(exc)[:80]))
+        return
+    runner = _http_runner(http, options) if options.transport == "http" else _webrtc_runner(options)
+    await _loop(options, rng, start, stop_offering, results, runner)
+
+
+Runner = Callable[[str, float, int], Awaitable[StreamResult]]
+
+
+def _ws_runner(session: Session, options: LoadOptions) -> Runner:
+    return lambda text, start, seed: ws_stream(session, text, options, start, seed)
+
+
+def _http_runner(http: httpx.AsyncClient, options: LoadOptions) -> Runner:
+    return lambda text, start, seed: http_stream(http, text, options, start, seed)
+
+
+def _webrtc_runner(options: LoadOptions) -> Runner:
+    return lambda text, start, seed: webrtc_stream(text, options, start)
+
+
+async def _loop(
+    options: LoadOptions,
+    rng: random.Random,
+    start: float,
+    stop_offering: float,
+    results: list[StreamResult],
+    runner: Runner,
+) -> None:
+    while time.monotonic() < stop_offering:
+        result = await runner(options.text_lengths.sample(rng), start, rng.randrange(2**31))
+        results.append(result)
+        if result.outcome in ("refused", "error"):
+            await asyncio.sleep(1.0)
+
+
+async def _open_arrivals(
+    options: LoadOptions,
+    http: httpx.AsyncClient,
+    concurrency: int,
+    rng: random.Random,
+    start: float,
+    results: list[StreamResult],
+) -> None:
+    async def one(seed: int) -> None:
+        text = options.text_lengths.sample(random.Random(seed))
+        if options.transport == "ws":
+            try:
+                async with connect(options.ws_url, api_key=options.api_key, open_timeout=30) as s:
+                    results.append(await ws_stream(s, text, options, start, seed))
+            except (OSError, StreamError) as exc:
+                reason = str(exc)[:80]
+                results.append(StreamResult("error", time.monotonic() - start, reason=reason))
+        elif options.transport == "http":
+            results.append(await http_stream(http, text, options, start, seed))
+        else:
+            results.append(await webrtc_stream(text, options, start))
+
+    tasks: list[asyncio.Task[None]] = []
+    if options.arrival == "burst":
+        tasks = [asyncio.create_task(one(rng.randrange(2**31))) for _ in range(concurrency)]
+    else:
+        while time.monotonic() - start < options.duration_s:
+            tasks.append(asyncio.create_task(one(rng.randrange(2**31))))
+            await asyncio.sleep(rng.expovariate(options.rate))
+    await asyncio.gather(*tasks)
+
+
+async def _scrape(http: httpx.AsyncClient, url: str, window: MetricsWindow) -> None:
+    while True:
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            window.add(await read_metrics(http, url))
+        await asyncio.sleep(SCRAPE_INTERVAL_S)
+
+
+async def _report(
+    progress: Progress | None,
+    concurrency: int,
+    results: list[StreamResult],
+    start: float,
+    options: LoadOptions,
+) -> None:
+    if progress is None:
+        return
+    while True:
+        elapsed = time.monotonic() - start
+        done = min(elapsed / options.duration_s, 1.0)
+        bar = "#" * int(20 * done) + "-" * (20 - int(20 * done))
+        refused = sum(1 for r in results if r.outcome == "refused")
+        progress(
+            f"level {concurrency:>3} [{bar}] {elapsed:5.1f}s  streams {len(results):>4}  "
+            f"refused {refused:>3}"
+        )
+        await asyncio.sleep(0.5)

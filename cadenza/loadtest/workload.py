@@ -1,0 +1,107 @@
+"""What the harness asks for: text lengths, arrival processes, and the options of one run."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Literal
+
+Transport = Literal["ws", "http", "webrtc"]
+Arrival = Literal["closed", "poisson", "burst"]
+
+_WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "while",
+    "seven",
+    "bright",
+    "violins",
+    "tune",
+    "their",
+    "strings",
+    "and",
+    "the",
+    "river",
+    "keeps",
+    "singing",
+    "softly",
+    "under",
+    "an",
+    "old",
+    "stone",
+    "bridge",
+    "near",
+    "the",
+    "quiet",
+    "market",
+    "square",
+]
+
+
+class WorkloadError(ValueError):
+    """A workload option is malformed."""
+
+
+@dataclass(frozen=True)
+class TextLengths:
+    """Characters per utterance, uniform in ``[low, high]``."""
+
+    low: int
+    high: int
+
+    @classmethod
+    def parse(cls, spec: str) -> TextLengths:
+        """``fixed:N`` or ``uniform:A-B`` (characters)."""
+        kind, _, value = spec.partition(":")
+        try:
+            if kind == "fixed":
+                low = high = int(value)
+            elif kind == "uniform":
+                a, _, b = value.partition("-")
+                low, high = int(a), int(b)
+            else:
+                raise ValueError
+        except ValueError:
+            raise WorkloadError(
+                f"text lengths {spec!r}: expected fixed:N or uniform:A-B (characters)"
+            ) from None
+        if not 1 <= low <= high:
+            raise WorkloadError(f"text lengths {spec!r}: need 1 <= A <= B")
+        return cls(low, high)
+
+    def sample(self, rng: random.Random) -> str:
+        target = rng.randint(self.low, self.high)
+        words: list[str] = []
+        while sum(len(w) + 1 for w in words) < target:
+            words.append(rng.choice(_WORDS))
+        return " ".join(words)[:target].strip() or "hello"
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    url: str  # http://host:port of the server
+    transport: Transport = "ws"
+    arrival: Arrival = "closed"
+    rate: float = 1.0  # poisson: streams per second
+    duration_s: float = 20.0  # how long each level offers new streams
+    text_lengths: TextLengths = TextLengths(40, 120)
+    slo_ttfa_ms: float = 500.0
+    slo_underrun_ms: float = 100.0
+    client_buffer_ms: float = 100.0
+    priority: str = "realtime"
+    api_key: str | None = None
+    seed: int = 0
+
+    @property
+    def ws_url(self) -> str:
+        return (
+            self.url.replace("http://", "ws://", 1).replace("https://", "wss://", 1).rstrip("/")
+            + "/v1/stream"
+        )

@@ -1,0 +1,151 @@
+"""Admission against the real server: ``/v1/capacity``, refusals with Retry-After on every
+transport, and 3x overload with SDK clients keeping every admitted stream glitch-free.
+
+The server is capped at 4 concurrent streams (``engine.max_num_seqs``) so the overload stays
+cheap on a 2-core CI machine; the real-time limit from calibration still applies below it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from cadenza.client import StreamError, connect
+from cadenza.loadtest.level_runner import run_level
+from cadenza.loadtest.workload import LoadOptions, TextLengths
+from tests.integration.server import serving
+
+MAX_SEQS = 4
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    env = {
+        "CADENZA_ENGINE__MAX_NUM_SEQS": str(MAX_SEQS),
+        "CADENZA_ADMISSION__REALTIME_MAX_WAIT_S": "2.0",
+        "CADENZA_ADMISSION__STANDARD_MAX_WAIT_S": "15.0",
+        "CADENZA_ADMISSION__MAX_QUEUE_LENGTH": "16",
+    }
+    with serving(tmp_path_factory.mktemp("capacity") / "server.log", env) as running:
+        yield running
+
+
+def _capacity(server) -> dict:
+    response = httpx.get(f"{server.url}/v1/capacity", timeout=10)
+    assert response.status_code == 200
+    return response.json()
+
+
+def _wait_idle(server, timeout_s: float = 20.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        capacity = _capacity(server)
+        if (
+            capacity["active"] == 0
+            and capacity["queued"] == 0
+            and capacity["kv_pages_free"] == capacity["kv_pages_total"]
+            and server.metric("cadenza_engine_requests") == 0
+        ):
+            return capacity
+        time.sleep(0.5)
+    raise AssertionError(f"server did not return to idle: {_capacity(server)}")
+
+
+def test_capacity_endpoint_reports_the_model(server) -> None:
+    capacity = _capacity(server)
+    for key in ("max_streams", "active", "queued", "kv_pages_total", "kv_pages_free"):
+        assert isinstance(capacity[key], int), key
+    assert isinstance(capacity["step_ms_p50"], float)
+    assert capacity["rtf_headroom"] <= 1.0
+    assert 1 <= capacity["max_streams"] <= MAX_SEQS
+    assert capacity["calibration"]["model"]["decode_points"]
+    assert capacity["kv_pages_free"] == capacity["kv_pages_total"] > 0
+
+
+def test_three_times_overload_keeps_admitted_streams_glitch_free(server) -> None:
+    max_streams = _capacity(server)["max_streams"]
+    options = LoadOptions(
+        url=server.url,
+        duration_s=20.0,
+        text_lengths=TextLengths(30, 60),
+        client_buffer_ms=100.0,
+    )
+
+    async def overload() -> tuple[dict, httpx.Response, float]:
+        level = asyncio.create_task(run_level(options, 3 * max_streams))
+        await asyncio.sleep(6.0)  # realtime streams hold every slot; a standard one arrives
+        async with httpx.AsyncClient(timeout=60) as client:
+            sent = time.monotonic()
+            standard = await client.post(
+                f"{server.url}/v1/audio/speech",
+                json={
+                    "model": "cadenza-tiny",
+                    "input": "a standard request",
+                    "priority": "standard",
+                    "response_format": "pcm",
+                },
+            )
+            waited = time.monotonic() - sent
+        return await level, standard, waited
+
+    level, standard, waited = asyncio.run(overload())
+    assert level["errors"] == 0, level["errors_by_reason"]
+    assert level["admitted"] >= max_streams
+    assert level["queued"] + level["rejected"] > 0  # the excess waited or was refused
+    assert set(level["rejected_by_reason"]) <= {"queue_timeout", "queue_full"}
+    assert level["c100"] >= 0.99, level
+    assert level["ttfa_admitted_ms"]["p95"] <= 500, level["ttfa_admitted_ms"]
+    assert standard.status_code == 200 and len(standard.content) > 0
+    assert waited < 15.0  # within standard's maximum wait, under sustained realtime load
+    assert server.metric("cadenza_admission_decisions_total") > 0
+    _wait_idle(server)
+
+
+def test_refusals_carry_a_reason_and_retry_after_on_http_and_websocket(server) -> None:
+    ws_url = server.url.replace("http", "ws") + "/v1/stream"
+
+    async def scenario() -> None:
+        holders = []
+        sessions = []
+        for _ in range(MAX_SEQS):
+            cm = connect(ws_url)
+            session = await cm.__aenter__()
+            sessions.append((cm, session))
+            stream = session.speak("x" * 400, max_duration_s=30)
+            await anext(stream)  # admitted and playing
+            holders.append(stream)
+        async with httpx.AsyncClient(timeout=60) as client:
+            batch = await client.post(
+                f"{server.url}/v1/audio/speech",
+                json={"model": "cadenza-tiny", "input": "wait", "priority": "realtime"},
+            )
+        assert batch.status_code == 503
+        assert batch.json()["error"]["code"] in ("queue_timeout", "queue_full")
+        assert int(batch.headers["Retry-After"]) >= 1
+        async with connect(ws_url) as extra:
+            with pytest.raises(StreamError) as refused:
+                async for _ in extra.speak("no room", priority="realtime"):
+                    pass
+            assert refused.value.code == "queue_timeout"
+            assert refused.value.retry_after_s is not None and refused.value.retry_after_s >= 1
+            assert extra.last_queued is not None and extra.last_queued["position"] >= 1
+        for stream in holders:
+            await stream.aclose()
+        for cm, _ in sessions:
+            await cm.__aexit__(None, None, None)
+
+    asyncio.run(scenario())
+    _wait_idle(server)
+
+
+def test_garbage_priority_is_refused_clearly(server) -> None:
+    response = httpx.post(
+        f"{server.url}/v1/audio/speech",
+        json={"model": "cadenza-tiny", "input": "hi", "priority": "urgent"},
+        timeout=30,
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "priority"
