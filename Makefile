@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser serve test test-fast lint clean
+.PHONY: install browser serve test test-fast lint gpu-check clean
 
 # torch goes in first and alone, pinned to the exact release, so pip takes the CPU build that
 # lies on disk and no later requirement pulls a CUDA build.
@@ -31,9 +31,15 @@ test-fast: install
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 lint: install
-	$(VENV)/bin/ruff check cadenza tests
-	$(VENV)/bin/ruff format --check cadenza tests
+	$(VENV)/bin/ruff check cadenza tests benchmarks
+	$(VENV)/bin/ruff format --check cadenza tests benchmarks
 	$(VENV)/bin/mypy cadenza
+
+# On a CUDA machine: compile and check every Triton kernel, measure decode-attention bandwidth
+# and W8A16 against fp16 (docs/benchmarks.md). CI runs the interpreter half (--interpret).
+gpu-check: install
+	$(PY) -m pip install --quiet triton
+	$(PY) benchmarks/gpu_kernels.py --json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -148,6 +148,15 @@ def _build_parser() -> argparse.ArgumentParser:
 def _add_model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="built-in model name or checkpoint directory")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"])
+    parser.add_argument(
+        "--kv-dtype",
+        dest="engine_kv_dtype",
+        choices=["auto", "fp32", "fp16", "bf16", "int8"],
+        help="KV cache dtype (int8: per-token-per-head scales, ~2x the tokens of fp16)",
+    )
+    parser.add_argument(
+        "--weights-dtype", choices=["auto", "int8"], help="int8: weight-only int8 linears"
+    )
     parser.add_argument("--config", type=Path, help="TOML configuration file")
 
 
@@ -158,8 +167,15 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
             "port": getattr(args, "port", None),
             "api_keys_file": getattr(args, "api_keys_file", None),
         },
-        "model": {"name": getattr(args, "model", None), "device": getattr(args, "device", None)},
-        "engine": {"kind": getattr(args, "engine", None)},
+        "model": {
+            "name": getattr(args, "model", None),
+            "device": getattr(args, "device", None),
+            "weights_dtype": getattr(args, "weights_dtype", None),
+        },
+        "engine": {
+            "kind": getattr(args, "engine", None),
+            "kv_dtype": getattr(args, "engine_kv_dtype", None),
+        },
     }
 
 

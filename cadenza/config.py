@@ -78,6 +78,10 @@ class ModelConfig(_Section):
         "auto", description="weight and activation dtype (auto: float32 on cpu, bfloat16 on cuda)"
     )
     seed: int = Field(0, description="seed that builds the weights of built-in random models")
+    weights_dtype: Literal["auto", "int8"] = Field(
+        "auto",
+        description="int8: weight-only int8 linears with per-output-channel scales (W8A16)",
+    )
     torch_threads: int = Field(
         0, ge=0, description="intra-op threads for torch in the engine (0: torch's default)"
     )
@@ -108,6 +112,11 @@ class EngineConfig(_Section):
         256, ge=1, description="requests the engine holds (running + waiting) before refusing"
     )
     block_size: int = Field(16, ge=1, le=1024, description="tokens per KV page")
+    kv_dtype: Literal["auto", "fp32", "fp16", "bf16", "int8"] = Field(
+        "auto",
+        description="KV cache dtype (auto: the model's; int8: per-token-per-head scales, "
+        "about twice the tokens of fp16 per byte)",
+    )
     max_num_batched_tokens: int = Field(
         512, ge=1, description="token budget of one engine step (decodes + prefill chunks)"
     )

@@ -16,6 +16,8 @@ settings.register_profile("ci", derandomize=True, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
+# Triton kernels run in Triton's interpreter on the CPU (set before anything imports triton).
+os.environ.setdefault("TRITON_INTERPRET", "1")
 # Tests run the engine on the CPU whatever the machine has.
 os.environ.setdefault("CADENZA_MODEL__DEVICE", "cpu")
 # A small KV cache: enough for the tests' streams, and cheap to allocate in every server.

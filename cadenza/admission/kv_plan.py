@@ -4,8 +4,9 @@ Per token, a decoder stores a key and a value per layer and KV head::
 
     kv_bytes_per_token = 2 * layers * kv_heads * head_dim * bytes(kv_dtype)   (+ int8 scales)
 
-INT8 caches also keep one float32 scale per token, layer, KV head and K/V, which adds
-``2 * layers * kv_heads * 4`` bytes per token. Llama 3 8B (32 layers, 8 KV heads of width 128,
+INT8 caches also keep one float16 scale per token, layer, KV head and K/V, which adds
+``2 * layers * kv_heads * 2`` bytes per token (as the engine's cache does,
+:mod:`cadenza.kernels.kv_quant`). Llama 3 8B (32 layers, 8 KV heads of width 128,
 BF16) needs 131,072 bytes per token: exactly 1 GiB for an 8,192-token sequence.
 """
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 KV_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1, "fp8": 1}
-INT8_SCALE_BYTES = 4
+INT8_SCALE_BYTES = 2
 
 _UNITS = {
     "": 1,

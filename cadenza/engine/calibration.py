@@ -107,6 +107,8 @@ def calibration_identity(engine: Engine, seed: int) -> str:
         "model": engine.model_name,
         "seed": seed,
         "dtype": str(engine.model.dtype),
+        "kv_dtype": str(engine.kv_dtype),
+        "weights_dtype": engine.weights_dtype,
         "device": device_name(engine.model.device),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,

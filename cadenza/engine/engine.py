@@ -54,6 +54,7 @@ from cadenza.engine.scheduler import ScheduledBatch, Scheduler
 from cadenza.engine.sequence import Sequence, SequenceStatus
 from cadenza.engine.step_time_model import StepTimeModel
 from cadenza.kernels.cpu_linear import pack_linears, packing_available
+from cadenza.kernels.int8_linear import quantize_linears
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class Engine:
         model_name: str,
         engine_config: EngineConfig | None = None,
         limits: LimitsConfig | None = None,
+        weights_dtype: str = "auto",
     ) -> None:
         self.model = model
         self.codec = codec
@@ -101,7 +103,10 @@ class Engine:
         self.layout = model.layout
         device, dtype = model.device, model.dtype
         fuse_llama_projections(model)
-        if config.pack_cpu_weights and packing_available(device, dtype):
+        self.weights_dtype = weights_dtype
+        if weights_dtype == "int8":
+            quantize_linears(model)  # on the CPU these come prepacked (dequantized on load)
+        elif config.pack_cpu_weights and packing_available(device, dtype):
             pack_linears(model)
         if self.layout.produces_audio and (
             codec is None or codec.num_codebooks != self.layout.codebooks_per_frame
@@ -112,8 +117,9 @@ class Engine:
         budget = config.kv_cache_memory_bytes or int(
             available_memory_bytes(device) * config.kv_cache_memory_fraction
         )
+        self.kv_dtype = resolve_kv_dtype(config.kv_dtype, dtype)
         self.kv_cache = PagedKVCache.from_budget(
-            model.kv_spec, budget, config.block_size, dtype, device
+            model.kv_spec, budget, config.block_size, self.kv_dtype, device
         )
         self.block_pool = BlockPool(self.kv_cache.num_blocks, config.enable_prefix_caching)
         self.kv_manager = KVCacheManager(
@@ -145,7 +151,7 @@ class Engine:
             self._free_codec_slots = list(range(config.max_pending_requests - 1, -1, -1))
         masks = self.layout.sampling_masks()
         self._masks = None if masks is None else masks.to(device)
-        self._extra_keys = (model_name, str(dtype))
+        self._extra_keys = (model_name, str(dtype), f"kv={self.kv_dtype}", f"w={weights_dtype}")
         self._seqs: dict[str, Sequence] = {}
         self._pending: list[StreamOutput] = []
         self._last_batch = ScheduledBatch()
@@ -171,8 +177,10 @@ class Engine:
         kv_cache_memory_bytes: int | None = None,
         engine_config: EngineConfig | None = None,
         limits: LimitsConfig | None = None,
+        weights_dtype: str = "auto",
     ) -> Engine:
         """Build a model (built-in name or checkpoint directory) and its codec on ``device``.
+        ``weights_dtype="int8"`` makes every linear layer weight-only int8 (W8A16).
 
         Keyword arguments given here override the same fields of ``engine_config``.
         """
@@ -195,7 +203,14 @@ class Engine:
         codec = None
         if model.layout.produces_audio and model.codec_name is not None:
             codec = load_codec(model.codec_name, device=torch_device, seed=seed)
-        return cls(model, codec, model_name=name_or_path, engine_config=config, limits=limits)
+        return cls(
+            model,
+            codec,
+            model_name=name_or_path,
+            engine_config=config,
+            limits=limits,
+            weights_dtype=weights_dtype,
+        )
 
     @classmethod
     def from_config(cls, config: CadenzaConfig) -> Engine:
@@ -209,6 +224,7 @@ class Engine:
             seed=config.model.seed,
             engine_config=config.engine,
             limits=config.limits,
+            weights_dtype=config.model.weights_dtype,
         )
 
     # -- identity ---------------------------------------------------------------------------
@@ -657,6 +673,19 @@ def resolve_device(device: str) -> torch.device:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("device 'cuda' requested but no CUDA device is available")
     return torch.device(device)
+
+
+_KV_DTYPES = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "int8": torch.int8,
+}
+
+
+def resolve_kv_dtype(kv_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
+    """``"auto"`` -> the model's dtype; otherwise the named one (int8: quantized pages)."""
+    return model_dtype if kv_dtype == "auto" else _KV_DTYPES[kv_dtype]
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:

@@ -6,6 +6,10 @@ Token ``t`` of a sequence sits in block ``block_table[t // block_size]`` at offs
 
 These functions are the torch implementation every other backend is checked against; they
 gather a sequence's pages and hand them to SDPA, with no per-sequence Python loop for decode.
+
+INT8 caches (``k_cache.dtype == torch.int8``) come with scale tensors ``[num_blocks,
+block_size, Hkv]`` (one per token and head, :mod:`cadenza.kernels.kv_quant`): stores quantize
+on the way in, attention dequantizes what it gathers.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import torch.nn.functional as F
 
 from cadenza.kernels.attention import cached_causal_attention
 from cadenza.kernels.attention_context import decode_key_slots
+from cadenza.kernels.kv_quant import dequantize, quantize_per_token
 
 
 def store_kv(
@@ -23,14 +28,24 @@ def store_kv(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> None:
-    """Write ``k, v [N, Hkv, D]`` into the cache at ``slot_mapping [N]`` (int64; -1 skips)."""
+    """Write ``k, v [N, Hkv, D]`` into the cache at ``slot_mapping [N]`` (int64; -1 skips),
+    quantizing to int8 with per-token, per-head scales when the cache is int8."""
     num_kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
     flat_k = k_cache.view(-1, num_kv_heads, head_dim)
     flat_v = v_cache.view(-1, num_kv_heads, head_dim)
     if slot_mapping.numel() and bool((slot_mapping < 0).any()):
         keep = slot_mapping >= 0
         k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
+    if k_cache.dtype == torch.int8:
+        if k_scale is None or v_scale is None:
+            raise ValueError("an int8 KV cache needs k_scale and v_scale")
+        k, k_s = quantize_per_token(k)
+        v, v_s = quantize_per_token(v)
+        k_scale.view(-1, num_kv_heads).index_copy_(0, slot_mapping, k_s)
+        v_scale.view(-1, num_kv_heads).index_copy_(0, slot_mapping, v_s)
     flat_k.index_copy_(0, slot_mapping, k.to(flat_k.dtype))
     flat_v.index_copy_(0, slot_mapping, v.to(flat_v.dtype))
 
@@ -51,6 +66,8 @@ def paged_decode_attention(
     seq_lens: torch.Tensor,
     scale: float,
     key_slots: tuple[torch.Tensor, torch.Tensor] | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One query per sequence against that sequence's pages.
 
@@ -66,6 +83,10 @@ def paged_decode_attention(
     shape = (batch, slots.shape[1], num_kv_heads, head_dim)
     keys = k_cache.view(-1, num_kv_heads, head_dim).index_select(0, flat_slots).view(shape)
     values = v_cache.view(-1, num_kv_heads, head_dim).index_select(0, flat_slots).view(shape)
+    if k_cache.dtype == torch.int8:
+        assert k_scale is not None and v_scale is not None
+        keys = dequantize(keys, _gather_scales(k_scale, flat_slots, shape), q.dtype)
+        values = dequantize(values, _gather_scales(v_scale, flat_slots, shape), q.dtype)
     out = F.scaled_dot_product_attention(
         q[:, :, None, :],
         keys.transpose(1, 2).to(q.dtype),
@@ -77,6 +98,12 @@ def paged_decode_attention(
     return out[:, :, 0, :]
 
 
+def _gather_scales(
+    scales: torch.Tensor, flat_slots: torch.Tensor, shape: tuple[int, int, int, int]
+) -> torch.Tensor:
+    return scales.view(-1, shape[2]).index_select(0, flat_slots).view(shape[:3])
+
+
 def paged_prefill_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -84,9 +111,17 @@ def paged_prefill_attention(
     block_table: torch.Tensor,
     context_len: int,
     scale: float,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``T`` new queries of one sequence, causally, over its first ``context_len`` cached tokens
     (the ``T`` new ones are the last of them). ``q [T, Hq, D]`` -> ``[T, Hq, D]``."""
-    keys = gather_pages(k_cache, block_table, context_len).to(q.dtype)
-    values = gather_pages(v_cache, block_table, context_len).to(q.dtype)
-    return cached_causal_attention(q, keys, values, context_len - q.shape[0], scale)
+    keys = gather_pages(k_cache, block_table, context_len)
+    values = gather_pages(v_cache, block_table, context_len)
+    if k_cache.dtype == torch.int8:
+        assert k_scale is not None and v_scale is not None
+        keys = dequantize(keys, gather_pages(k_scale, block_table, context_len), q.dtype)
+        values = dequantize(values, gather_pages(v_scale, block_table, context_len), q.dtype)
+    return cached_causal_attention(
+        q, keys.to(q.dtype), values.to(q.dtype), context_len - q.shape[0], scale
+    )

@@ -24,6 +24,18 @@ def test_generate_writes_a_wav(tmp_path):
         assert reader.getnframes() == 2 * 24000
 
 
+def test_generate_with_int8_kv_and_weights(tmp_path):
+    out = tmp_path / "int8.wav"
+    result = _cadenza(
+        "generate", "--text", "x" * 14, "--out", str(out), "--kv-dtype", "int8",
+        "--weights-dtype", "int8", "--device", "cpu",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["audio_s"] == 1.0
+    bad = _cadenza("generate", "--text", "x", "--out", str(out), "--kv-dtype", "int4")
+    assert bad.returncode == 2 and "int4" in bad.stderr
+
+
 def test_generate_refuses_bad_input(tmp_path):
     result = _cadenza(
         "generate", "--text", "x" * 5000, "--out", str(tmp_path / "x.wav"), "--device", "cpu"

@@ -17,7 +17,7 @@ from torch import nn
 
 from cadenza.engine.paged_kv_cache import KVSpec, PagedKVCache
 from cadenza.kernels.attention_context import AttentionContext
-from cadenza.kernels.torch_backend import TorchAttentionBackend
+from cadenza.kernels.torch_backend import TorchAttentionBackend, attention_backend_for
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,8 @@ class LlamaAttention(nn.Module):
         cos, sin = rotary
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         k_cache, v_cache = kv_cache.layer(self.layer_index)
-        out = backend.forward(q, k, v, k_cache, v_cache, context, self.scale)
+        k_scale, v_scale = kv_cache.layer_scales(self.layer_index)
+        out = backend.forward(q, k, v, k_cache, v_cache, context, self.scale, k_scale, v_scale)
         return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))
 
 
@@ -215,7 +216,7 @@ class LlamaBackbone(nn.Module):
         super().__init__()
         self.config = config
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_llama3)
-        self.attention_backend = TorchAttentionBackend()
+        self._backends: dict[str, TorchAttentionBackend] = {}
         self.layers = nn.ModuleList(
             LlamaDecoderLayer(config, index) for index in range(config.num_layers)
         )
@@ -233,9 +234,14 @@ class LlamaBackbone(nn.Module):
         Stores the tokens' keys and values in ``kv_cache`` at ``context.slot_mapping``.
         """
         rotary = self.rotary(positions)
+        backend = self._backends.get(embeddings.device.type)
+        if backend is None:
+            backend = self._backends[embeddings.device.type] = attention_backend_for(
+                embeddings.device
+            )
         x = embeddings
         for layer in self.layers:
-            x = layer(x, rotary, kv_cache, context, self.attention_backend)
+            x = layer(x, rotary, kv_cache, context, backend)
         return self.norm(x)
 
 

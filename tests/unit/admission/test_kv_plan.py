@@ -31,7 +31,7 @@ def test_memory_budget_and_batch():
 def test_int8_counts_its_scales_and_halves_fp16():
     fp16 = KVPlan(**{**LLAMA3_8B, "kv_dtype": "fp16"})
     int8 = KVPlan(**{**LLAMA3_8B, "kv_dtype": "int8"})
-    assert int8.kv_bytes_per_token == fp16.kv_bytes_per_token // 2 + 2 * 32 * 8 * 4
+    assert int8.kv_bytes_per_token == fp16.kv_bytes_per_token // 2 + 2 * 32 * 8 * 2
 
 
 def test_agrees_with_the_engine_cache_for_cadenza_tiny():
