@@ -30,7 +30,6 @@ from cadenza.engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from cadenza.engine.engine import EngineStats
-    from cadenza.engine.naive_engine import NaiveStats
 
 
 @dataclass(frozen=True)
@@ -116,9 +115,7 @@ class StepLog:
     step_context: list[int] = field(default_factory=list)
 
 
-def stats_message(
-    log: StepLog, chunk_slack_s: list[float], stats: EngineStats | NaiveStats
-) -> dict[str, Any]:
+def stats_message(log: StepLog, chunk_slack_s: list[float], stats: EngineStats) -> dict[str, Any]:
     return {
         "type": "stats",
         "step_s": log.step_s,

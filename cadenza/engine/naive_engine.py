@@ -19,7 +19,6 @@ import queue
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,6 +26,7 @@ import torch
 
 from cadenza.codecs.encodec import load_codec
 from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
+from cadenza.engine.engine import EngineStats, RequestRejected
 from cadenza.engine.messages import EngineInfo
 from cadenza.engine.models.cadenza_tiny import MODEL_NAME, CadenzaTinyModel
 from cadenza.engine.request import FinishReason, StreamOutput, SynthesisRequest, derive_duration_s
@@ -41,25 +41,6 @@ _EMPTY = np.zeros(0, dtype=np.float32)
 
 class NaiveEngineError(ValueError):
     """The naive engine cannot serve this model or request."""
-
-
-@dataclass(frozen=True)
-class NaiveStats:
-    """The subset of :class:`~cadenza.engine.engine.EngineStats` the naive engine can report."""
-
-    num_running: int
-    num_waiting: int = 0
-    max_num_seqs: int = 0
-    kv_blocks_total: int = 0
-    kv_blocks_free: int = 0
-    num_preemptions: int = 0
-    prefix_hit_tokens: int = 0
-    prefix_query_tokens: int = 0
-    last_batch_decodes: int = 0
-    last_batch_tokens: int = 0
-    last_batch_context: int = 0
-    skipped_steps: int = 0
-    step_correction: float = 1.0
 
 
 class NaiveEngine:
@@ -148,8 +129,6 @@ class NaiveEngine:
     # -- the engine loop's interface ------------------------------------------------------------
 
     def add_request(self, request: SynthesisRequest) -> None:
-        from cadenza.engine.engine import RequestRejected
-
         if request.voice not in self.voices:
             raise RequestRejected(f"unknown voice {request.voice!r}; voices: {self.voices}")
         if request.prompt_audio:
@@ -188,8 +167,24 @@ class NaiveEngine:
         self.last_step_s = time.perf_counter() - started
         return outputs
 
-    def stats(self) -> NaiveStats:
-        return NaiveStats(num_running=len(self._cancelled), max_num_seqs=len(self._cancelled))
+    def stats(self) -> EngineStats:
+        """Only the number of live requests means something here (no pages, no batches)."""
+        running = len(self._cancelled)
+        return EngineStats(
+            num_running=running,
+            num_waiting=0,
+            max_num_seqs=max(running, 1),
+            kv_blocks_total=0,
+            kv_blocks_free=0,
+            num_preemptions=0,
+            prefix_hit_tokens=0,
+            prefix_query_tokens=0,
+            last_batch_decodes=0,
+            last_batch_tokens=0,
+            last_batch_context=0,
+            skipped_steps=0,
+            step_correction=1.0,
+        )
 
     # -- one request, in its own thread ---------------------------------------------------------
 

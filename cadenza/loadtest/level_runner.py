@@ -93,15 +93,21 @@ async def _virtual_user(
 ) -> None:
     rng = random.Random(phase)
     await asyncio.sleep(phase * 0.25)  # spread the first requests over a quarter second
-    if options.transport == "ws":
-        try:
-            async with connect(options.ws_url, api_key=options.api_key, open_timeout=30) as s:
-                await _loop(options, rng, start, stop_offering, results, _ws_runner(s, options))
-        except (OSError, StreamError) as exc:
-            results.append(StreamResult("error", time.monotonic() - start, reason=str(exc)[:80]))
+    if options.transport != "ws":
+        runner = (
+            _http_runner(http, options) if options.transport == "http" else _webrtc_runner(options)
+        )
+        await _loop(options, rng, start, stop_offering, results, runner)
         return
-    runner = _http_runner(http, options) if options.transport == "http" else _webrtc_runner(options)
-    await _loop(options, rng, start, stop_offering, results, runner)
+    try:  # one connection per virtual user, reused across its utterances
+        async with connect(options.ws_url, api_key=options.api_key, open_timeout=30) as session:
+            await _loop(options, rng, start, stop_offering, results, _ws_runner(session, options))
+    except (OSError, StreamError) as exc:
+        results.append(_connection_error(exc, start))
+
+
+def _connection_error(exc: BaseException, start: float) -> StreamResult:
+    return StreamResult("error", time.monotonic() - start, reason=str(exc)[:80])
 
 
 Runner = Callable[[str, float, int], Awaitable[StreamResult]]
@@ -144,13 +150,12 @@ async def _open_arrivals(
 ) -> None:
     async def one(seed: int) -> None:
         text = options.text_lengths.sample(random.Random(seed))
-        if options.transport == "ws":
+        if options.transport == "ws":  # a connection of its own
             try:
                 async with connect(options.ws_url, api_key=options.api_key, open_timeout=30) as s:
                     results.append(await ws_stream(s, text, options, start, seed))
             except (OSError, StreamError) as exc:
-                reason = str(exc)[:80]
-                results.append(StreamResult("error", time.monotonic() - start, reason=reason))
+                results.append(_connection_error(exc, start))
         elif options.transport == "http":
             results.append(await http_stream(http, text, options, start, seed))
         else:

@@ -54,6 +54,17 @@ def test_a_short_run_writes_report_json_markdown_and_plots(server, tmp_path) -> 
     assert "| 2 |" in (out / "report.md").read_text()
 
 
+def test_http_transport_measures_streams_too(server, tmp_path) -> None:
+    done = _loadtest(
+        "--url", server.url, "--transport", "http", "--concurrency", "1", "--duration", "2",
+        "--text-lengths", "fixed:20", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    level = json.loads((tmp_path / "report.json").read_text())["levels"][0]
+    assert level["admitted"] == level["offered"] >= 1 and level["errors"] == 0
+    assert level["streams"][0]["audio_s"] == pytest.approx(20 / 14, abs=0.05)
+
+
 def test_a_burst_beyond_capacity_reports_refusals_with_reasons(server, tmp_path) -> None:
     done = _loadtest(
         "--url", server.url, "--arrival", "burst", "--concurrency", "6",

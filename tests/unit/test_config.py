@@ -58,3 +58,22 @@ def test_reference_lists_every_key_with_its_variable():
     text = config_reference()
     assert "CADENZA_SERVER__PORT" in text
     assert "limits.max_input_chars" in text
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "where"),
+    [
+        ("CADENZA_ADMISSION__AGING_S", "0", "admission.aging_s"),
+        ("CADENZA_ADMISSION__STANDARD_RESERVED_SHARE", "1.5", "admission.standard_reserved_share"),
+        ("CADENZA_ENGINE__REALTIME_HEADROOM", "1", "engine.realtime_headroom"),
+        ("CADENZA_ENGINE__CALIBRATION", "sometimes", "engine.calibration"),
+        ("CADENZA_ENGINE__CALIBRATION_BATCH_SIZES", "[]", "engine.calibration_batch_sizes"),
+        ("CADENZA_ENGINE__KV_DTYPE", "int4", "engine.kv_dtype"),
+        ("CADENZA_ENGINE__KIND", "fast", "engine.kind"),
+        ("CADENZA_MODEL__WEIGHTS_DTYPE", "int2", "model.weights_dtype"),
+    ],
+)
+def test_admission_engine_and_kernel_settings_refuse_garbage(monkeypatch, variable, value, where):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError, match=where.replace(".", r"\.")):
+        load_config()
