@@ -12,7 +12,7 @@ Two budgets, both from the engine (its ``ready`` info and its ``stats`` reports)
   A stream is admitted only if ``B + 1`` streams still fit.
 
 ``max_streams`` is the smaller of the two for a *nominal* stream (``admission.nominal_stream_s``
-of audio, its context half-way through), capped by the engine's ``max_num_seqs``.
+of audio, at its full context), capped by the engine's ``max_num_seqs``.
 If delivered chunks start arriving with less slack than ``admission.slack_close_ms`` before
 their deadline, admission closes (no new stream until slack has recovered for
 ``admission.slack_reopen_s``): the measurement wins over the model.
@@ -95,9 +95,11 @@ class CapacityModel:
 
     @property
     def nominal_context_tokens(self) -> int:
-        """Context of a nominal stream half-way through: prompt plus half its output steps."""
+        """Context each nominal stream costs a decode step: a full nominal stream (prompt plus
+        all its output steps), since a step pads every stream's keys to the batch's longest,
+        and with streams at every stage the longest is nearly done."""
         steps = self.config.nominal_stream_s * self.info.frame_rate * self.info.steps_per_frame
-        return int(64 + steps / 2)
+        return int(64 + steps)
 
     def stream_cost(self, text: str, audio_s: float, prompt_audio_s: float = 0.0) -> StreamCost:
         """A conservative estimate of what a request holds (the engine's own reservation is

@@ -3,7 +3,9 @@
 The sweep runs the real engine on synthetic streams, so the measurement includes everything a
 live step does: the forward pass, sampling, and the streaming codec decode amortised over the
 chunk. For each batch size ``B`` (``engine.calibration_batch_sizes``, up to ``max_num_seqs`` and
-the KV pages available): start ``B`` streams with short prompts, step until every one has
+the KV pages available): start ``B`` streams with short prompts, their arrivals spread over
+one chunk period as live arrivals are (so their codec decodes fall on different steps), step
+until every one has
 delivered its first chunk, then time ``engine.calibration_steps`` pure decode steps in windows
 of one chunk period (each window holds one codec decode per stream) and record the median of
 the window means, which shrugs off a burst of noise from a neighbour on a shared machine.
@@ -213,7 +215,7 @@ def _steps_needed(engine: Engine) -> int:
 
 
 def _request(engine: Engine, prompt_chars: int) -> SynthesisRequest:
-    frames = _steps_needed(engine) // engine.steps_per_frame + engine.config.chunk_frames + 8
+    frames = _steps_needed(engine) // engine.steps_per_frame + 2 * engine.config.chunk_frames + 8
     text = ("calibrate " * (prompt_chars // 10 + 1))[:prompt_chars]
     return SynthesisRequest(
         request_id=f"calibration-{secrets.token_hex(6)}",
@@ -230,7 +232,7 @@ def _fits(engine: Engine, batch: int, prompt_chars: int) -> bool:
         return False
     if prompt_chars > engine.limits.max_input_chars:
         return False
-    tokens = prompt_chars + 16 + _steps_needed(engine) + engine.config.chunk_frames * 8
+    tokens = prompt_chars + 16 + _steps_needed(engine) + engine.config.chunk_frames * 16
     pages = batch * math.ceil(tokens / engine.config.block_size)
     return pages <= engine.block_pool.num_blocks
 
@@ -238,15 +240,20 @@ def _fits(engine: Engine, batch: int, prompt_chars: int) -> bool:
 def _measure(engine: Engine, batch: int, prompt_chars: int) -> tuple[StepSample, float]:
     """Mean time of pure decode steps with ``batch`` streams; and codec ms per stream-frame."""
     requests = [_request(engine, prompt_chars) for _ in range(batch)]
-    for request in requests:
-        engine.add_request(request)
+    window = engine.config.chunk_frames * engine.steps_per_frame
     try:
+        # Arrivals spread over one chunk period, as live streams arrive: their codec decodes
+        # then fall on different steps, as they do in service.
+        groups = [requests[i::window] for i in range(min(window, batch))]
+        for group in groups:
+            for request in group:
+                engine.add_request(request)
+            engine.step()
         seqs = [engine.sequence(r.request_id) for r in requests]
         for _ in range(_steps_needed(engine) * 4):
             engine.step()
             if all(seq is None or seq.frames_sent > 0 for seq in seqs):
                 break
-        window = engine.config.chunk_frames * engine.steps_per_frame
         window_means, contexts = [], []
         codec_s, codec_frames = engine.codec_seconds, engine.codec_frames
         for _ in range(max(engine.config.calibration_steps // window, 1)):

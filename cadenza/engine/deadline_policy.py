@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from cadenza.engine.models.token_layout import TokenLayout
 from cadenza.engine.sequence import Sequence
-from cadenza.engine.step_time_model import OnlineCorrection, StepTimeModel
+from cadenza.engine.step_time_model import OnlineCorrection, StepTimeModel, attended_context
 
 
 class DeadlinePolicy:
@@ -76,8 +76,7 @@ class DeadlinePolicy:
         """``decodes`` by laxity (least first), minus the streams that may skip this step;
         returns ``(kept, skipped)``."""
         now = self.clock()
-        context = sum(seq.num_tokens for seq in decodes)
-        step_s = self.predict_s(len(decodes), context) or self.step_budget_s
+        step_s = self.predict_s(len(decodes), _context(decodes)) or self.step_budget_s
         laxity = {seq: self.laxity_s(seq, now, step_s) for seq in decodes}
         ordered = sorted(decodes, key=lambda seq: laxity[seq])
         if self.step_model is None or step_s <= self.step_budget_s:
@@ -90,8 +89,7 @@ class DeadlinePolicy:
                 break
             kept.remove(seq)
             skipped.append(seq)
-            context -= seq.num_tokens
-            predicted = self.predict_s(len(kept), context)
+            predicted = self.predict_s(len(kept), _context(kept))
             if predicted is not None and predicted <= self.step_budget_s:
                 break
         return kept, skipped
@@ -101,11 +99,14 @@ class DeadlinePolicy:
         if self.step_model is None or not decodes:
             return budget_tokens
         now = self.clock()
-        context = sum(seq.num_tokens for seq in decodes)
-        step_s = self.predict_s(len(decodes), context) or 0.0
+        step_s = self.predict_s(len(decodes), _context(decodes)) or 0.0
         spare_s = min(self.laxity_s(seq, now, step_s) for seq in decodes)
         per_token_s = self.step_model.per_token_ms * self.correction.factor / 1000.0
         if not math.isfinite(spare_s) or per_token_s <= 0:
             return budget_tokens
         allowed = int(max(spare_s, 0.0) / per_token_s)
         return max(min(allowed, budget_tokens), min(self.min_prefill_tokens, budget_tokens))
+
+
+def _context(decodes: list[Sequence]) -> int:
+    return attended_context([seq.num_tokens for seq in decodes], [])

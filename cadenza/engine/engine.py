@@ -52,7 +52,7 @@ from cadenza.engine.sampler import sample_rows
 from cadenza.engine.sampling_params import SamplingParams
 from cadenza.engine.scheduler import ScheduledBatch, Scheduler
 from cadenza.engine.sequence import Sequence, SequenceStatus
-from cadenza.engine.step_time_model import StepTimeModel
+from cadenza.engine.step_time_model import StepTimeModel, attended_context
 from cadenza.kernels.cpu_linear import pack_linears, packing_available
 from cadenza.kernels.int8_linear import quantize_linears
 
@@ -337,7 +337,9 @@ class Engine:
         started = time.perf_counter()
         batch = self.scheduler.schedule()
         self._last_batch = batch
-        self._last_context = sum(seq.num_tokens for seq, _ in batch.items())
+        self._last_context = attended_context(
+            [seq.num_tokens for seq in batch.decodes], [seq.num_tokens for seq, _ in batch.prefills]
+        )
         if not batch.is_empty:
             result = self._forward(batch)
             self._advance(batch, result)

@@ -2,8 +2,9 @@
 
 A step's time depends on ``tokens``, the rows it computes (one per decoding stream, more for
 prefill chunks; sampling and the amortised codec decode ride along) and ``context_tokens``, the
-KV positions its attention reads: measured decode points are interpolated over ``tokens``, and a
-linear term per 1,000 context positions covers attention. The points come from a start-up sweep
+KV positions its attention reads (:func:`attended_context`; decodes are padded to the longest).
+Measured decode points are interpolated over ``tokens``, and a linear term per 1,000 context
+positions covers attention. The points come from a start-up sweep
 (:mod:`cadenza.engine.calibration`); :class:`OnlineCorrection` then scales predictions by what
 live steps actually take, so a slower machine (or a busier one) lowers the capacity estimate.
 
@@ -29,6 +30,13 @@ class StepSample:
     tokens: int
     context_tokens: int
     ms: float
+
+
+def attended_context(decode_lengths: list[int], prefill_lengths: list[int]) -> int:
+    """The KV positions a step's attention touches: decodes gather every sequence's keys
+    padded to the longest one (``B x max``); each prefill chunk gathers its own."""
+    decode = len(decode_lengths) * max(decode_lengths, default=0)
+    return decode + sum(prefill_lengths)
 
 
 @dataclass(frozen=True)
