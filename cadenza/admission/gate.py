@@ -30,8 +30,12 @@ QueuedCallback = Callable[[int, float], Awaitable[None]]
 """Awaited once when a request has to wait, with its 1-based position and estimated wait (s)."""
 
 
+ENGINE_RETRY_AFTER_S = 5.0  # a lost engine restarts in seconds, if at all
+
+
 class AdmissionRefused(Exception):
-    """A stream may not start. ``code``: ``queue_full``, ``queue_timeout``, ``too_large``."""
+    """A stream may not start. ``code``: ``queue_full``, ``queue_timeout``, ``too_large``,
+    ``engine_unavailable``."""
 
     def __init__(self, code: str, message: str, retry_after_s: float) -> None:
         super().__init__(message)
@@ -133,6 +137,17 @@ class AdmissionGate:
         ticket = self._granted.pop(waiter)
         self.metrics.queue_wait.labels(priority=priority).observe(ticket.waited_s)
         return ticket
+
+    def fail_waiting(self, message: str) -> None:
+        """Refuse every waiting request at once (the engine is gone: nothing will free up)."""
+        for waiter in list(self.queues):
+            self.queues.remove(waiter)
+            if not waiter.admitted.done():
+                self._count(waiter.priority, "refused", "engine_unavailable")
+                waiter.admitted.set_exception(
+                    AdmissionRefused("engine_unavailable", message, ENGINE_RETRY_AFTER_S)
+                )
+        self._update_gauges()
 
     def release(self, ticket: Ticket) -> None:
         """The stream's engine request has ended; let the next waiter in."""

@@ -50,11 +50,20 @@ class EngineError(RuntimeError):
 StatsCallback = Callable[[dict[str, Any]], None]
 """Called with each ``stats`` message (see :mod:`cadenza.engine.messages`)."""
 
+FailureCallback = Callable[[str], None]
+"""Called once with the reason when the engine is lost (it exited, or reported ``fatal``)."""
+
 
 class EngineClient:
-    def __init__(self, config: CadenzaConfig, on_stats: StatsCallback | None = None) -> None:
+    def __init__(
+        self,
+        config: CadenzaConfig,
+        on_stats: StatsCallback | None = None,
+        on_failure: FailureCallback | None = None,
+    ) -> None:
         self.config = config
         self.on_stats = on_stats
+        self.on_failure = on_failure
         self.info: messages.EngineInfo | None = None
         self._context = zmq.asyncio.Context()
         self._sync_context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.shadow(
@@ -273,6 +282,8 @@ class EngineClient:
             queue.put_nowait(EngineError("client is not reading fast enough", "slow_consumer"))
 
     def _fail_all(self, reason: str) -> None:
+        if self.on_failure is not None:
+            self.on_failure(reason)
         for queue in self._streams.values():
             while queue.full():
                 queue.get_nowait()

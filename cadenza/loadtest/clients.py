@@ -24,7 +24,7 @@ from cadenza.loadtest.playout import Chunk, Playout, Underrun, simulate_playout
 from cadenza.loadtest.workload import LoadOptions
 
 REFUSAL_CODES = frozenset(
-    {"queue_full", "queue_timeout", "too_large", "rate_limited", "deadlines_slipping"}
+    {"queue_full", "queue_timeout", "too_large", "rate_limited", "engine_unavailable"}
 )
 HTTP_PCM_RATE = 24000
 

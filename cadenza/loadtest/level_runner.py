@@ -80,6 +80,7 @@ async def run_level(
         server=server,
         client_cpu=round((_cpu_seconds() - cpu_start) / wall, 3) if wall > 0 else None,
         duration_s=wall,
+        slo_underrun_ms=options.slo_underrun_ms,
     )
 
 

@@ -53,10 +53,14 @@ def create_app(config: CadenzaConfig) -> FastAPI:
         else:
             metrics.observe_engine_stats(message)
 
+    def on_failure(reason: str) -> None:
+        if edge is not None:
+            edge.on_engine_failure(reason)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         nonlocal edge
-        engine = EngineClient(config, on_stats=on_stats)
+        engine = EngineClient(config, on_stats=on_stats, on_failure=on_failure)
         started = time.perf_counter()
         await engine.start()
         info = engine.info

@@ -8,7 +8,13 @@ from typing import Any
 
 from cadenza.admission.api_keys import ApiKeys, bearer_token
 from cadenza.admission.capacity import CapacityModel
-from cadenza.admission.gate import AdmissionGate, QueuedCallback, Ticket
+from cadenza.admission.gate import (
+    ENGINE_RETRY_AFTER_S,
+    AdmissionGate,
+    AdmissionRefused,
+    QueuedCallback,
+    Ticket,
+)
 from cadenza.admission.guard import TextGuard, run_guard
 from cadenza.admission.priority_queues import Priority
 from cadenza.admission.rate_limit import Grant, RateLimiter
@@ -42,6 +48,11 @@ class EdgeState:
             capacity = CapacityModel(self.engine.info, self.config.engine, self.config.admission)
             self.gate = AdmissionGate(self.config.admission, capacity, self.metrics)
 
+    def on_engine_failure(self, reason: str) -> None:
+        """The engine is gone: requests waiting for a slot are refused now, not at timeout."""
+        if self.gate is not None:
+            self.gate.fail_waiting(f"engine unavailable: {reason}")
+
     def on_engine_stats(self, stats: dict[str, Any]) -> None:
         """Engine reports feed the metrics and the capacity model."""
         self.metrics.observe_engine_stats(stats)
@@ -57,6 +68,10 @@ class EdgeState:
         """Wait for admission of ``request``; raises :class:`AdmissionRefused`. Every ticket
         must be given back with :meth:`release_slot` once its engine request has ended."""
         assert self.gate is not None
+        if not self.engine.is_ready():
+            raise AdmissionRefused(
+                "engine_unavailable", "engine is not ready", ENGINE_RETRY_AFTER_S
+            )
         prompt_s = (
             len(request.prompt_audio) / 4 / request.prompt_sample_rate
             if request.prompt_audio

@@ -65,6 +65,17 @@ def test_http_transport_measures_streams_too(server, tmp_path) -> None:
     assert level["streams"][0]["audio_s"] == pytest.approx(20 / 14, abs=0.05)
 
 
+def test_webrtc_transport_measures_streams_too(server, tmp_path) -> None:
+    done = _loadtest(
+        "--url", server.url, "--transport", "webrtc", "--concurrency", "1", "--duration", "1",
+        "--text-lengths", "fixed:20", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    level = json.loads((tmp_path / "report.json").read_text())["levels"][0]
+    assert level["admitted"] == level["offered"] >= 1 and level["errors"] == 0
+    assert level["ttfa_ms"]["p50"] > 0 and level["streams"][0]["audio_s"] > 1.0
+
+
 def test_a_burst_beyond_capacity_reports_refusals_with_reasons(server, tmp_path) -> None:
     done = _loadtest(
         "--url", server.url, "--arrival", "burst", "--concurrency", "6",

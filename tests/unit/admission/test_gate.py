@@ -143,3 +143,20 @@ def test_aging_lifts_a_waiting_request_over_fresh_higher_classes() -> None:
         assert queues.position(fresh, 25.5) == 2
 
     asyncio.run(scenario())
+
+
+def test_a_lost_engine_refuses_every_waiter_at_once() -> None:
+    async def scenario() -> None:
+        g = gate(max_streams=1, standard_max_wait_s=60.0)
+        held = await g.acquire("realtime", COST)
+        waiting = [asyncio.create_task(g.acquire("standard", COST)) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        g.fail_waiting("engine unavailable: it exited")
+        outcomes = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), 1)
+        assert all(isinstance(o, AdmissionRefused) for o in outcomes)
+        assert {o.code for o in outcomes} == {"engine_unavailable"}
+        assert not g.queues and g.active == {held}
+        g.release(held)
+        assert not g.active and not g._granted
+
+    asyncio.run(scenario())

@@ -66,6 +66,10 @@ def test_level_summary_counts_outcomes_percentiles_and_c_scores() -> None:
     clean = summarize_level(8, results[3:100])
     assert level_passes(clean, slo_ttfa_ms=500)
     assert not level_passes(clean, slo_ttfa_ms=150)
+    # The underrun SLO is the run's: at 200 ms the three 150 ms underruns are within it.
+    lenient = summarize_level(8, results[:100], slo_underrun_ms=200.0)
+    assert lenient["c_slo"] == 1.0 and level_passes(lenient, slo_ttfa_ms=500)
+    assert not level_passes(summarize_level(8, results[:100]), slo_ttfa_ms=500)
 
 
 def test_queued_streams_count_their_wait_in_ttfa() -> None:
