@@ -147,7 +147,7 @@ class AdmissionGate:
                 waiter.admitted.set_exception(
                     AdmissionRefused("engine_unavailable", message, ENGINE_RETRY_AFTER_S)
                 )
-        self._update_gauges()
+        self.update_gauges()
 
     def release(self, ticket: Ticket) -> None:
         """The stream's engine request has ended; let the next waiter in."""
@@ -207,7 +207,7 @@ class AdmissionGate:
         rate = 1.0 - self.capacity.engine_config.realtime_headroom
         ticket = Ticket(priority, cost, now, waited, now + cost.audio_s * rate)
         self.active.add(ticket)
-        self._update_gauges()
+        self.update_gauges()
         return ticket
 
     def _dispatch(self) -> None:
@@ -223,7 +223,7 @@ class AdmissionGate:
             self._granted[waiter] = ticket
             waiter.admitted.set_result(None)
             self._count(waiter.priority, "admitted", "after_wait")
-        self._update_gauges()
+        self.update_gauges()
 
     def _release_waiter(self, waiter: Waiter) -> None:
         ticket = self._granted.pop(waiter, None)
@@ -249,9 +249,6 @@ class AdmissionGate:
 
     def update_gauges(self) -> None:
         """Refresh the queue and capacity gauges (queue ages grow while nothing happens)."""
-        self._update_gauges()
-
-    def _update_gauges(self) -> None:
         now = self.clock()
         for priority in PRIORITIES:
             self.metrics.queue_depth.labels(priority=priority).set(self.queues.depth(priority))

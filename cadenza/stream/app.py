@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cadenza import __version__
 from cadenza.admission.api_keys import ApiKeys
@@ -97,15 +98,7 @@ def create_app(config: CadenzaConfig) -> FastAPI:
     app.include_router(ws_session.router)
     app.include_router(webrtc.router)
 
-    @app.middleware("http")
-    async def count_requests(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        metrics.http_requests.labels(route=path, status=str(response.status_code)).inc()
-        return response
+    app.add_middleware(_CountRequests, metrics=metrics)
 
     @app.get("/", response_class=HTMLResponse)
     async def browser_client() -> HTMLResponse:
@@ -140,3 +133,31 @@ def create_app(config: CadenzaConfig) -> FastAPI:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+class _CountRequests:
+    """Counts HTTP requests by route and status (a plain ASGI middleware: Starlette's
+    ``BaseHTTPMiddleware`` wraps ``receive`` in a way that hides client disconnects from the
+    handlers, which the speech route needs to see while a request waits for capacity)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def send_with_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_status)
+        finally:
+            path = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.http_requests.labels(route=path, status=str(status)).inc()

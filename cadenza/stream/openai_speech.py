@@ -11,7 +11,9 @@ of the audio as it streams; ``stream_format: "sse"`` wraps the same bytes in Ope
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import json
 import logging
 import math
@@ -25,6 +27,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cadenza.admission.gate import AdmissionRefused, Ticket
+from cadenza.admission.priority_queues import Priority
 from cadenza.admission.rate_limit import Grant, RateLimited
 from cadenza.admission.validation import InvalidRequest, validate_synthesis
 from cadenza.codecs.containers import (
@@ -130,7 +133,7 @@ async def create_speech(request: Request) -> StreamingResponse:
     )
     tempo = TempoChanger(info.sample_rate, body.speed) if body.speed != 1.0 else None
     try:
-        ticket = await state.acquire_slot(synthesis, body.priority)
+        ticket = await _while_connected(request, state, synthesis, body.priority)
     except AdmissionRefused as exc:
         state.settle(grant, 0.0)
         raise ApiError.from_refusal(exc) from exc
@@ -153,6 +156,30 @@ async def create_speech(request: Request) -> StreamingResponse:
     if body.stream_format == "sse":
         return StreamingResponse(_as_sse(audio), media_type="text/event-stream", headers=headers)
     return StreamingResponse(audio, media_type=encoder.media_type, headers=headers)
+
+
+DISCONNECT_POLL_S = 0.5
+
+
+async def _while_connected(
+    request: Request, state: EdgeState, synthesis: SynthesisRequest, priority: Priority
+) -> Ticket:
+    """Wait for an admission slot, giving up (and leaving the queue) if the client hangs up
+    meanwhile: nothing is sent before the slot, so only polling notices a departure."""
+    task = asyncio.ensure_future(state.acquire_slot(synthesis, priority))
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                raise ApiError(499, "the client closed the request", code="client_closed")
+    except BaseException:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, AdmissionRefused):
+            ticket = await task
+            state.release_slot(ticket)  # admitted just as the client left
+        raise
 
 
 async def _as_sse(audio: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, None]:

@@ -8,6 +8,7 @@ cheap on a 2-core CI machine; the real-time limit from calibration still applies
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import httpx
@@ -136,6 +137,32 @@ def test_refusals_carry_a_reason_and_retry_after_on_http_and_websocket(server) -
             await stream.aclose()
         for cm, _ in sessions:
             await cm.__aexit__(None, None, None)
+
+    asyncio.run(scenario())
+    _wait_idle(server)
+
+
+def test_an_http_client_that_hangs_up_while_queued_leaves_the_queue(server) -> None:
+    ws_url = server.url.replace("http", "ws") + "/v1/stream"
+
+    async def scenario() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            for _ in range(MAX_SEQS):  # every slot busy with a long stream
+                session = await stack.enter_async_context(connect(ws_url))
+                stream = session.speak("x" * 400, max_duration_s=30)
+                stack.push_async_callback(stream.aclose)
+                await anext(stream)
+            async with httpx.AsyncClient(timeout=httpx.Timeout(1.0)) as client:
+                with pytest.raises(httpx.ReadTimeout):  # the client gives up after 1 s
+                    await client.post(
+                        f"{server.url}/v1/audio/speech",
+                        json={"model": "cadenza-tiny", "input": "gone", "priority": "standard"},
+                    )
+            # Standard requests may wait 15 s here; the departed one is out within a poll.
+            deadline = time.monotonic() + 3
+            while _capacity(server)["queued"]:
+                assert time.monotonic() < deadline, "the departed request stayed queued"
+                await asyncio.sleep(0.2)
 
     asyncio.run(scenario())
     _wait_idle(server)
