@@ -336,6 +336,15 @@ def _loadtest(_: CadenzaConfig, args: argparse.Namespace) -> int:
     from cadenza.loadtest.workload import LoadOptions, TextLengths, WorkloadError
 
     try:
+        for name, value in (
+            ("--concurrency", args.concurrency),
+            ("--start", args.start),
+            ("--limit", args.limit),
+        ):
+            if value is not None and value < 1:
+                raise WorkloadError(f"{name} must be at least 1, got {value}")
+        if args.start > args.limit:
+            raise WorkloadError(f"--start {args.start} is above --limit {args.limit}")
         options = LoadOptions(
             url=args.url.rstrip("/"),
             transport=args.transport,

@@ -99,6 +99,20 @@ class LoadOptions:
     api_key: str | None = None
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise WorkloadError(f"--url {self.url!r}: expected http://host:port")
+        for name, value, minimum in (
+            ("--rate", self.rate, 0.0),
+            ("--duration", self.duration_s, 0.0),
+            ("--slo-ttfa-ms", self.slo_ttfa_ms, 0.0),
+            ("--slo-underrun-ms", self.slo_underrun_ms, 0.0),
+        ):
+            if not value > minimum:
+                raise WorkloadError(f"{name} must be positive, got {value}")
+        if self.client_buffer_ms < 0:
+            raise WorkloadError(f"--client-buffer-ms must be >= 0, got {self.client_buffer_ms}")
+
     @property
     def ws_url(self) -> str:
         return (

@@ -98,3 +98,13 @@ def test_garbage_options_and_unreachable_servers_fail_clearly(tmp_path) -> None:
         "--out", str(tmp_path),
     )  # fmt: skip
     assert done.returncode == 2 and "text lengths" in done.stderr
+    for bad, message in (
+        (["--concurrency", "0"], "--concurrency"),
+        (["--concurrency", "1", "--duration", "-3"], "--duration"),
+        (["--concurrency", "1", "--client-buffer-ms", "-1"], "--client-buffer-ms"),
+        (["--sweep", "--start", "9", "--limit", "4"], "--start"),
+    ):
+        done = _loadtest("--url", "http://127.0.0.1:9", *bad, "--out", str(tmp_path))
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+    done = _loadtest("--url", "ftp://x", "--concurrency", "1", "--out", str(tmp_path))
+    assert done.returncode == 2 and "--url" in done.stderr
