@@ -99,8 +99,6 @@ def _serve(
             stats = engine.stats()
             steps.step_s.append(engine.last_step_s)
             steps.step_decodes.append(stats.last_batch_decodes)
-            steps.step_tokens.append(stats.last_batch_tokens)
-            steps.step_context.append(stats.last_batch_context)
             for output in outputs:
                 code = "internal" if output.finish_reason is FinishReason.ERROR else None
                 outbound.send(messages.pack(messages.output_message(output, code)))

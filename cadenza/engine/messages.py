@@ -11,9 +11,8 @@ engine -> edge
     ``output``    {request_id, audio: float32 LE bytes, codes: uint16 LE bytes [frames, K] or
                   None, num_codebooks, finish_reason, error, error_code}
     ``stats``     {step_s: [seconds of each step since the last stats], step_decodes: [decode
-                  tokens in each of those steps], step_tokens: [rows computed], step_context:
-                  [KV positions attended], chunk_slack_ms: [slack of each chunk delivered],
-                  engine: EngineStats fields}
+                  tokens in each of those steps], chunk_slack_ms: [slack of each chunk
+                  delivered], engine: EngineStats fields}
     ``fatal``     {message}                                        the engine cannot go on
 """
 
@@ -111,8 +110,6 @@ class StepLog:
 
     step_s: list[float] = field(default_factory=list)
     step_decodes: list[int] = field(default_factory=list)
-    step_tokens: list[int] = field(default_factory=list)
-    step_context: list[int] = field(default_factory=list)
 
 
 def stats_message(log: StepLog, chunk_slack_s: list[float], stats: EngineStats) -> dict[str, Any]:
@@ -120,8 +117,6 @@ def stats_message(log: StepLog, chunk_slack_s: list[float], stats: EngineStats) 
         "type": "stats",
         "step_s": log.step_s,
         "step_decodes": log.step_decodes,
-        "step_tokens": log.step_tokens,
-        "step_context": log.step_context,
         "chunk_slack_ms": [round(1000.0 * s, 2) for s in chunk_slack_s],
         "engine": asdict(stats),
     }
