@@ -3,9 +3,11 @@ audio arrives and plays, the page shows time to first audio, Stop silences it at
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 
+import httpx
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
@@ -37,9 +39,13 @@ INBOUND_AUDIO = """async () => {
 }"""
 
 
+SLOTS = 2  # the server holds two streams, so a test can fill it and watch the page queue
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with serving(tmp_path_factory.mktemp("browser") / "server.log") as running:
+    env = {"CADENZA_ENGINE__MAX_NUM_SEQS": str(SLOTS)}
+    with serving(tmp_path_factory.mktemp("browser") / "server.log", env) as running:
         yield running
 
 
@@ -113,3 +119,20 @@ def test_errors_are_shown(page):
     page.fill("#text", "")
     page.click("#speak")
     _wait(lambda: "empty_input" in (page.text_content("#error") or ""), 30, "the error")
+
+
+@pytest.mark.browser
+def test_a_full_server_shows_the_queue_position_then_plays(page, server):
+    body = {"model": "cadenza-tiny", "input": "x" * 70, "response_format": "pcm"}
+    with contextlib.ExitStack() as holders, httpx.Client(base_url=server.url, timeout=60) as http:
+        for _ in range(SLOTS):  # every slot busy for about 5 s
+            response = holders.enter_context(http.stream("POST", "/v1/audio/speech", json=body))
+            assert response.status_code == 200
+        page.fill("#text", "x" * 28)
+        page.click("#speak")
+        _wait(lambda: page.text_content("#status") == "waiting for a free slot", 10, "queueing")
+        assert page.text_content("#queue").startswith("1 (about ")
+    # Closing the held responses frees both slots; the page's stream is admitted and plays.
+    _wait(lambda: page.text_content("#status") in ("playing", "done"), 30, "the slot")
+    assert page.text_content("#queue") == "–"
+    assert page.text_content("#error") == ""
