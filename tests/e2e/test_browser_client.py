@@ -123,9 +123,9 @@ def test_errors_are_shown(page):
 
 @pytest.mark.browser
 def test_a_full_server_shows_the_queue_position_then_plays(page, server):
-    body = {"model": "cadenza-tiny", "input": "x" * 70, "response_format": "pcm"}
+    body = {"model": "cadenza-tiny", "input": "x" * 400, "response_format": "pcm"}
     with contextlib.ExitStack() as holders, httpx.Client(base_url=server.url, timeout=60) as http:
-        for _ in range(SLOTS):  # every slot busy for about 5 s
+        for _ in range(SLOTS):  # every slot busy for seconds (28 s of audio each)
             response = holders.enter_context(http.stream("POST", "/v1/audio/speech", json=body))
             assert response.status_code == 200
         page.fill("#text", "x" * 28)
