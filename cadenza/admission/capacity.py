@@ -15,7 +15,8 @@ Two budgets, both from the engine (its ``ready`` info and its ``stats`` reports)
 of audio, at its full context), capped by the engine's ``max_num_seqs``.
 If delivered chunks start arriving with less slack than ``admission.slack_close_ms`` before
 their deadline, admission closes (no new stream until slack has recovered for
-``admission.slack_reopen_s``): the measurement wins over the model.
+``admission.slack_reopen_s``): the measurement wins over the model. An idle server always
+admits one stream, however slow its steps look: no one else can be hurt by it.
 
 No torch here: this runs in the edge.
 """
@@ -134,7 +135,7 @@ class CapacityModel:
         """Why one more stream cannot start now (``None``: it can)."""
         if active > 0 and not self.admission_open:
             return "deadlines_slipping"
-        if active + 1 > self.realtime_limit():
+        if active > 0 and active + 1 > self.realtime_limit():
             return "realtime_budget"
         if active + 1 > self.info.max_num_seqs:
             return "max_streams"

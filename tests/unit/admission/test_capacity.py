@@ -53,6 +53,10 @@ def test_realtime_limit_follows_the_model_and_its_correction() -> None:
     assert model.realtime_limit() == 6
     assert model.refusal(6, 0, StreamCost(10, 3.0)) == "realtime_budget"
     assert model.refusal(5, 0, StreamCost(10, 3.0)) is None
+    model.observe(stats(correction=100.0))  # no stream fits the budget any more...
+    assert model.realtime_limit() == 0
+    assert model.refusal(0, 0, StreamCost(10, 3.0)) is None  # ...but an idle server admits one
+    assert model.refusal(1, 0, StreamCost(10, 3.0)) == "realtime_budget"
 
 
 def test_kv_memory_and_max_num_seqs_limit_too() -> None:

@@ -65,3 +65,14 @@ def test_online_correction_is_a_ratio_of_sums_over_decode_steps() -> None:
     for _ in range(4):
         correction.observe(model, 4, 4, 400, 600.0)
     assert correction.factor == correction.max_factor
+
+
+def test_online_correction_forgets_steps_older_than_its_horizon():
+    model = StepTimeModel.fit(POINTS)
+    correction = OnlineCorrection(window=100, max_age_s=30.0)
+    for second in range(10):
+        correction.observe(model, 4, 4, 400, 12.0, now=float(second))  # twice as slow
+    assert correction.factor_at(10.0) == pytest.approx(2.0)
+    assert correction.factor_at(35.0) == pytest.approx(2.0)  # the last 5 are recent enough
+    assert correction.factor_at(45.0) == 1.0  # idle for long: back to the calibration
+    assert correction.samples == 0
