@@ -87,7 +87,10 @@ class StepTimeModel:
             # Monotone: a noisy point never predicts a smaller step for more streams.
             ms = max(sample.ms, points[-1][2] if points else 0.0)
             points.append((sample.tokens, sample.context_tokens, ms))
-        per_context = line.per_kilocontext_ms
+        # Without a long-context point the context term cannot be told apart from the number
+        # of streams (the sweep's context grows with it), so attention stays folded into the
+        # per-stream points.
+        per_context = 0.0
         if long_context is not None:
             short_ms, short_context = _interpolate(tuple(points), long_context.tokens, 0.0)
             extra = (long_context.context_tokens - short_context) / 1000.0

@@ -28,6 +28,11 @@ def test_noisy_points_never_predict_less_for_more_streams() -> None:
     assert predictions == sorted(predictions)
 
 
+def test_without_a_long_context_point_attention_stays_in_the_points() -> None:
+    # The sweep's context grows with its streams, so alone it cannot separate the two.
+    assert StepTimeModel.fit(POINTS).per_kilocontext_ms == 0.0
+
+
 def test_long_context_point_sets_the_attention_term() -> None:
     long = StepSample(4, 400 + 8000, 10.0)  # 4 ms more for 8,000 more positions
     model = StepTimeModel.fit(POINTS, long)
