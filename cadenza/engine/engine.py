@@ -47,7 +47,7 @@ from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.models.registry import load_model
 from cadenza.engine.paged_kv_cache import PagedKVCache
 from cadenza.engine.playout_clock import PlayoutClock
-from cadenza.engine.request import FinishReason, StreamOutput, SynthesisRequest, derive_duration_s
+from cadenza.engine.request import FinishReason, StreamOutput, SynthesisRequest, request_duration_s
 from cadenza.engine.sampler import sample_rows
 from cadenza.engine.sampling_params import SamplingParams
 from cadenza.engine.scheduler import ScheduledBatch, Scheduler
@@ -253,13 +253,7 @@ class Engine:
             raise RequestRejected(f"{self.model_name} is a text model; it cannot synthesize")
         if request.voice not in self.voices:
             raise RequestRejected(f"unknown voice {request.voice!r}; voices: {self.voices}")
-        duration_s = derive_duration_s(
-            request.text,
-            request.max_duration_s,
-            chars_per_second=self.limits.chars_per_second,
-            min_duration_s=self.limits.min_duration_s,
-            server_max_duration_s=self.limits.max_duration_s,
-        )
+        duration_s = request_duration_s(request.text, request.max_duration_s, self.limits)
         target_frames = max(0, round(duration_s * self.frame_rate))
         seq = self._new_sequence(
             request.request_id,

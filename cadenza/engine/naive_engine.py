@@ -29,7 +29,7 @@ from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
 from cadenza.engine.engine import EngineStats, RequestRejected
 from cadenza.engine.messages import EngineInfo
 from cadenza.engine.models.cadenza_tiny import MODEL_NAME, CadenzaTinyModel
-from cadenza.engine.request import FinishReason, StreamOutput, SynthesisRequest, derive_duration_s
+from cadenza.engine.request import FinishReason, StreamOutput, SynthesisRequest, request_duration_s
 from cadenza.engine.sampler import sample_rows
 from cadenza.engine.sequence import Sequence
 
@@ -205,13 +205,7 @@ class NaiveEngine:
     def _generate(self, request: SynthesisRequest, cancelled: threading.Event) -> FinishReason:
         from transformers import DynamicCache
 
-        duration = derive_duration_s(
-            request.text,
-            request.max_duration_s,
-            chars_per_second=self.limits.chars_per_second,
-            min_duration_s=self.limits.min_duration_s,
-            server_max_duration_s=self.limits.max_duration_s,
-        )
+        duration = request_duration_s(request.text, request.max_duration_s, self.limits)
         generator = torch.Generator().manual_seed(request.sampling.seed or 0)
         prompt = self.model.build_prompt(request.text, request.voice)
         seq = Sequence(

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cadenza.config import LimitsConfig
 from cadenza.engine.sampling_params import SamplingParams
 
 
@@ -72,3 +73,15 @@ def derive_duration_s(
         else min(max_duration_s, server_max_duration_s)
     )
     return min(duration, cap)
+
+
+def request_duration_s(text: str, max_duration_s: float | None, limits: LimitsConfig) -> float:
+    """:func:`derive_duration_s` with the server's limits: what every part of the server
+    (edge admission, rate limits, both engines) takes a request's length to be."""
+    return derive_duration_s(
+        text,
+        max_duration_s,
+        chars_per_second=limits.chars_per_second,
+        min_duration_s=limits.min_duration_s,
+        server_max_duration_s=limits.max_duration_s,
+    )

@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cadenza.kernels.linear_swap import swap_linears
+
 
 def packing_available(device: torch.device, dtype: torch.dtype) -> bool:
     """oneDNN packing applies to fp32 weights on a CPU build that has the ops."""
@@ -50,11 +52,4 @@ class PackedLinear(nn.Module):
 
 def pack_linears(module: nn.Module) -> int:
     """Replace every bias-free ``nn.Linear`` under ``module`` in place; returns how many."""
-    count = 0
-    for name, child in list(module.named_children()):
-        if isinstance(child, nn.Linear) and child.bias is None:
-            setattr(module, name, PackedLinear(child.weight))
-            count += 1
-        else:
-            count += pack_linears(child)
-    return count
+    return swap_linears(module, PackedLinear)

@@ -20,6 +20,7 @@ from torch import nn
 
 from cadenza.kernels.cpu_linear import PackedLinear, packing_available
 from cadenza.kernels.decode_attention import triton_installed
+from cadenza.kernels.linear_swap import swap_linears
 
 
 def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,11 +63,4 @@ class Int8Linear(nn.Module):
 def quantize_linears(module: nn.Module) -> int:
     """Replace every bias-free ``nn.Linear`` under ``module`` by an :class:`Int8Linear`, in
     place; returns how many. Call after the weights are on their device."""
-    count = 0
-    for name, child in list(module.named_children()):
-        if isinstance(child, nn.Linear) and child.bias is None:
-            setattr(module, name, Int8Linear(child.weight))
-            count += 1
-        else:
-            count += quantize_linears(child)
-    return count
+    return swap_linears(module, Int8Linear)

@@ -21,7 +21,7 @@ from cadenza.admission.rate_limit import Grant, RateLimiter
 from cadenza.config import CadenzaConfig
 from cadenza.engine.engine_client import EngineClient
 from cadenza.engine.messages import EngineInfo
-from cadenza.engine.request import SynthesisRequest, derive_duration_s
+from cadenza.engine.request import SynthesisRequest, request_duration_s
 from cadenza.stream.errors import ApiError
 from cadenza.telemetry import Metrics
 
@@ -89,14 +89,7 @@ class EdgeState:
 
     def audio_seconds(self, text: str, max_duration_s: float | None) -> float:
         """Audio a request may produce (its duration, as the engine derives it)."""
-        limits = self.config.limits
-        return derive_duration_s(
-            text,
-            max_duration_s,
-            chars_per_second=limits.chars_per_second,
-            min_duration_s=limits.min_duration_s,
-            server_max_duration_s=limits.max_duration_s,
-        )
+        return request_duration_s(text, max_duration_s, self.config.limits)
 
     def authenticate(self, authorization: str | None, peer: str | None) -> str:
         """Check an ``Authorization`` header; 401 unless the key is valid or none is needed.
