@@ -54,26 +54,18 @@ def test_a_short_run_writes_report_json_markdown_and_plots(server, tmp_path) -> 
     assert "| 2 |" in (out / "report.md").read_text()
 
 
-def test_http_transport_measures_streams_too(server, tmp_path) -> None:
+@pytest.mark.parametrize("transport", ["http", "webrtc"])
+def test_other_transports_measure_streams_too(server, tmp_path, transport) -> None:
     done = _loadtest(
-        "--url", server.url, "--transport", "http", "--concurrency", "1", "--duration", "2",
+        "--url", server.url, "--transport", transport, "--concurrency", "1", "--duration", "1",
         "--text-lengths", "fixed:20", "--out", str(tmp_path),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     level = json.loads((tmp_path / "report.json").read_text())["levels"][0]
     assert level["admitted"] == level["offered"] >= 1 and level["errors"] == 0
-    assert level["streams"][0]["audio_s"] == pytest.approx(20 / 14, abs=0.05)
-
-
-def test_webrtc_transport_measures_streams_too(server, tmp_path) -> None:
-    done = _loadtest(
-        "--url", server.url, "--transport", "webrtc", "--concurrency", "1", "--duration", "1",
-        "--text-lengths", "fixed:20", "--out", str(tmp_path),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    level = json.loads((tmp_path / "report.json").read_text())["levels"][0]
-    assert level["admitted"] == level["offered"] >= 1 and level["errors"] == 0
-    assert level["ttfa_ms"]["p50"] > 0 and level["streams"][0]["audio_s"] > 1.0
+    assert level["ttfa_ms"]["p50"] > 0
+    # 20 characters at 14 per second; WebRTC counts the 20 ms frames its listener heard.
+    assert level["streams"][0]["audio_s"] == pytest.approx(20 / 14, abs=0.1)
 
 
 def test_a_burst_beyond_capacity_reports_refusals_with_reasons(server, tmp_path) -> None:
