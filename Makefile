@@ -34,6 +34,7 @@ lint: install
 	$(VENV)/bin/ruff check cadenza tests benchmarks
 	$(VENV)/bin/ruff format --check cadenza tests benchmarks
 	$(VENV)/bin/mypy cadenza
+	$(VENV)/bin/lint-imports
 
 # On a CUDA machine: compile and check every Triton kernel, measure decode-attention bandwidth
 # and W8A16 against fp16 (docs/benchmarks.md). CI runs the interpreter half (--interpret).

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from cadenza.kernels import paged_attention
+from cadenza.kernels import torch_attention
+from cadenza.kernels.attention_backends import TorchAttentionBackend
 from cadenza.kernels.attention_context import AttentionContext, decode_key_slots
-from cadenza.kernels.torch_backend import TorchAttentionBackend
 
 HEADS, KV_HEADS, DIM, BLOCK = 4, 2, 64, 16
 
@@ -40,8 +40,8 @@ def _loop(q, k_cache, v_cache, tables, lens, scale):
     outputs = []
     for row in range(q.shape[0]):
         n = int(lens[row])
-        keys = paged_attention.gather_pages(k_cache, tables[row], n).transpose(0, 1)
-        values = paged_attention.gather_pages(v_cache, tables[row], n).transpose(0, 1)
+        keys = torch_attention.gather_pages(k_cache, tables[row], n).transpose(0, 1)
+        values = torch_attention.gather_pages(v_cache, tables[row], n).transpose(0, 1)
         outputs.append(
             F.scaled_dot_product_attention(
                 q[row][:, None], keys, values, scale=scale, enable_gqa=True
@@ -83,17 +83,17 @@ def attention_variants() -> list[dict[str, Any]]:
     generator = torch.Generator().manual_seed(0)
     for batch, context in ((1, 100), (8, 200), (16, 400), (16, 800), (32, 400), (64, 1000)):
         per_seq = context // BLOCK + 1
-        num_blocks = batch * per_seq + 4
-        k_cache = torch.randn(num_blocks, BLOCK, KV_HEADS, DIM, generator=generator)
+        num_pages = batch * per_seq + 4
+        k_cache = torch.randn(num_pages, BLOCK, KV_HEADS, DIM, generator=generator)
         v_cache = torch.randn_like(k_cache)
-        tables = torch.randperm(num_blocks, generator=generator)[: batch * per_seq]
+        tables = torch.randperm(num_pages, generator=generator)[: batch * per_seq]
         tables = tables.view(batch, per_seq).int()
         lens = torch.randint(context // 2, context, (batch,), generator=generator).int()
         q = torch.randn(batch, HEADS, DIM, generator=generator)
         slots = decode_key_slots(tables, lens, BLOCK)
 
         def tuned(q=q, k_cache=k_cache, v_cache=v_cache, tables=tables, lens=lens, slots=slots):
-            return paged_attention.paged_decode_attention(
+            return torch_attention.torch_paged_decode_attention(
                 q, k_cache, v_cache, tables, lens, 0.125, key_slots=slots
             )
 
@@ -118,14 +118,14 @@ class _LoopBackend(TorchAttentionBackend):
 
     def decode(self, q, k_cache, v_cache, context: AttentionContext, scale, k_scale, v_scale):
         return _loop(
-            q, k_cache, v_cache, context.decode_block_tables, context.decode_seq_lens, scale
+            q, k_cache, v_cache, context.decode_page_tables, context.decode_seq_lens, scale
         )
 
 
 def engine_step(streams: int = 16, steps: int = 60) -> dict[str, Any]:
+    from cadenza.contract.request import SynthesisRequest
+    from cadenza.contract.sampling import SamplingParams
     from cadenza.engine.engine import Engine
-    from cadenza.engine.request import SynthesisRequest
-    from cadenza.engine.sampling_params import SamplingParams
 
     result: dict[str, Any] = {"streams": streams}
     for name, backend in (("loop", _LoopBackend()), ("tuned", TorchAttentionBackend())):

@@ -66,7 +66,7 @@ def _device_name(device: Any) -> str:
 def _checks(device: Any) -> list[dict[str, Any]]:
     import torch
 
-    from cadenza.kernels import paged_attention
+    from cadenza.kernels import torch_attention
     from cadenza.kernels.int8_linear import quantize_weight
     from cadenza.kernels.kv_quant import dequantize, quantize_per_token
     from cadenza.kernels.triton_decode_attention import triton_paged_decode_attention
@@ -86,9 +86,9 @@ def _checks(device: Any) -> list[dict[str, Any]]:
     generator = torch.Generator(device=device).manual_seed(0)
     for batch, hq, hkv, dim, block, lengths in shapes:
         blocks = [math.ceil(n / block) for n in lengths]
-        num_blocks = sum(blocks) + 4
+        num_pages = sum(blocks) + 4
         tables = torch.full((batch, max(blocks) + 1), -1, dtype=torch.int32, device=device)
-        order = torch.randperm(num_blocks, device=device, generator=generator)
+        order = torch.randperm(num_pages, device=device, generator=generator)
         start = 0
         for row, needed in enumerate(blocks):
             tables[row, :needed] = order[start : start + needed].int()
@@ -96,7 +96,7 @@ def _checks(device: Any) -> list[dict[str, Any]]:
         seq_lens = torch.tensor(lengths, dtype=torch.int32, device=device)
         for dtype in dtypes:
             for int8 in (False, True):
-                shape = (num_blocks, block, hkv, dim)
+                shape = (num_pages, block, hkv, dim)
                 k = torch.randn(shape, device=device, generator=generator).to(dtype)
                 v = torch.randn(shape, device=device, generator=generator).to(dtype)
                 ks = vs = None
@@ -107,7 +107,7 @@ def _checks(device: Any) -> list[dict[str, Any]]:
                 out = triton_paged_decode_attention(q, k, v, tables, seq_lens, dim**-0.5, ks, vs)
                 kf = dequantize(k, ks, torch.float32) if int8 else k.float()
                 vf = dequantize(v, vs, torch.float32) if int8 else v.float()
-                expected = paged_attention.paged_decode_attention(
+                expected = torch_attention.torch_paged_decode_attention(
                     q.float(), kf, vf, tables, seq_lens, dim**-0.5
                 )
                 error = float((out.float() - expected).abs().max())
@@ -179,15 +179,15 @@ def _decode_bandwidth(kv: str) -> dict[str, Any]:
 
     batch, hq, hkv, dim, block, context = 64, 32, 8, 128, 16, 4096
     blocks_per_seq = context // block
-    num_blocks = batch * blocks_per_seq
-    shape = (num_blocks, block, hkv, dim)
+    num_pages = batch * blocks_per_seq
+    shape = (num_pages, block, hkv, dim)
     k = torch.randn(shape, device="cuda", dtype=torch.float16)
     v = torch.randn(shape, device="cuda", dtype=torch.float16)
     ks = vs = None
     if kv == "int8":
         k, ks = quantize_per_token(k)
         v, vs = quantize_per_token(v)
-    tables = torch.randperm(num_blocks, device="cuda").int().view(batch, blocks_per_seq)
+    tables = torch.randperm(num_pages, device="cuda").int().view(batch, blocks_per_seq)
     seq_lens = torch.full((batch,), context, dtype=torch.int32, device="cuda")
     q = torch.randn(batch, hq, dim, device="cuda", dtype=torch.float16)
     ms = _time_ms(
@@ -205,7 +205,7 @@ def _decode_bandwidth(kv: str) -> dict[str, Any]:
             "q_heads": hq,
             "kv_heads": hkv,
             "head_dim": dim,
-            "block_size": block,
+            "page_size": block,
         },
         "ms": round(ms, 4),
         "bytes": moved,

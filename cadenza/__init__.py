@@ -3,22 +3,21 @@
 Public API: :class:`Engine` (offline and step-by-step generation), :class:`SamplingParams`,
 ``__version__``. ``Engine`` is imported lazily so that the edge process, which imports this
 package, never loads torch.
+
+The packages say which process they run in: ``edge/`` (HTTP, WebSocket, WebRTC, admission,
+media containers; no torch), ``engine/``, ``codecs/`` and ``kernels/`` (the engine process),
+``contract/`` (the typed boundary both share) and ``ipc/`` (the glue between them).
 """
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from cadenza.engine.sampling_params import SamplingParams
+from cadenza.contract.sampling import SamplingParams
+from cadenza.version import __version__
 
 if TYPE_CHECKING:
     from cadenza.engine.engine import Engine
-
-try:
-    __version__ = version("cadenza")
-except PackageNotFoundError:  # running from a source tree without installing
-    __version__ = "0.0.0"
 
 __all__ = ["Engine", "SamplingParams", "__version__"]
 

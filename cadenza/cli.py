@@ -182,10 +182,11 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 def _serve(config: CadenzaConfig, _: argparse.Namespace) -> int:
     import uvicorn
 
-    from cadenza.admission.api_keys import ApiKeyFileError
-    from cadenza.admission.guard import GuardError
-    from cadenza.stream.app import create_app
-    from cadenza.telemetry import configure_logging
+    from cadenza.edge.admission.api_keys import ApiKeyFileError
+    from cadenza.edge.admission.guard import GuardError
+    from cadenza.edge.app import create_app
+    from cadenza.edge.http_protocol import timed_h11_protocol
+    from cadenza.logs import configure_logging
 
     configure_logging(config.server.log_level, process="edge")
     try:
@@ -200,17 +201,20 @@ def _serve(config: CadenzaConfig, _: argparse.Namespace) -> int:
         log_level=config.server.log_level,
         timeout_graceful_shutdown=5,
         ws_max_size=config.server.ws_max_message_bytes,
+        http=timed_h11_protocol(
+            config.server.request_head_timeout_s, config.server.send_buffer_bytes
+        ),
     )
     return 0
 
 
 def _generate(config: CadenzaConfig, args: argparse.Namespace) -> int:
-    from cadenza.admission.validation import InvalidRequest, validate_synthesis
-    from cadenza.codecs.wav import wav_file_bytes
+    from cadenza.contract.sampling import SamplingParams
+    from cadenza.edge.admission.validation import InvalidRequest, validate_synthesis
+    from cadenza.edge.media.wav import wav_file_bytes
     from cadenza.engine.engine import Engine
     from cadenza.engine.models.checkpoint import CheckpointError
     from cadenza.engine.models.registry import UnknownModelError
-    from cadenza.engine.sampling_params import SamplingParams
 
     started = time.perf_counter()
     try:
@@ -247,7 +251,7 @@ def _generate(config: CadenzaConfig, args: argparse.Namespace) -> int:
 
 
 def _plan(config: CadenzaConfig, args: argparse.Namespace) -> int:
-    from cadenza.admission.kv_plan import KVPlan, parse_bytes
+    from cadenza.kv_plan import KVPlan, parse_bytes
 
     try:
         shape = {"layers": args.layers, "kv_heads": args.kv_heads, "head_dim": args.head_dim}
@@ -288,14 +292,12 @@ def _plan(config: CadenzaConfig, args: argparse.Namespace) -> int:
 def _measured_capacity(config: CadenzaConfig, model: str) -> dict[str, Any]:
     """Real-time streams ``model`` holds on this device: the start-up calibration (cached, as
     the server's) read through the same capacity model the server admits with."""
-    from cadenza.admission.capacity import CapacityModel
-    from cadenza.engine.calibration import load_or_calibrate
-    from cadenza.engine.engine import Engine
+    from cadenza.edge.admission.capacity import CapacityModel
+    from cadenza.engine.builder import build_serving_engine
 
     config = config.model_copy(update={"model": config.model.model_copy(update={"name": model})})
-    engine = Engine.from_config(config)
-    calibration = load_or_calibrate(engine, config.model.seed)
-    info = engine.engine_info(None if calibration is None else calibration.to_dict())
+    info = build_serving_engine(config).info
+    calibration = info.calibration
     capacity = CapacityModel(info, config.engine, config.admission)
     return {
         "device": None if calibration is None else calibration.device_name,

@@ -50,14 +50,32 @@ class ServerConfig(_Section):
     ws_idle_timeout_s: float = Field(
         60.0, gt=0, description="close a WebSocket that sends nothing and streams nothing"
     )
-    ws_send_timeout_s: float = Field(
-        10.0, gt=0, description="drop a WebSocket client that does not read for this long"
+    send_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="drop a client (WebSocket or HTTP) whose connection takes no data for this "
+        "long; its stream's slot is freed at once",
+    )
+    send_buffer_bytes: int = Field(
+        262144,
+        ge=0,
+        description="socket send buffer per connection (0: the kernel's, which grows to MBs "
+        "and hides a client that stopped reading for minutes)",
+    )
+    request_head_timeout_s: float = Field(
+        10.0, gt=0, description="close a connection whose request line and headers take longer"
+    )
+    request_body_timeout_s: float = Field(
+        10.0, gt=0, description="refuse a request whose body stalls for this long (408)"
     )
     jitter_reserve_ms: int = Field(
         100, ge=0, le=2000, description="audio buffered before a WebRTC utterance starts playing"
     )
     webrtc_connect_timeout_s: float = Field(
         30.0, gt=0, description="close a WebRTC peer that has not connected by then"
+    )
+    max_pending_webrtc_offers: int = Field(
+        32, ge=1, description="WebRTC peers waiting to connect at once; more offers get 503"
     )
     ws_max_message_bytes: int = Field(
         65536, ge=1024, description="largest WebSocket message a client may send"
@@ -111,7 +129,7 @@ class EngineConfig(_Section):
     max_pending_requests: int = Field(
         256, ge=1, description="requests the engine holds (running + waiting) before refusing"
     )
-    block_size: int = Field(16, ge=1, le=1024, description="tokens per KV page")
+    page_size: int = Field(16, ge=1, le=1024, description="tokens per KV page")
     kv_dtype: Literal["auto", "fp32", "fp16", "bf16", "int8"] = Field(
         "auto",
         description="KV cache dtype (auto: the model's; int8: per-token-per-head scales, "

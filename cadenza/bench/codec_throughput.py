@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from cadenza.codecs.encodec import build_random_encodec, load_codec
-from cadenza.codecs.streaming_decoder import StreamingDecoder
+from cadenza.codecs.encodec import build_random_encodec, load_encodec
+from cadenza.codecs.encodec_streaming import EncodecStreamingDecoder
 
 FRAMES = 225
 CHUNK = 15
@@ -26,9 +26,9 @@ CHUNK = 15
 def run(
     stream_counts: tuple[int, ...] = (1, 4, 8, 16), repeats: int = 3, progress: bool = False
 ) -> dict[str, Any]:
-    codec = load_codec("encodec_24khz", seed=0)
+    codec = load_encodec("encodec_24khz", seed=0)
     reference = build_random_encodec(seed=0)  # the same weights, as transformers runs them
-    decoder = StreamingDecoder(codec, max(stream_counts))
+    decoder = EncodecStreamingDecoder(codec, max(stream_counts))
     results = []
     for count in stream_counts:
         codes = torch.randint(0, codec.codebook_size, (count, codec.num_codebooks, FRAMES))
@@ -70,13 +70,12 @@ def _time_reference(model: Any, codes: torch.Tensor) -> float:
     return time.perf_counter() - started
 
 
-def _time_streaming(decoder: StreamingDecoder, codes: torch.Tensor) -> float:
+def _time_streaming(decoder: EncodecStreamingDecoder, codes: torch.Tensor) -> float:
     count = codes.shape[0]
     started = time.perf_counter()
-    for slot in range(count):
-        decoder.open(slot)
+    slots = [decoder.open() for _ in range(count)]
     for start in range(0, FRAMES, CHUNK):
-        decoder.decode({slot: codes[slot, :, start : start + CHUNK] for slot in range(count)})
-    for slot in range(count):
+        decoder.decode({slot: codes[i, :, start : start + CHUNK] for i, slot in enumerate(slots)})
+    for slot in slots:
         decoder.close(slot)
     return time.perf_counter() - started

@@ -19,8 +19,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from cadenza.bench.roofline import measure_gemm_flops, measure_roofline
 from cadenza.config import EngineConfig
+from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
-from cadenza.engine.sampling_params import SamplingParams
 
 MODEL = {
     "vocab_size": 8192,
@@ -52,7 +52,7 @@ def run(
         reference.save_pretrained(directory)
         max_tokens = max(batch_sizes) * (prompt_len + new_tokens)
         config = EngineConfig(
-            block_size=16,
+            page_size=16,
             max_num_seqs=max(batch_sizes),
             max_num_batched_tokens=max(512, max(batch_sizes) * prompt_len),
             enable_prefix_caching=False,
@@ -144,8 +144,8 @@ def _time_engine(engine: Engine, prompts: list[list[int]], new: int) -> tuple[fl
     while engine.has_unfinished_requests():
         step_started = time.perf_counter()
         engine.step()
-        stats = engine.stats()
-        if stats.last_batch_tokens == stats.last_batch_decodes == len(prompts):
+        step = engine.telemetry.last_step
+        if step is not None and step.tokens == step.decodes == len(prompts):
             decode_steps.append(time.perf_counter() - step_started)
     elapsed = time.perf_counter() - started
     assert all(seq.num_generated == new for seq in seqs)

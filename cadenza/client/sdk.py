@@ -12,7 +12,7 @@ from typing import Any
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from cadenza.stream import protocol
+from cadenza.edge import protocol
 
 
 class StreamError(RuntimeError):

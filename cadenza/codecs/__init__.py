@@ -1,6 +1,12 @@
-"""Neural audio codecs (EnCodec via transformers) and audio containers.
+"""Neural audio codecs, in the engine process: codes to audio, offline and streaming.
 
-:func:`load_codec` is the entry point; :mod:`cadenza.codecs.wav` writes the containers the edge
-streams today (WAV and raw PCM). The codec modules import torch and live in the engine process;
-the container modules use numpy only and serve the edge.
+:func:`load_codec` builds one by name (``encodec_24khz``: EnCodec 24 kHz through
+``transformers``, from a fixed seed) or from a local checkpoint directory. Every codec follows
+:class:`~cadenza.codecs.codec.AudioCodec`; its streaming decoder is exact (equal to offline
+decoding for any chunking) and batched across streams.
 """
+
+from cadenza.codecs.codec import AudioCodec, CodecError, StreamingDecoder
+from cadenza.codecs.registry import load_codec
+
+__all__ = ["AudioCodec", "CodecError", "StreamingDecoder", "load_codec"]

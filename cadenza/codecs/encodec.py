@@ -1,29 +1,29 @@
 """EnCodec through ``transformers``: offline encode/decode of codec frames.
 
-``load_codec("encodec_24khz")`` builds the 24 kHz model from a fixed seed (random weights; the
-library's initialisation leaves codebooks at zero, so they are drawn from the seed too); a local
-Hugging Face EnCodec directory loads real weights. The 24 kHz model is causal: decoding a prefix
-of a code sequence gives exactly the prefix of the full decode. Weight normalisation is folded
-into plain weights at load.
+:func:`load_encodec` builds the 24 kHz model from a fixed seed (random weights; the library's
+initialisation leaves codebooks at zero, so they are drawn from the seed too) or loads a local
+Hugging Face EnCodec directory. The 24 kHz model is causal: decoding a prefix of a code
+sequence gives exactly the prefix of the full decode, which is what lets
+:class:`~cadenza.codecs.encodec_streaming.EncodecStreamingDecoder` stream it exactly. Weight
+normalisation is folded into plain weights at load.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch.nn.utils import parametrize
 from transformers import EncodecConfig, EncodecModel
 
-from cadenza.codecs.resampler import ResampleError, StreamResampler
+from cadenza.codecs.codec import CodecError
 
-DEFAULT_CODEC = "encodec_24khz"
+if TYPE_CHECKING:
+    from cadenza.codecs.encodec_streaming import EncodecStreamingDecoder
 
-
-class CodecError(ValueError):
-    """Codes or audio the codec cannot take (wrong shape, out-of-range ids)."""
+ENCODEC_24KHZ = "encodec_24khz"
 
 
 class EncodecCodec:
@@ -65,21 +65,21 @@ class EncodecCodec:
         encoded = self.model.encode(audio[:, None].to(self.device), bandwidth=self.bandwidth_kbps)
         return encoded.audio_codes[0]
 
-    def encode_pcm(self, audio: np.ndarray, sample_rate: int) -> torch.Tensor:
-        """Microphone audio (float32 mono at ``sample_rate``) -> prompt codes ``[K, frames]``.
+    def encode_audio(self, audio: np.ndarray) -> torch.Tensor:
+        """A speech prompt (float32 mono at :attr:`sample_rate`) -> codes ``[K, frames]``.
 
-        Turn-based: the whole utterance is resampled to the codec rate and encoded at once. A
-        speech prompt is used only once it is complete, so encoding it incrementally would
-        save nothing, and the offline encoder is the exact reference.
+        Turn-based: a speech prompt is used only once it is complete, so encoding it
+        incrementally would save nothing, and the offline encoder is the exact reference.
         """
         if audio.ndim != 1 or not audio.size:
             raise CodecError("prompt audio must be a non-empty mono array")
-        try:
-            resampler = StreamResampler(sample_rate, self.sample_rate)
-        except ResampleError as exc:
-            raise CodecError(str(exc)) from exc
-        resampled = np.concatenate([resampler.process(audio), resampler.flush()])
-        return self.encode(torch.from_numpy(resampled)[None])[0]
+        samples = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))
+        return self.encode(samples[None])[0]
+
+    def streaming_decoder(self, max_streams: int) -> EncodecStreamingDecoder:
+        from cadenza.codecs.encodec_streaming import EncodecStreamingDecoder
+
+        return EncodecStreamingDecoder(self, max_streams)
 
     def check_codes(self, codes: torch.Tensor) -> None:
         if codes.dim() != 3 or codes.shape[1] != self.num_codebooks:
@@ -92,20 +92,20 @@ class EncodecCodec:
             raise CodecError(f"codes must lie in [0, {self.codebook_size})")
 
 
-def load_codec(
-    name_or_path: str = DEFAULT_CODEC,
+def load_encodec(
+    name_or_path: str = ENCODEC_24KHZ,
     device: str | torch.device = "cpu",
     seed: int = 0,
     bandwidth_kbps: float = 6.0,
 ) -> EncodecCodec:
     """``"encodec_24khz"`` (random, from ``seed``) or a local Hugging Face EnCodec directory."""
     model: Any
-    if name_or_path == DEFAULT_CODEC:
+    if name_or_path == ENCODEC_24KHZ:
         model = build_random_encodec(seed)
     elif Path(name_or_path).is_dir():
         model = EncodecModel.from_pretrained(name_or_path)
     else:
-        raise CodecError(f"unknown codec {name_or_path!r}: not {DEFAULT_CODEC!r} nor a directory")
+        raise CodecError(f"unknown codec {name_or_path!r}: not {ENCODEC_24KHZ!r} nor a directory")
     fold_weight_norm(model)
     model.to(torch.device(device))
     return EncodecCodec(model, bandwidth_kbps)

@@ -1,48 +1,114 @@
-"""Turns a scheduled batch into one forward pass and returns the logits that will be sampled.
+"""Runs a scheduled batch: one forward pass over the flattened step, then one sampled row per
+sequence whose last token was computed.
 
 The batch is flattened: decode tokens first (one per sequence), then prefill chunks. The runner
 builds the token rows, positions, cache slots and the :class:`AttentionContext`, runs the model,
-and asks it for logits only at each sampling sequence's last token.
+asks it for logits only at each sampling sequence's last token, and samples them in one batched
+call.
+
+A bad request must fail alone: if the batched forward raises, each sequence is run by itself
+and only the ones that raise fail; a sequence whose logits hold NaN fails; a sampler error fails
+that step's samplers. The runner changes no sequence: it reports rows and failures in a
+:class:`StepResult` that :meth:`Scheduler.postprocess` applies.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
 
 import numpy as np
 import torch
 
+from cadenza.engine.kv.paged_kv_cache import PagedKVCache
+from cadenza.engine.layouts.token_layout import TokenLayout
 from cadenza.engine.models.model import AudioTokenModel
-from cadenza.engine.paged_kv_cache import PagedKVCache
-from cadenza.engine.scheduler import ScheduledBatch
+from cadenza.engine.sampler import sample_rows
+from cadenza.engine.scheduler import ScheduledBatch, StepResult
 from cadenza.engine.sequence import Sequence
 from cadenza.kernels.attention_context import AttentionContext, PrefillSpan, decode_key_slots
 
-
-@dataclass
-class ForwardResult:
-    logits: torch.Tensor  # [S, K, V] for the sampling sequences, in order
-    sampling: list[Sequence]  # sequences whose last token was computed: they sample a row
+log = logging.getLogger(__name__)
 
 
 class ModelRunner:
-    def __init__(self, model: AudioTokenModel, kv_cache: PagedKVCache, device: torch.device):
+    def __init__(self, model: AudioTokenModel, kv_cache: PagedKVCache) -> None:
         self.model = model
+        self.layout: TokenLayout = model.layout
         self.kv_cache = kv_cache
-        self.device = device
-        self.block_size = kv_cache.block_size
+        self.device = model.device
+        self.page_size = kv_cache.page_size
+        masks = self.layout.sampling_masks()
+        self.masks = None if masks is None else masks.to(self.device)
+
+    def run(self, batch: ScheduledBatch) -> StepResult:
+        """Forward ``batch`` and sample; never raises for a single bad sequence."""
+        result = StepResult()
+        if batch.is_empty:
+            return result
+        logits, sampling = self._forward_isolated(batch, result)
+        if not sampling:
+            return result
+        has_nan = torch.isnan(logits).flatten(1).any(dim=1).tolist()
+        keep = [i for i, bad in enumerate(has_nan) if not bad]
+        result.failed += [
+            (sampling[i], "RuntimeError: the model produced NaN logits")
+            for i, bad in enumerate(has_nan)
+            if bad
+        ]
+        seqs = [sampling[i] for i in keep]
+        if not seqs:
+            return result
+        constraints = [self.layout.constraints(seq) for seq in seqs]
+        try:
+            rows = sample_rows(logits[keep], seqs, self.masks, constraints)
+        except Exception as exc:  # a sampler failure fails this step's samplers only
+            log.exception("sampling failed")
+            result.failed += [(seq, _describe(exc)) for seq in seqs]
+            return result
+        result.rows = list(zip(seqs, rows, strict=True))
+        return result
+
+    def _forward_isolated(
+        self, batch: ScheduledBatch, result: StepResult
+    ) -> tuple[torch.Tensor, list[Sequence]]:
+        """Logits of the batch's samplers; on failure, each sequence alone (failures go to
+        ``result``)."""
+        try:
+            return self.forward(batch)
+        except Exception:
+            log.exception("batched forward failed; retrying each sequence alone")
+        logits, sampling = [], []
+        for seq, num_new in batch.items():
+            alone = ScheduledBatch()
+            if seq in batch.decodes:
+                alone.decodes.append(seq)
+            else:
+                alone.prefills.append((seq, num_new))
+            try:
+                seq_logits, seq_sampling = self.forward(alone)
+            except Exception as exc:
+                log.error("request %s failed: %s", seq.request_id, exc)
+                result.failed.append((seq, _describe(exc)))
+                continue
+            logits.append(seq_logits)
+            sampling.extend(seq_sampling)
+        if not logits:
+            return torch.empty(0), []
+        return torch.cat(logits), sampling
 
     @torch.inference_mode()
-    def execute(self, batch: ScheduledBatch) -> ForwardResult:
+    def forward(self, batch: ScheduledBatch) -> tuple[torch.Tensor, list[Sequence]]:
+        """``logits [S, K, V]`` for the sequences whose last token this step computes (they
+        sample a row), and those sequences, in order."""
         rows: list[list[int]] = []
         positions: list[int] = []
         slots: list[int] = []
         sampling: list[Sequence] = []
         logits_indices: list[int] = []
-        size = self.block_size
+        size = self.page_size
 
         decode_tables = np.full(
-            (len(batch.decodes), max((len(s.block_table) for s in batch.decodes), default=0)),
+            (len(batch.decodes), max((len(s.page_table) for s in batch.decodes), default=0)),
             -1,
             dtype=np.int32,
         )
@@ -51,8 +117,8 @@ class ModelRunner:
             position = seq.num_computed_tokens
             rows.append(seq.token_rows[position])
             positions.append(position)
-            slots.append(seq.block_table[position // size] * size + position % size)
-            decode_tables[i, : len(seq.block_table)] = seq.block_table
+            slots.append(seq.page_table[position // size] * size + position % size)
+            decode_tables[i, : len(seq.page_table)] = seq.page_table
             decode_lens[i] = position + 1
             sampling.append(seq)
             logits_indices.append(i)
@@ -63,7 +129,7 @@ class ModelRunner:
             query_start = len(rows)
             rows.extend(seq.token_rows[start : start + num_new])
             token_positions = np.arange(start, start + num_new)
-            table = np.asarray(seq.block_table, dtype=np.int64)
+            table = np.asarray(seq.page_table, dtype=np.int64)
             slots.extend((table[token_positions // size] * size + token_positions % size).tolist())
             positions.extend(token_positions.tolist())
             spans.append(
@@ -71,20 +137,20 @@ class ModelRunner:
                     query_start=query_start,
                     query_len=num_new,
                     context_len=start + num_new,
-                    block_table=torch.as_tensor(table, dtype=torch.int32, device=self.device),
+                    page_table=torch.as_tensor(table, dtype=torch.int32, device=self.device),
                 )
             )
             if start + num_new == seq.num_tokens:
                 sampling.append(seq)
                 logits_indices.append(len(rows) - 1)
 
-        block_tables = torch.from_numpy(decode_tables).to(self.device)
+        page_tables = torch.from_numpy(decode_tables).to(self.device)
         seq_lens = torch.from_numpy(decode_lens).to(self.device)
-        key_slots, key_mask = decode_key_slots(block_tables, seq_lens, size)
+        key_slots, key_mask = decode_key_slots(page_tables, seq_lens, size)
         context = AttentionContext(
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=self.device),
             num_decodes=len(batch.decodes),
-            decode_block_tables=block_tables,
+            decode_page_tables=page_tables,
             decode_seq_lens=seq_lens,
             prefills=tuple(spans),
             decode_key_slots=key_slots,
@@ -97,4 +163,8 @@ class ModelRunner:
             self.kv_cache,
             torch.tensor(logits_indices, dtype=torch.long, device=self.device),
         )
-        return ForwardResult(logits=logits, sampling=sampling)
+        return logits, sampling
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

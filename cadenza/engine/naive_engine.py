@@ -17,19 +17,22 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
-from collections import deque
 from typing import Any
 
 import numpy as np
 import torch
 
-from cadenza.codecs.encodec import load_codec
+from cadenza.codecs import load_codec
 from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
-from cadenza.engine.engine import EngineStats, RequestRejected
-from cadenza.engine.messages import EngineInfo
+from cadenza.contract.engine_info import EngineInfo
+from cadenza.contract.engine_stats import EngineStats, StepReport
+from cadenza.contract.errors import RequestRejected
+from cadenza.contract.kv_memory import StreamShape
+from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
+from cadenza.contract.stream_length import frames_for_duration, request_duration_s
+from cadenza.engine.identity import prompt_overhead_tokens
+from cadenza.engine.layouts.token_layout import layout_steps_for_frames
 from cadenza.engine.models.cadenza_tiny import MODEL_NAME, CadenzaTinyModel
-from cadenza.engine.request import FinishReason, StreamOutput, SynthesisRequest, request_duration_s
 from cadenza.engine.sampler import sample_rows
 from cadenza.engine.sequence import Sequence
 
@@ -87,9 +90,6 @@ class NaiveEngine:
         self._outputs: queue.Queue[StreamOutput] = queue.Queue()
         self._cancelled: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
-        self.last_step_s = 0.0
-        self.chunk_slacks_s: deque[float] = deque(maxlen=1)  # no playout clocks here
-        self.steps_per_frame = 1
 
     @classmethod
     def from_config(cls, config: CadenzaConfig) -> NaiveEngine:
@@ -112,16 +112,21 @@ class NaiveEngine:
     def voices(self) -> tuple[str, ...]:
         return self.model.voices
 
-    def engine_info(self) -> EngineInfo:
+    @property
+    def info(self) -> EngineInfo:
         return EngineInfo(
             model_name=self.model_name,
             voices=self.voices,
             sample_rate=self.sample_rate,
             frame_rate=self.frame_rate,
             device="cpu",
-            steps_per_frame=1,
-            block_size=self.config.block_size,
-            kv_blocks_total=2**31 - 1,  # no page pool: memory is not accounted
+            shape=StreamShape(
+                page_size=self.config.page_size,
+                steps_per_frame=self.layout.steps_per_frame,
+                tail_steps=self.layout.tail_steps,
+                prompt_overhead_tokens=prompt_overhead_tokens(self.model),
+            ),
+            kv_pages_total=2**31 - 1,  # no page pool: memory is not accounted
             max_num_seqs=self.config.max_pending_requests,
             calibration=None,
         )
@@ -156,7 +161,6 @@ class NaiveEngine:
 
     def step(self) -> list[StreamOutput]:
         """Whatever the request threads produced since the last call (waits briefly if none)."""
-        started = time.perf_counter()
         outputs = []
         try:
             outputs.append(self._outputs.get(timeout=_IDLE_WAIT_S))
@@ -164,7 +168,6 @@ class NaiveEngine:
                 outputs.append(self._outputs.get_nowait())
         except queue.Empty:
             pass
-        self.last_step_s = time.perf_counter() - started
         return outputs
 
     def stats(self) -> EngineStats:
@@ -174,17 +177,18 @@ class NaiveEngine:
             num_running=running,
             num_waiting=0,
             max_num_seqs=max(running, 1),
-            kv_blocks_total=0,
-            kv_blocks_free=0,
+            kv_pages_total=0,
+            kv_pages_free=0,
             num_preemptions=0,
             prefix_hit_tokens=0,
             prefix_query_tokens=0,
-            last_batch_decodes=0,
-            last_batch_tokens=0,
-            last_batch_context=0,
             skipped_steps=0,
             step_correction=1.0,
         )
+
+    def take_report(self) -> StepReport:
+        """No batched steps, no playout clocks: nothing to report."""
+        return StepReport()
 
     # -- one request, in its own thread ---------------------------------------------------------
 
@@ -195,7 +199,9 @@ class NaiveEngine:
         except Exception as exc:
             log.exception("naive request %s failed", request.request_id)
             self._outputs.put(
-                StreamOutput(request.request_id, _EMPTY, FinishReason.ERROR, str(exc))
+                StreamOutput(
+                    request.request_id, _EMPTY, FinishReason.ERROR, str(exc), error_code="internal"
+                )
             )
         finally:
             with self._lock:
@@ -205,7 +211,7 @@ class NaiveEngine:
     def _generate(self, request: SynthesisRequest, cancelled: threading.Event) -> FinishReason:
         from transformers import DynamicCache
 
-        duration = request_duration_s(request.text, request.max_duration_s, self.limits)
+        duration_s = request_duration_s(request.text, request.max_duration_s, self.limits)
         generator = torch.Generator().manual_seed(request.sampling.seed or 0)
         prompt = self.model.build_prompt(request.text, request.voice)
         seq = Sequence(
@@ -215,10 +221,11 @@ class NaiveEngine:
             generator,
             max_new_steps=10**9,
         )
-        seq.target_frames = round(duration * self.frame_rate)
-        seq.max_new_steps = self.layout.steps_for_frames(seq.target_frames)
+        seq.target_frames = frames_for_duration(duration_s, self.frame_rate)
+        seq.max_new_steps = layout_steps_for_frames(self.layout, seq.target_frames)
         cache = DynamicCache()
         rows = torch.tensor(prompt)
+        frames_sent = 0
         while True:
             if cancelled.is_set():
                 return FinishReason.CANCELLED
@@ -228,10 +235,10 @@ class NaiveEngine:
             )
             row = sample_rows(logits, [seq], self._masks, [self.layout.constraints(seq)])[0]
             seq.append(row)
-            reason = self.layout.on_row(seq, row)
+            seq.end_frame, reason = self.layout.on_row(seq, row)
             if reason is None and seq.num_generated >= seq.max_new_steps:
                 reason = FinishReason.LENGTH
-            self._emit(seq, final=reason is not None)
+            frames_sent = self._emit(seq, frames_sent, final=reason is not None)
             if reason is not None:
                 return reason
             rows = torch.tensor([row])
@@ -242,14 +249,15 @@ class NaiveEngine:
             embedding = embedding + self.model.embed_codebooks[k](rows[:, k])
         return embedding
 
-    def _emit(self, seq: Sequence, final: bool) -> None:
+    def _emit(self, seq: Sequence, frames_sent: int, final: bool) -> int:
+        """Decode the next chunk offline once it is due; returns the frames sent so far."""
         complete = self.layout.frames_ready(seq)
-        first = seq.frames_sent == 0
+        first = frames_sent == 0
         threshold = self.config.first_chunk_frames if first else self.config.chunk_frames
-        if complete - seq.frames_sent < threshold and not (final and complete > seq.frames_sent):
-            return
-        codes = self.layout.frame_codes(seq, seq.frames_sent, complete)
-        seq.frames_sent = complete
+        if complete - frames_sent < threshold and not (final and complete > frames_sent):
+            return frames_sent
+        codes = self.layout.frame_codes(seq, frames_sent, complete)
         tensor = torch.tensor(codes, dtype=torch.long).T[None]  # [1, K, frames]
         audio = self.codec.decode(tensor)[0].clamp(-1.0, 1.0).numpy()
         self._outputs.put(StreamOutput(seq.request_id, audio, codes=np.array(codes, np.uint16)))
+        return complete

@@ -1,4 +1,5 @@
-"""The scheduler: which sequences advance this step, and by how many tokens.
+"""The scheduler: which sequences advance this step and by how many tokens, and every change
+to their progress once the step has run.
 
 One rule covers prefill, chunked prefill, decode and prefix hits: bring every running
 sequence's ``num_computed_tokens`` up to its ``num_tokens``, spending at most
@@ -6,15 +7,23 @@ sequence's ``num_computed_tokens`` up to its ``num_tokens``, spending at most
 Decoding sequences go first (one token each), so a long prompt delays running streams by at
 most one chunk; then sequences still prefilling; then waiting sequences are admitted in arrival
 order while their pages (see :class:`KVCacheManager`) and the budget allow. A prefix hit simply
-starts a sequence with ``num_computed_tokens > 0``.
+starts a sequence with ``num_computed_tokens > 0``::
+
+    running   A [#######|.]        decode: 1 token          budget 8
+              B [####.......]      prefill chunk: 4 tokens  (what is left: 3)
+    waiting   C [..........]       admitted with 3 tokens of its prompt
 
 With a :class:`DeadlinePolicy`, decoding streams are taken in deadline order, streams far ahead
 of their listeners may skip an over-budget step, and prefill chunks are capped so that no
-decoding stream becomes late (see :mod:`cadenza.engine.deadline_policy`).
+decoding stream becomes late (see :mod:`cadenza.engine.realtime.deadline_policy`).
 
 If a running sequence cannot grow (only possible without output reservation), the most recently
 admitted sequence is preempted: its pages are released, its tokens so far become its prompt, and
 it goes back to the front of the queue to be recomputed. Preemptions are counted.
+
+:meth:`Scheduler.postprocess` applies a step's results: computed tokens advance, sampled rows
+are appended, the layout says whether each sequence is done, newly full pages are published to
+the prefix cache, and finished or failed sequences give back their pages.
 """
 
 from __future__ import annotations
@@ -22,8 +31,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from cadenza.engine.deadline_policy import DeadlinePolicy
-from cadenza.engine.kv_cache_manager import KVCacheManager
+from cadenza.contract.request import FinishReason
+from cadenza.engine.kv.kv_cache_manager import KVCacheManager
+from cadenza.engine.layouts.token_layout import TokenLayout
+from cadenza.engine.realtime.deadline_policy import DeadlinePolicy
 from cadenza.engine.sequence import Sequence, SequenceStatus
 
 
@@ -47,10 +58,30 @@ class ScheduledBatch:
         return [(seq, 1) for seq in self.decodes] + self.prefills
 
 
+@dataclass
+class StepResult:
+    """What a forward pass produced: a row for each sequence that sampled, and the
+    sequences that failed (with the reason); the model runner builds it."""
+
+    rows: list[tuple[Sequence, list[int]]] = field(default_factory=list)
+    failed: list[tuple[Sequence, str]] = field(default_factory=list)
+
+
+@dataclass
+class StepOutcome:
+    """What :meth:`Scheduler.postprocess` did: the sequences that got a row, those that
+    finished (already out of the schedule, pages released) and those that failed."""
+
+    sampled: list[Sequence] = field(default_factory=list)
+    finished: dict[Sequence, FinishReason] = field(default_factory=dict)
+    failed: dict[Sequence, str] = field(default_factory=dict)
+
+
 class Scheduler:
     def __init__(
         self,
         kv: KVCacheManager,
+        layout: TokenLayout,
         max_num_batched_tokens: int,
         max_num_seqs: int,
         policy: DeadlinePolicy | None = None,
@@ -58,6 +89,7 @@ class Scheduler:
         if max_num_batched_tokens < max_num_seqs:
             raise ValueError("max_num_batched_tokens must be at least max_num_seqs")
         self.kv = kv
+        self.layout = layout
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.waiting: deque[Sequence] = deque()
@@ -69,9 +101,6 @@ class Scheduler:
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
         self.waiting.append(seq)
-
-    def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running)
 
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch()
@@ -86,7 +115,7 @@ class Scheduler:
                 break
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            if self._grow(seq, 1):
+            if self._grow(seq, 1, batch):
                 batch.decodes.append(seq)
                 budget -= 1
         if self.policy is not None:
@@ -97,7 +126,7 @@ class Scheduler:
             if seq.status is not SequenceStatus.RUNNING:
                 continue
             num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
-            if self._grow(seq, num_new):
+            if self._grow(seq, num_new, batch):
                 batch.prefills.append((seq, num_new))
                 budget -= num_new
         while self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
@@ -115,7 +144,34 @@ class Scheduler:
             budget -= num_new
         return batch
 
-    def finish(self, seq: Sequence) -> None:
+    def postprocess(self, batch: ScheduledBatch, result: StepResult) -> StepOutcome:
+        """Apply one step's ``result`` to the sequences of ``batch`` (the only place that
+        changes their progress after a forward pass)."""
+        outcome = StepOutcome()
+        for seq, error in result.failed:
+            self.finish(seq, FinishReason.ERROR, error)
+            outcome.failed[seq] = error
+        for seq, num_new in batch.items():
+            if seq.status is SequenceStatus.RUNNING:
+                seq.num_computed_tokens += num_new
+        for seq, row in result.rows:
+            if seq.status is not SequenceStatus.RUNNING:
+                continue
+            seq.append(row)
+            seq.end_frame, reason = self.layout.on_row(seq, row)
+            if reason is None and seq.num_generated >= seq.max_new_steps:
+                reason = FinishReason.LENGTH
+            outcome.sampled.append(seq)
+            if reason is not None:
+                outcome.finished[seq] = reason
+        for seq, reason in outcome.finished.items():
+            self.finish(seq, reason)
+        for seq, _ in batch.items():
+            if seq.status is SequenceStatus.RUNNING:
+                self.kv.cache_full_pages(seq)
+        return outcome
+
+    def finish(self, seq: Sequence, reason: FinishReason, error: str | None = None) -> None:
         """Drop a finished (or aborted, or failed) sequence and release its pages."""
         if seq.status is SequenceStatus.RUNNING:
             self.running.remove(seq)
@@ -123,12 +179,21 @@ class Scheduler:
         elif seq.status is SequenceStatus.WAITING:
             self.waiting.remove(seq)
         seq.status = SequenceStatus.FINISHED
+        seq.finish_reason, seq.error = reason, error
 
-    def _grow(self, seq: Sequence, num_new: int) -> bool:
-        """Allocate for ``seq``, preempting the newest running sequences while needed.
+    def check_integrity(self) -> None:
+        """Assert pages, reservations and the queues agree (``AssertionError``)."""
+        self.kv.check_integrity(self.running, list(self.waiting))
+        assert all(s.status is SequenceStatus.RUNNING for s in self.running)
+        assert all(s.status is SequenceStatus.WAITING for s in self.waiting)
+
+    def _grow(self, seq: Sequence, num_new: int, batch: ScheduledBatch) -> bool:
+        """Allocate for ``seq``, preempting the newest running sequences not already in
+        ``batch`` while needed (decodes go in deadline order, so the newest may be in it).
         ``False`` if ``seq`` itself had to be preempted."""
+        scheduled = {id(s) for s, _ in batch.items()}
         while not self.kv.allocate_slots(seq, num_new):
-            victim = self.running[-1]
+            victim = next(s for s in reversed(self.running) if s is seq or id(s) not in scheduled)
             self._preempt(victim)
             if victim is seq:
                 return False
@@ -141,6 +206,3 @@ class Scheduler:
         seq.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(seq)
-
-    def block_tables(self) -> list[list[int]]:
-        return [seq.block_table for seq in self.running]

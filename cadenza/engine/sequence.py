@@ -9,6 +9,10 @@ last forward produced logits for the next row::
                  0              num_prompt_tokens      num_tokens
     KV cached    [ ........................ ]
                  0                num_computed_tokens
+
+Who writes what: the scheduler (``status``, ``num_computed_tokens``, new rows, the ending),
+the KV cache manager (``page_table``, ``page_hashes``, ``reserved_pages``) and, for audio
+streams, the audio stage (``audio``). Everything else is fixed when the request is taken in.
 """
 
 from __future__ import annotations
@@ -18,16 +22,27 @@ from dataclasses import dataclass, field
 
 import torch
 
-from cadenza.engine.block_pool import BlockHash
-from cadenza.engine.playout_clock import PlayoutClock
-from cadenza.engine.request import FinishReason
-from cadenza.engine.sampling_params import SamplingParams
+from cadenza.contract.request import FinishReason
+from cadenza.contract.sampling import SamplingParams
+from cadenza.engine.kv.page_pool import PageHash
+from cadenza.engine.realtime.playout_clock import PlayoutClock
 
 
 class SequenceStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
     FINISHED = "finished"
+
+
+@dataclass
+class AudioProgress:
+    """Where an audio stream's sound stands: its slot in the streaming codec (``None`` before
+    it opens and after it closes), the frames decoded and sent so far, and when each chunk
+    is due at the listener."""
+
+    playout: PlayoutClock
+    codec_slot: int | None = None
+    frames_sent: int = 0
 
 
 @dataclass(eq=False)
@@ -37,22 +52,22 @@ class Sequence:
     sampling: SamplingParams
     generator: torch.Generator
     max_new_steps: int
-    extra_keys: tuple[str, ...] = ()
+    extra_keys: tuple[str, ...] = ()  # prefix-cache keys: model, dtypes, conditioning
     eos_ids: frozenset[int] = frozenset()
-    target_frames: int = 0
-    end_frame: int | None = None
-    num_computed_tokens: int = 0
-    block_table: list[int] = field(default_factory=list)
-    block_hashes: list[BlockHash] = field(default_factory=list)
-    reserved_blocks: int = 0
+    target_frames: int = 0  # codec frames the stream ends after, unless the model ends first
+    audio: AudioProgress | None = None  # audio streams only
+    # Progress, written by the scheduler.
     status: SequenceStatus = SequenceStatus.WAITING
+    num_computed_tokens: int = 0
+    end_frame: int | None = None  # frames in the utterance, once known
     finish_reason: FinishReason | None = None
     error: str | None = None
     num_preemptions: int = 0
-    frames_sent: int = 0
-    codec_slot: int | None = None  # the stream's slot in the engine's streaming decoder
+    # KV pages, written by the KV cache manager.
+    page_table: list[int] = field(default_factory=list)
+    page_hashes: list[PageHash] = field(default_factory=list)
+    reserved_pages: int = 0
     seen_ids: torch.Tensor | None = None  # [K, V] bool, for the repetition penalty
-    playout: PlayoutClock | None = None  # audio streams: when each chunk is due
 
     def __post_init__(self) -> None:
         self.num_prompt_tokens = len(self.token_rows)
@@ -75,6 +90,10 @@ class Sequence:
     def is_prefilling(self) -> bool:
         """More than the last row still lacks KV (a prompt, or a recompute after preemption)."""
         return self.num_tokens - self.num_computed_tokens > 1
+
+    @property
+    def frames_sent(self) -> int:
+        return 0 if self.audio is None else self.audio.frames_sent
 
     def append(self, row: list[int]) -> None:
         self.token_rows.append(row)

@@ -1,5 +1,21 @@
-"""Attention and quantized-op kernels the model runner calls.
+"""Attention and quantized-op kernels the model runner calls (engine process).
 
-Today: the torch reference attention over a contiguous per-sequence KV cache
-(:mod:`cadenza.kernels.attention`). Paged attention and Triton kernels build on it.
+==========================  ==================================================================
+module                      what it holds
+==========================  ==================================================================
+``attention_context``       what attention needs to know about one step (slots, page tables)
+``torch_attention``         paged attention in torch: the reference, and the CPU's path
+``decode_attention``        :func:`paged_decode_attention`: Triton when it can run, else torch
+``triton_decode_attention`` the Triton paged decode kernel (GQA packing, split-K, int8 pages)
+``attention_backends``      what the model layers call: torch (CPU), Triton decode (CUDA)
+``kv_quant``                int8 KV: per-token, per-head float16 scales
+``linear_swap``             replaces a model's linear layers in place
+``cpu_linear``              fp32 linears prepacked for oneDNN
+``int8_linear``             weight-only int8 linears (W8A16)
+``triton_int8_linear``      the W8A16 Triton kernel
+==========================  ==================================================================
 """
+
+from cadenza.kernels.decode_attention import paged_decode_attention
+
+__all__ = ["paged_decode_attention"]

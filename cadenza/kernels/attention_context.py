@@ -24,14 +24,14 @@ class PrefillSpan:
     query_start: int
     query_len: int
     context_len: int
-    block_table: torch.Tensor  # [num_blocks] int32
+    page_table: torch.Tensor  # [num_pages] int32
 
 
 @dataclass(frozen=True)
 class AttentionContext:
     slot_mapping: torch.Tensor  # [N] int64: cache slot of each token (-1: do not store)
     num_decodes: int
-    decode_block_tables: torch.Tensor  # [num_decodes, max_blocks] int32, -1 padded
+    decode_page_tables: torch.Tensor  # [num_decodes, max_pages] int32, -1 padded
     decode_seq_lens: torch.Tensor  # [num_decodes] int32, tokens cached after this step
     prefills: tuple[PrefillSpan, ...]
     # Derived once per step for backends that gather pages (the same for every layer):
@@ -42,13 +42,13 @@ class AttentionContext:
 
 
 def decode_key_slots(
-    block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int
+    page_tables: torch.Tensor, seq_lens: torch.Tensor, page_size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """For each decoding sequence, the cache slot of each of its key positions (padded to the
     longest sequence with slot 0) and the mask of real positions: ``[B, L]`` each."""
     max_len = int(seq_lens.max()) if seq_lens.numel() else 0
-    positions = torch.arange(max_len, device=block_tables.device)
-    blocks = block_tables[:, positions // block_size].long().clamp(min=0)
-    slots = blocks * block_size + positions % block_size
+    positions = torch.arange(max_len, device=page_tables.device)
+    pages = page_tables[:, positions // page_size].long().clamp(min=0)
+    slots = pages * page_size + positions % page_size
     mask = positions[None, :] < seq_lens[:, None]
     return slots.masked_fill(~mask, 0), mask

@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from cadenza.kernels import paged_attention
+from cadenza.kernels import torch_attention
 
 
 @functools.cache
@@ -35,7 +35,7 @@ def paged_decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
+    page_tables: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
     k_scale: torch.Tensor | None = None,
@@ -43,10 +43,10 @@ def paged_decode_attention(
 ) -> torch.Tensor:
     """One query token per sequence against its KV pages.
 
-    ``q [B, Hq, D]``; ``k_cache, v_cache [num_blocks, block_size, Hkv, D]`` (fp32, fp16, bf16
-    or int8; ``Hq`` a multiple of ``Hkv``); ``block_tables [B, max_blocks]`` int32, -1 padded;
+    ``q [B, Hq, D]``; ``k_cache, v_cache [num_pages, page_size, Hkv, D]`` (fp32, fp16, bf16
+    or int8; ``Hq`` a multiple of ``Hkv``); ``page_tables [B, max_pages]`` int32, -1 padded;
     ``seq_lens [B]`` int32 (keys each query sees, its own included, at least 1); with int8
-    caches ``k_scale, v_scale [num_blocks, block_size, Hkv]``. Returns ``[B, Hq, D]`` in
+    caches ``k_scale, v_scale [num_pages, page_size, Hkv]``. Returns ``[B, Hq, D]`` in
     ``q``'s dtype.
     """
     if k_cache.dtype == torch.int8 and (k_scale is None or v_scale is None):
@@ -57,8 +57,8 @@ def paged_decode_attention(
         from cadenza.kernels.triton_decode_attention import triton_paged_decode_attention
 
         return triton_paged_decode_attention(
-            q, k_cache, v_cache, block_tables, seq_lens, scale, k_scale, v_scale
+            q, k_cache, v_cache, page_tables, seq_lens, scale, k_scale, v_scale
         )
-    return paged_attention.paged_decode_attention(
-        q, k_cache, v_cache, block_tables, seq_lens, scale, k_scale=k_scale, v_scale=v_scale
+    return torch_attention.torch_paged_decode_attention(
+        q, k_cache, v_cache, page_tables, seq_lens, scale, k_scale=k_scale, v_scale=v_scale
     )

@@ -1,15 +1,15 @@
 """Paged decode attention in Triton: one query token per sequence against its KV pages.
 
 Grid ``(batch, kv_heads, splits)``. Each program takes one sequence, one KV head and one
-*split* (a run of ``blocks_per_split`` pages of that sequence's context), and computes the
+*split* (a run of ``pages_per_split`` pages of that sequence's context), and computes the
 attention of all the query heads that share the KV head (GQA packing: ``group = Hq / Hkv``
 rows, padded to at least 16 for ``tl.dot``) over those pages with an online softmax. It writes
 the split's normalised output and its log-sum-exp; a second kernel merges the splits
 (``out = Σ_s exp(lse_s − max) o_s / Σ_s exp(lse_s − max)``). Splitting the context keeps the
 GPU busy when the batch is small and contexts are long.
 
-Only pages a sequence really has are read (the loop stops at ``ceil(seq_len / block_size)``),
-so a ``-1``-padded block table costs nothing past its end. With int8 caches each token's keys
+Only pages a sequence really has are read (the loop stops at ``ceil(seq_len / page_size)``),
+so a ``-1``-padded page table costs nothing past its end. With int8 caches each token's keys
 and values are dequantized on load by their per-token, per-head scales.
 
 Runs on CUDA, and on CPU under ``TRITON_INTERPRET=1`` (fp16/fp32; how the tests run it).
@@ -31,7 +31,7 @@ def _decode_split_kernel(
     v_cache_ptr,
     k_scale_ptr,
     v_scale_ptr,
-    block_tables_ptr,
+    page_tables_ptr,
     seq_lens_ptr,
     out_ptr,
     lse_ptr,
@@ -52,11 +52,11 @@ def _decode_split_kernel(
     stride_os,
     stride_lb,
     stride_lh,
-    blocks_per_split,
+    pages_per_split,
     GROUP: tl.constexpr,
     GROUP_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
     IS_INT8: tl.constexpr,
     IEEE: tl.constexpr,
 ):
@@ -64,13 +64,13 @@ def _decode_split_kernel(
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
-    num_blocks = tl.cdiv(seq_len, BLOCK_SIZE)
-    first = split * blocks_per_split
-    last = tl.minimum(first + blocks_per_split, num_blocks)
+    num_pages = tl.cdiv(seq_len, PAGE_SIZE)
+    first = split * pages_per_split
+    last = tl.minimum(first + pages_per_split, num_pages)
 
     rows = tl.arange(0, GROUP_PAD)
     dims = tl.arange(0, HEAD_DIM)
-    tokens = tl.arange(0, BLOCK_SIZE)
+    tokens = tl.arange(0, PAGE_SIZE)
     row_ok = rows < GROUP
     q_heads = kv_head * GROUP + rows
     q = tl.load(
@@ -83,18 +83,18 @@ def _decode_split_kernel(
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
-    for block in range(first, last):
-        block_id = tl.load(block_tables_ptr + seq * stride_bt + block).to(tl.int64)
+    for page in range(first, last):
+        page_id = tl.load(page_tables_ptr + seq * stride_bt + page).to(tl.int64)
         k_offsets = (
-            block_id * stride_kb + tokens[:, None] * stride_kt + kv_head * stride_kh + dims[None, :]
+            page_id * stride_kb + tokens[:, None] * stride_kt + kv_head * stride_kh + dims[None, :]
         )
         v_offsets = (
-            block_id * stride_vb + tokens[:, None] * stride_vt + kv_head * stride_vh + dims[None, :]
+            page_id * stride_vb + tokens[:, None] * stride_vt + kv_head * stride_vh + dims[None, :]
         )
         k = tl.load(k_cache_ptr + k_offsets)
         v = tl.load(v_cache_ptr + v_offsets)
         if IS_INT8:
-            scale_offsets = block_id * stride_sb + tokens * stride_st + kv_head
+            scale_offsets = page_id * stride_sb + tokens * stride_st + kv_head
             k_s = tl.load(k_scale_ptr + scale_offsets).to(tl.float32)
             v_s = tl.load(v_scale_ptr + scale_offsets).to(tl.float32)
             k = (k.to(tl.float32) * k_s[:, None]).to(compute_dtype)
@@ -104,7 +104,7 @@ def _decode_split_kernel(
         else:
             scores = tl.dot(q, tl.trans(k))
         scores = scores * scale
-        position = block * BLOCK_SIZE + tokens
+        position = page * PAGE_SIZE + tokens
         scores = tl.where((position < seq_len)[None, :], scores, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(scores, axis=1))
         alpha = tl.exp(m_i - m_new)
@@ -170,35 +170,35 @@ def _merge_splits_kernel(
     tl.store(out_ptr + seq * stride_ob + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty))
 
 
-def choose_blocks_per_split(max_blocks: int, batch: int, num_kv_heads: int) -> int:
+def choose_pages_per_split(max_pages: int, batch: int, num_kv_heads: int) -> int:
     """Pages per split: split long contexts until the grid has about 256 programs, never
     below 4 pages per split (each split pays a merge)."""
     programs = max(batch * num_kv_heads, 1)
-    splits = max(1, min(max_blocks // 4, -(-256 // programs)))
-    return max(-(-max_blocks // splits), 1)
+    splits = max(1, min(max_pages // 4, -(-256 // programs)))
+    return max(-(-max_pages // splits), 1)
 
 
 def triton_paged_decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
+    page_tables: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
-    blocks_per_split: int | None = None,
+    pages_per_split: int | None = None,
 ) -> torch.Tensor:
     """See :func:`cadenza.kernels.decode_attention.paged_decode_attention` (same contract)."""
     batch, num_q_heads, head_dim = q.shape
-    _, block_size, num_kv_heads, _ = k_cache.shape
+    _, page_size, num_kv_heads, _ = k_cache.shape
     group = num_q_heads // num_kv_heads
-    max_blocks = block_tables.shape[1]
+    max_pages = page_tables.shape[1]
     out = torch.empty_like(q)
     if batch == 0:
         return out
-    per_split = blocks_per_split or choose_blocks_per_split(max_blocks, batch, num_kv_heads)
-    num_splits = max(-(-max_blocks // per_split), 1)
+    per_split = pages_per_split or choose_pages_per_split(max_pages, batch, num_kv_heads)
+    num_splits = max(-(-max_pages // per_split), 1)
     partial = torch.empty(
         batch, num_q_heads, num_splits, head_dim, dtype=torch.float32, device=q.device
     )
@@ -209,14 +209,14 @@ def triton_paged_decode_attention(
         scales_k, scales_v = k_scale, v_scale
     else:
         scales_k = scales_v = seq_lens  # unused placeholders
-    block_tables = block_tables.contiguous()
+    page_tables = page_tables.contiguous()
     _decode_split_kernel[(batch, num_kv_heads, num_splits)](
         q,
         k_cache,
         v_cache,
         scales_k,
         scales_v,
-        block_tables,
+        page_tables,
         seq_lens,
         partial,
         lse,
@@ -231,7 +231,7 @@ def triton_paged_decode_attention(
         v_cache.stride(2),
         scales_k.stride(0) if is_int8 else 0,
         scales_k.stride(1) if is_int8 else 0,
-        block_tables.stride(0),
+        page_tables.stride(0),
         partial.stride(0),
         partial.stride(1),
         partial.stride(2),
@@ -241,7 +241,7 @@ def triton_paged_decode_attention(
         GROUP=group,
         GROUP_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim,
-        BLOCK_SIZE=block_size,
+        PAGE_SIZE=page_size,
         IS_INT8=is_int8,
         IEEE=q.dtype == torch.float32,
     )

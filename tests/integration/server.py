@@ -78,8 +78,21 @@ class RunningServer:
 
 
 @contextmanager
-def serving(log_path: Path, env: dict[str, str] | None = None) -> Iterator[RunningServer]:
-    """A ready server for the duration of the block (the body of a module fixture)."""
+def serving(
+    log_path: Path, env: dict[str, str] | None = None, *, calibrated: bool = False
+) -> Iterator[RunningServer]:
+    """A ready server for the duration of the block (the body of a module fixture).
+
+    Without ``calibrated`` the server admits by KV memory and ``max_num_seqs`` only (no step
+    time model, and late chunks do not close admission): tests of what a transport does must
+    not depend on how many real-time streams this machine holds.
+    """
+    if not calibrated:
+        deterministic = {
+            "CADENZA_ENGINE__CALIBRATION": "off",
+            "CADENZA_ADMISSION__SLACK_CLOSE_MS": "-1e9",
+        }
+        env = {**deterministic, **(env or {})}
     running = RunningServer(log_path, env)
     try:
         running.wait_ready()

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from cadenza.config import load_config
-from cadenza.engine.engine_client import EngineClient, EngineError
-from cadenza.engine.request import FinishReason, SynthesisRequest
-from cadenza.engine.sampling_params import SamplingParams
+from cadenza.contract.request import FinishReason, SynthesisRequest
+from cadenza.contract.sampling import SamplingParams
+from cadenza.ipc.engine_client import EngineClient, EngineError
 
 HOP = 320
 

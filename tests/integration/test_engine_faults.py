@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import threading
 import time
 
 import httpx
+import websockets
 
 from tests.integration.server import RunningServer
+
+
+async def _websocket_greeting(server: RunningServer) -> dict:
+    async with websockets.connect(server.url.replace("http", "ws") + "/v1/stream") as ws:
+        greeting = json.loads(await ws.recv())
+        assert greeting["retry_after_s"] >= 1
+        return greeting
 
 
 def test_engine_death_turns_readiness_off_and_requests_into_503(tmp_path):
@@ -20,12 +30,17 @@ def test_engine_death_turns_readiness_off_and_requests_into_503(tmp_path):
             (engine_pid,) = server.engine_pids()
             os.kill(engine_pid, signal.SIGKILL)
             deadline = time.monotonic() + 10
-            while http.get("/readyz").status_code != 503:
+            while (ready := http.get("/readyz")).status_code != 503:
                 assert time.monotonic() < deadline, "readiness did not notice the dead engine"
                 time.sleep(0.1)
+            assert int(ready.headers["Retry-After"]) >= 1
             response = http.post("/v1/audio/speech", json={"model": "cadenza-tiny", "input": "hi"})
             assert response.status_code == 503
             assert response.json()["error"]["code"] == "engine_unavailable"
+            assert int(response.headers["Retry-After"]) >= 1
+            models = http.get("/v1/models")
+            assert models.status_code == 503 and int(models.headers["Retry-After"]) >= 1
+            assert asyncio.run(_websocket_greeting(server))["code"] == "engine_unavailable"
             assert http.get("/healthz").status_code == 200
     finally:
         server.stop()

@@ -199,7 +199,9 @@ def test_eight_concurrent_requests_are_batched(server, http):
 
 
 def test_client_that_disconnects_frees_its_stream(http, server):
-    cancelled_before = _metric(http, 'cadenza_streams_finished_total{reason="cancelled"}')
+    cancelled_before = _metric(
+        http, 'cadenza_streams_finished_total{reason="cancelled",transport="http"}'
+    )
     with (
         httpx.Client(base_url=server.url, timeout=60) as client,
         client.stream(
@@ -211,7 +213,9 @@ def test_client_that_disconnects_frees_its_stream(http, server):
     while time.monotonic() < deadline:
         idle = http.get("/readyz").json()["streams"] == 0
         engine_idle = _metric(http, "cadenza_engine_requests") == 0
-        cancelled = _metric(http, 'cadenza_streams_finished_total{reason="cancelled"}')
+        cancelled = _metric(
+            http, 'cadenza_streams_finished_total{reason="cancelled",transport="http"}'
+        )
         if idle and engine_idle and cancelled > cancelled_before:
             break
         time.sleep(0.2)

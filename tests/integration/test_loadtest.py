@@ -18,6 +18,8 @@ def server(tmp_path_factory):
         "CADENZA_ENGINE__MAX_NUM_SEQS": "2",
         "CADENZA_ADMISSION__REALTIME_MAX_WAIT_S": "0.3",
     }
+    # Uncalibrated: exactly two slots whatever this machine's speed, so the harness's own
+    # accounting is what is checked.
     with serving(tmp_path_factory.mktemp("loadtest") / "server.log", env) as running:
         yield running
 

@@ -11,7 +11,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cadenza.kernels import paged_attention
+from cadenza.kernels import torch_attention
 from cadenza.kernels.decode_attention import paged_decode_attention, triton_can_run
 from cadenza.kernels.kv_quant import dequantize, quantize_per_token
 
@@ -27,24 +27,24 @@ def _case(
     group: int,
     num_kv_heads: int,
     head_dim: int,
-    block_size: int,
+    page_size: int,
     dtype: torch.dtype,
     int8: bool,
     spare_blocks: int = 3,
 ):
     generator = torch.Generator().manual_seed(seed)
-    blocks_needed = [math.ceil(n / block_size) for n in lengths]
-    num_blocks = sum(blocks_needed) + spare_blocks
-    max_blocks = max(blocks_needed) + 1  # always at least one -1 pad column
-    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    blocks_needed = [math.ceil(n / page_size) for n in lengths]
+    num_pages = sum(blocks_needed) + spare_blocks
+    max_pages = max(blocks_needed) + 1  # always at least one -1 pad column
+    shape = (num_pages, page_size, num_kv_heads, head_dim)
     k_cache = torch.randn(shape, generator=generator).to(dtype)
     v_cache = torch.randn(shape, generator=generator).to(dtype)
     k_scale = v_scale = None
     if int8:
         k_cache, k_scale = quantize_per_token(k_cache)
         v_cache, v_scale = quantize_per_token(v_cache)
-    order = torch.randperm(num_blocks, generator=generator).tolist()
-    tables = torch.full((len(lengths), max_blocks), -1, dtype=torch.int32)
+    order = torch.randperm(num_pages, generator=generator).tolist()
+    tables = torch.full((len(lengths), max_pages), -1, dtype=torch.int32)
     for row, needed in enumerate(blocks_needed):
         tables[row, :needed] = torch.tensor([order.pop() for _ in range(needed)])
     q = torch.randn(len(lengths), group * num_kv_heads, head_dim, generator=generator).to(dtype)
@@ -57,7 +57,7 @@ def _reference(q, k_cache, v_cache, tables, seq_lens, scale, k_scale, v_scale):
     if k_cache.dtype == torch.int8:
         k_cache = dequantize(k_cache, k_scale, torch.float32)
         v_cache = dequantize(v_cache, v_scale, torch.float32)
-    return paged_attention.paged_decode_attention(
+    return torch_attention.torch_paged_decode_attention(
         q.float(), k_cache.float(), v_cache.float(), tables, seq_lens, scale
     )
 
@@ -68,7 +68,7 @@ def _reference(q, k_cache, v_cache, tables, seq_lens, scale, k_scale, v_scale):
     group=st.sampled_from([1, 2, 4, 8]),
     num_kv_heads=st.sampled_from([1, 2]),
     head_dim=st.sampled_from([64, 128]),
-    block_size=st.sampled_from([16, 32]),
+    page_size=st.sampled_from([16, 32]),
     dtype=st.sampled_from([torch.float32, torch.float16]),
     int8=st.booleans(),
     lengths=st.lists(
@@ -76,19 +76,19 @@ def _reference(q, k_cache, v_cache, tables, seq_lens, scale, k_scale, v_scale):
         min_size=1,
         max_size=4,
     ),
-    blocks_per_split=st.sampled_from([None, 1, 2]),
+    pages_per_split=st.sampled_from([None, 1, 2]),
 )
 def test_triton_kernel_matches_the_torch_reference(
-    seed, group, num_kv_heads, head_dim, block_size, dtype, int8, lengths, blocks_per_split
+    seed, group, num_kv_heads, head_dim, page_size, dtype, int8, lengths, pages_per_split
 ):
     from cadenza.kernels.triton_decode_attention import triton_paged_decode_attention
 
     q, k_cache, v_cache, tables, seq_lens, k_scale, v_scale = _case(
-        seed, lengths, group, num_kv_heads, head_dim, block_size, dtype, int8
+        seed, lengths, group, num_kv_heads, head_dim, page_size, dtype, int8
     )
     scale = head_dim**-0.5
     out = triton_paged_decode_attention(
-        q, k_cache, v_cache, tables, seq_lens, scale, k_scale, v_scale, blocks_per_split
+        q, k_cache, v_cache, tables, seq_lens, scale, k_scale, v_scale, pages_per_split
     )
     expected = _reference(q, k_cache, v_cache, tables, seq_lens, scale, k_scale, v_scale)
     assert out.dtype == dtype and out.shape == q.shape
@@ -101,7 +101,7 @@ def test_public_function_uses_triton_here_and_agrees_with_torch():
         1, [1, 33, 70], 4, 2, 64, 16, torch.float32, True
     )
     out = paged_decode_attention(q, k_cache, v_cache, tables, seq_lens, 0.125, k_scale, v_scale)
-    torch_out = paged_attention.paged_decode_attention(
+    torch_out = torch_attention.torch_paged_decode_attention(
         q, k_cache, v_cache, tables, seq_lens, 0.125, k_scale=k_scale, v_scale=v_scale
     )
     torch.testing.assert_close(out, torch_out, atol=2e-5, rtol=2e-5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from cadenza.kernels import paged_attention
+from cadenza.kernels import torch_attention
 from cadenza.kernels.kv_quant import SCALE_DTYPE, dequantize, quantize_per_token
 
 
@@ -27,7 +27,7 @@ def test_store_kv_quantizes_through_the_slot_mapping_and_skips_minus_one():
     v_scale = torch.zeros_like(k_scale)
     k, v = torch.randn(3, 2, 64), torch.randn(3, 2, 64)
     slots = torch.tensor([17, -1, 63])
-    paged_attention.store_kv(k, v, k_cache, v_cache, slots, k_scale, v_scale)
+    torch_attention.store_kv(k, v, k_cache, v_cache, slots, k_scale, v_scale)
     flat_k = k_cache.view(-1, 2, 64)
     flat_scale = k_scale.view(-1, 2)
     restored = dequantize(flat_k[[17, 63]], flat_scale[[17, 63]], torch.float32)
@@ -43,15 +43,15 @@ def test_int8_paged_prefill_and_decode_follow_the_float_attention():
     vq, vs = quantize_per_token(v_cache)
     table = torch.tensor([4, 1, 3], dtype=torch.int32)
     q = torch.randn(5, 8, 64)
-    exact = paged_attention.paged_prefill_attention(q, k_cache, v_cache, table, 40, 0.125)
-    int8 = paged_attention.paged_prefill_attention(q, kq, vq, table, 40, 0.125, ks, vs)
+    exact = torch_attention.torch_paged_prefill_attention(q, k_cache, v_cache, table, 40, 0.125)
+    int8 = torch_attention.torch_paged_prefill_attention(q, kq, vq, table, 40, 0.125, ks, vs)
     cosine = torch.nn.functional.cosine_similarity(exact.flatten(), int8.flatten(), dim=0)
     assert float(cosine) > 0.999
     seq_lens = torch.tensor([40], dtype=torch.int32)
-    decode_exact = paged_attention.paged_decode_attention(
+    decode_exact = torch_attention.torch_paged_decode_attention(
         q[-1:], k_cache, v_cache, table[None], seq_lens, 0.125
     )
-    decode_int8 = paged_attention.paged_decode_attention(
+    decode_int8 = torch_attention.torch_paged_decode_attention(
         q[-1:], kq, vq, table[None], seq_lens, 0.125, k_scale=ks, v_scale=vs
     )
     torch.testing.assert_close(decode_int8, exact[-1:], atol=0.02, rtol=0.02)

@@ -1,1 +1,2 @@
-"""Model families (one file each), the delay pattern, and the registry that builds them."""
+"""Model families (one file each) behind :class:`~cadenza.engine.models.model.AudioTokenModel`,
+checkpoint loading, and the registry that builds a model from its name."""

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from cadenza.engine.models.delay_pattern import DelayPattern, DelayPatternLayout
+from cadenza.engine.kv.paged_kv_cache import PagedKVCache
+from cadenza.engine.layouts.delay_pattern import DelayPattern, DelayPatternLayout
+from cadenza.engine.models.byte_tokenizer import ByteTokenizer
 from cadenza.engine.models.llama import LlamaBackbone, LlamaBackboneConfig
 from cadenza.engine.models.model import AudioTokenModel
-from cadenza.engine.paged_kv_cache import PagedKVCache
-from cadenza.engine.text_tokenizer import ByteTokenizer
 from cadenza.kernels.attention_context import AttentionContext
 
 MODEL_NAME = "cadenza-tiny"

@@ -16,7 +16,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from safetensors.torch import load_file
 
-from cadenza.engine.models.flat_layout import FlatLayout
+from cadenza.engine.layouts.flat import FlatLayout
 from cadenza.engine.models.llama import Llama3RopeScaling, LlamaBackboneConfig
 from cadenza.engine.models.llama_causal_lm import LlamaForCausalLM, TextEncoder
 

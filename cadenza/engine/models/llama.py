@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from cadenza.engine.paged_kv_cache import KVSpec, PagedKVCache
+from cadenza.engine.kv.paged_kv_cache import KVSpec, PagedKVCache
+from cadenza.kernels.attention_backends import TorchAttentionBackend, attention_backend_for
 from cadenza.kernels.attention_context import AttentionContext
-from cadenza.kernels.torch_backend import TorchAttentionBackend, attention_backend_for
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from cadenza.engine.models.flat_layout import FlatLayout
+from cadenza.engine.kv.paged_kv_cache import PagedKVCache
+from cadenza.engine.layouts.flat import FlatLayout
+from cadenza.engine.layouts.token_layout import PlainLayout, TokenLayout
 from cadenza.engine.models.llama import LlamaBackbone, LlamaBackboneConfig
 from cadenza.engine.models.model import AudioTokenModel
-from cadenza.engine.models.token_layout import PlainLayout, TokenLayout
-from cadenza.engine.paged_kv_cache import PagedKVCache
 from cadenza.kernels.attention_context import AttentionContext
 
 TextEncoder = Callable[[str], list[int]]

@@ -7,8 +7,8 @@ from abc import ABC, abstractmethod
 import torch
 from torch import nn
 
-from cadenza.engine.models.token_layout import TokenLayout
-from cadenza.engine.paged_kv_cache import KVSpec, PagedKVCache
+from cadenza.engine.kv.paged_kv_cache import KVSpec, PagedKVCache
+from cadenza.engine.layouts.token_layout import TokenLayout
 from cadenza.kernels.attention_context import AttentionContext
 
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from cadenza.codecs.encodec import CodecError, load_codec
+from cadenza.codecs import CodecError, load_codec
 
 
 @pytest.fixture(scope="module")
@@ -55,13 +55,14 @@ def test_unknown_codec():
         load_codec("nope")
 
 
-def test_microphone_audio_becomes_prompt_codes(codec):
+def test_speech_prompt_audio_becomes_prompt_codes(codec):
     import numpy as np
 
-    audio = (0.3 * np.sin(np.arange(16000) / 16000 * 2 * np.pi * 220)).astype(np.float32)
-    codes = codec.encode_pcm(audio, 16000)  # 1 s at 16 kHz -> 75 frames at 24 kHz
-    assert codes.shape[0] == 8 and abs(codes.shape[1] - 75) <= 1
-    with pytest.raises(CodecError, match="not supported"):
-        codec.encode_pcm(audio, 11111)
+    audio = (0.3 * np.sin(np.arange(24000) / 24000 * 2 * np.pi * 220)).astype(np.float32)
+    codes = codec.encode_audio(audio)  # 1 s at the codec's 24 kHz -> 75 frames
+    assert codes.shape == (8, 75)
+    assert torch.equal(codes, codec.encode(torch.from_numpy(audio)[None])[0])
     with pytest.raises(CodecError, match="non-empty"):
-        codec.encode_pcm(audio[:0], 16000)
+        codec.encode_audio(audio[:0])
+    with pytest.raises(CodecError, match="non-empty"):
+        codec.encode_audio(np.zeros((2, 10), np.float32))

@@ -1,17 +1,14 @@
 """cadenza-tiny: deterministic construction, and the paged engine against a plain
 full-recompute implementation of the same model."""
 
-import pytest
 import torch
 import torch.nn.functional as F
 
-from cadenza.codecs.encodec import load_codec
-from cadenza.config import EngineConfig
+from cadenza.contract.request import SynthesisRequest
+from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
 from cadenza.engine.models.cadenza_tiny import CadenzaTinyModel, CadenzaTinySpec
 from cadenza.engine.models.llama import apply_rotary
-from cadenza.engine.request import SynthesisRequest
-from cadenza.engine.sampling_params import SamplingParams
 from cadenza.engine.sequence import Sequence
 
 GREEDY = SamplingParams(temperature=0.0, top_k=0)
@@ -51,26 +48,20 @@ def _reference_rows(model, prompt, target_frames):
             if forced is not None:
                 row = [f if f is not None else r for f, r in zip(forced, row, strict=True)]
             seq.append(row)
-            if layout.on_row(seq, row) is not None:
+            seq.end_frame, reason = layout.on_row(seq, row)
+            if reason is not None:
                 return seq.output_rows
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    model = CadenzaTinyModel.from_seed(0)
-    codec = load_codec("encodec_24khz", seed=0)
-    return model, codec
-
-
-def test_paged_engine_matches_full_recompute(tiny):
-    model, codec = tiny  # the reference; the engine gets its own copy (it fuses and packs)
-    engine = Engine(
-        CadenzaTinyModel.from_seed(0),
-        codec,
-        model_name="cadenza-tiny",
-        engine_config=EngineConfig(
-            block_size=8, kv_cache_memory_bytes=8 << 20, max_num_batched_tokens=24, max_num_seqs=4
-        ),
+def test_paged_engine_matches_full_recompute():
+    model = CadenzaTinyModel.from_seed(0)  # the reference; the engine builds its own (fused)
+    engine = Engine.from_pretrained(
+        "cadenza-tiny",
+        seed=0,
+        page_size=8,
+        kv_cache_memory_bytes=8 << 20,
+        max_num_batched_tokens=24,
+        max_num_seqs=4,
     )
     texts = {"a": "Hello there.", "b": "A longer sentence, to stagger the streams."}
     seqs = {}
@@ -83,7 +74,7 @@ def test_paged_engine_matches_full_recompute(tiny):
     for request_id, text in texts.items():
         prompt = model.build_prompt(text, "default")
         assert seqs[request_id].output_rows == _reference_rows(model, prompt, target_frames=15)
-    assert engine.block_pool.num_free_blocks == engine.block_pool.num_blocks
+    assert engine.kv.pool.num_free_pages == engine.kv.pool.num_pages
 
 
 def test_same_seed_same_weights_other_seed_other_weights():

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from cadenza.engine.engine import RequestRejected
-from cadenza.engine.request import FinishReason, SynthesisRequest, derive_duration_s
-from cadenza.engine.sampling_params import SamplingParams
+from cadenza.contract.errors import RequestRejected
+from cadenza.contract.request import FinishReason, SynthesisRequest
+from cadenza.contract.sampling import SamplingParams
+from cadenza.contract.stream_length import derive_duration_s
 
 HOP = 320
 
@@ -149,7 +150,7 @@ def test_derive_duration():
 
 
 def test_speech_prompt_becomes_prompt_frames(tiny_engine):
-    rate = 16000
+    rate = 24000  # the codec's rate (the edge resamples microphone audio to it)
     audio = (0.3 * np.sin(np.arange(rate) / rate * 2 * np.pi * 200)).astype("<f4")
     request = SynthesisRequest(
         "prompted",
@@ -160,7 +161,7 @@ def test_speech_prompt_becomes_prompt_frames(tiny_engine):
     )
     tiny_engine.add_request(request)
     seq = tiny_engine.scheduler.waiting[-1]
-    assert abs(seq.num_prompt_tokens - (75 + 4)) <= 1  # 1 s of frames, BOS 'h' 'i', begin-audio
+    assert seq.num_prompt_tokens == 75 + 4  # 1 s of frames, BOS 'h' 'i', begin-audio
     outputs = _run(tiny_engine)
     assert outputs["prompted"][-1].finish_reason is FinishReason.LENGTH
     tiny_engine.check_integrity()
@@ -169,9 +170,9 @@ def test_speech_prompt_becomes_prompt_frames(tiny_engine):
 @pytest.mark.parametrize(
     ("audio", "rate", "message"),
     [
-        (b"\x00\x01\x02", 16000, "float32"),
-        (np.zeros(16000 * 21, "<f4").tobytes(), 16000, "limit"),
-        (np.zeros(100, "<f4").tobytes(), 11025, "not supported"),
+        (b"\x00\x01\x02", 24000, "float32"),
+        (np.zeros(24000 * 21, "<f4").tobytes(), 24000, "limit"),
+        (np.zeros(100, "<f4").tobytes(), 16000, "codec's 24000 Hz"),
     ],
 )
 def test_bad_speech_prompts_are_refused(tiny_engine, audio, rate, message):

@@ -9,9 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cadenza.config import EngineConfig
-from cadenza.engine.engine import Engine, RequestRejected
-from cadenza.engine.paged_kv_cache import KVSpec
-from cadenza.engine.sampling_params import SamplingParams
+from cadenza.contract.errors import RequestRejected
+from cadenza.contract.sampling import SamplingParams
+from cadenza.engine.engine import Engine
+from cadenza.engine.kv.paged_kv_cache import KVSpec
 from tests.unit.engine.llama_checkpoints import save_tiny_llama
 
 
@@ -41,8 +42,8 @@ actions = st.lists(
 def test_random_scripts_keep_the_pool_consistent(checkpoint, reserve, script):
     spec = KVSpec(2, 2, 16)
     config = EngineConfig(
-        block_size=4,
-        kv_cache_memory_bytes=20 * spec.bytes_per_block(4, torch.float32),
+        page_size=4,
+        kv_cache_memory_bytes=20 * spec.bytes_per_page(4, torch.float32),
         max_num_batched_tokens=16,
         max_num_seqs=4,
         reserve_max_output=reserve,
@@ -71,5 +72,5 @@ def test_random_scripts_keep_the_pool_consistent(checkpoint, reserve, script):
         engine.step()
         engine.check_integrity()
     assert not engine.has_unfinished_requests()
-    assert engine.block_pool.num_free_blocks == engine.block_pool.num_blocks
-    assert engine.kv_manager.outstanding_blocks == 0
+    assert engine.kv.pool.num_free_pages == engine.kv.pool.num_pages
+    assert engine.kv.outstanding_pages == 0

@@ -5,27 +5,27 @@ from __future__ import annotations
 
 import torch
 
-from cadenza.admission.capacity import CapacityModel
 from cadenza.config import AdmissionConfig, EngineConfig
+from cadenza.edge.admission.capacity import CapacityModel
 from cadenza.engine.engine import Engine
 from tests.unit.engine.llama_checkpoints import save_tiny_llama
 
 
 def _engine(path, kv_dtype: str) -> Engine:
-    config = EngineConfig(kv_dtype=kv_dtype, kv_cache_memory_bytes=8 << 20, block_size=16)
+    config = EngineConfig(kv_dtype=kv_dtype, kv_cache_memory_bytes=8 << 20, page_size=16)
     return Engine.from_pretrained(str(path), engine_config=config)
 
 
 def _record_logits(engine: Engine) -> list[torch.Tensor]:
     recorded: list[torch.Tensor] = []
-    execute = engine.runner.execute
+    forward = engine.runner.forward
 
     def wrapped(batch):
-        result = execute(batch)
-        recorded.append(result.logits.detach().clone())
-        return result
+        logits, sampling = forward(batch)
+        recorded.append(logits.detach().clone())
+        return logits, sampling
 
-    engine.runner.execute = wrapped  # type: ignore[method-assign]
+    engine.runner.forward = wrapped  # type: ignore[method-assign]
     return recorded
 
 
@@ -62,19 +62,19 @@ def test_int8_kv_serves_cadenza_tiny_audio() -> None:
 
 def test_int8_holds_about_twice_the_sequences_of_fp16_per_byte() -> None:
     budget = 32 << 20
-    blocks = {}
+    infos = {}
     for kv_dtype in ("fp16", "int8"):
         engine = Engine.from_pretrained(
             "cadenza-tiny",
             engine_config=EngineConfig(kv_dtype=kv_dtype, kv_cache_memory_bytes=budget),
         )
-        blocks[kv_dtype] = engine.engine_info()
+        infos[kv_dtype] = engine.info
         assert engine.kv_cache.nbytes <= budget
     # Head width 64: 2 * 64 bytes of fp16 against 64 bytes of int8 + a 2-byte fp16 scale.
-    ratio = blocks["int8"].kv_blocks_total / blocks["fp16"].kv_blocks_total
+    ratio = infos["int8"].kv_pages_total / infos["fp16"].kv_pages_total
     assert 1.9 <= ratio <= 2.0
     limits = {
         kv: CapacityModel(info, EngineConfig(), AdmissionConfig()).kv_limit()
-        for kv, info in blocks.items()
+        for kv, info in infos.items()
     }
     assert limits["int8"] >= 1.9 * limits["fp16"] - 1

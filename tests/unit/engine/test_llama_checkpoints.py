@@ -10,11 +10,12 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from cadenza.config import EngineConfig
-from cadenza.engine.engine import Engine, RequestRejected
+from cadenza.contract.errors import RequestRejected
+from cadenza.contract.request import SynthesisRequest
+from cadenza.contract.sampling import SamplingParams
+from cadenza.engine.engine import Engine
 from cadenza.engine.models.checkpoint import CheckpointError
 from cadenza.engine.models.registry import UnknownModelError, load_model
-from cadenza.engine.request import SynthesisRequest
-from cadenza.engine.sampling_params import SamplingParams
 from tests.unit.engine.llama_checkpoints import save_tiny_llama
 
 OFFSET, CODES, K, EOS = 300, 1024, 8, 2

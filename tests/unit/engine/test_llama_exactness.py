@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from cadenza.config import EngineConfig
+from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
-from cadenza.engine.paged_kv_cache import KVSpec
-from cadenza.engine.sampling_params import SamplingParams
+from cadenza.engine.kv.paged_kv_cache import KVSpec
 from cadenza.engine.sequence import SequenceStatus
 from tests.unit.engine.llama_checkpoints import CONFIGS, hf_greedy, save_tiny_llama
 
@@ -26,7 +26,7 @@ def checkpoint(request, tmp_path_factory):
 
 
 def _engine(directory, **config):
-    defaults = {"block_size": 4, "kv_cache_memory_bytes": 4 << 20}
+    defaults = {"page_size": 4, "kv_cache_memory_bytes": 4 << 20}
     return Engine.from_pretrained(
         str(directory), engine_config=EngineConfig(**{**defaults, **config})
     )
@@ -39,7 +39,7 @@ def _prompts(count, seed, low=3, high=30):
 
 def _assert_clean(engine):
     engine.check_integrity()
-    assert engine.block_pool.num_free_blocks == engine.block_pool.num_blocks
+    assert engine.kv.pool.num_free_pages == engine.kv.pool.num_pages
 
 
 def test_one_request(checkpoint):
@@ -56,7 +56,7 @@ def test_batched_requests_of_ragged_lengths(checkpoint):
     prompts = _prompts(6, seed=2)
     got = engine.generate_ids(prompts, 20)
     assert got == [hf_greedy(reference, p, 20) for p in prompts]
-    assert engine.stats().last_batch_decodes >= 1
+    assert max(step.decodes for step in engine.take_report().steps) == len(prompts)  # batched
     _assert_clean(engine)
 
 
@@ -89,14 +89,14 @@ def test_chunked_prefill_under_a_small_token_budget(checkpoint):
 
 def test_prefix_cache_hits_give_identical_tokens(checkpoint):
     directory, reference = checkpoint
-    engine = _engine(directory, block_size=8)
+    engine = _engine(directory, page_size=8)
     shared = _prompts(1, seed=5, low=33, high=33)[0]
     prompts = [shared + tail for tail in _prompts(4, seed=6, low=1, high=9)]
     first = engine.generate_ids(prompts[:1], 10)
     rest = engine.generate_ids(prompts[1:], 10)
     assert first + rest == [hf_greedy(reference, p, 10) for p in prompts]
     stats = engine.stats()
-    assert stats.prefix_hit_tokens >= 3 * 32  # 4 full blocks of the shared prefix, 3 times
+    assert stats.prefix_hit_tokens >= 3 * 32  # 4 full pages of the shared prefix, 3 times
     _assert_clean(engine)
 
 
@@ -107,9 +107,9 @@ def test_preemption_recomputes_and_still_matches(checkpoint):
     spec = KVSpec(config.num_hidden_layers, config.num_key_value_heads, config.head_dim)
     engine = _engine(
         directory,
-        block_size=4,
+        page_size=4,
         reserve_max_output=False,
-        kv_cache_memory_bytes=24 * spec.bytes_per_block(4, torch.float32),
+        kv_cache_memory_bytes=24 * spec.bytes_per_page(4, torch.float32),
         max_num_seqs=8,
     )
     prompts = _prompts(5, seed=7, low=8, high=14)

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from cadenza.config import load_config
-from cadenza.engine.engine import Engine, RequestRejected
+from cadenza.contract.errors import RequestRejected
+from cadenza.contract.request import FinishReason, SynthesisRequest
+from cadenza.contract.sampling import SamplingParams
+from cadenza.engine.engine import Engine
 from cadenza.engine.naive_engine import NaiveEngine, NaiveEngineError
-from cadenza.engine.request import FinishReason, SynthesisRequest
-from cadenza.engine.sampling_params import SamplingParams
 
 
 def _drain(engine: NaiveEngine | Engine) -> tuple[np.ndarray, list[FinishReason]]:
@@ -33,7 +34,7 @@ def test_naive_tokens_equal_the_batching_engines(tiny_engine: Engine) -> None:
     codes, reasons = _drain(tiny_engine)
     assert naive_reasons == reasons == [FinishReason.LENGTH]
     np.testing.assert_array_equal(naive_codes, codes)
-    info = naive.engine_info()
+    info = naive.info
     assert info.calibration is None and info.max_num_seqs >= 1
 
 

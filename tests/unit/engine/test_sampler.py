@@ -2,8 +2,8 @@ import pytest
 import torch
 from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
 
+from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.sampler import sample_rows
-from cadenza.engine.sampling_params import SamplingParams
 from cadenza.engine.sequence import Sequence
 
 

@@ -1,0 +1,56 @@
+"""What the engine needs from a neural audio codec, whatever its family.
+
+A codec turns frames of codes (``num_codebooks`` per frame, ``frame_rate`` frames a second)
+into audio at ``sample_rate``, offline (:meth:`AudioCodec.decode`) and, for serving, through a
+:class:`StreamingDecoder` whose output for any chunking equals the offline decode. It also
+encodes audio at its own rate into codes (speech prompts).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import torch
+
+
+class CodecError(ValueError):
+    """Codes or audio the codec cannot take (wrong shape, out-of-range ids), or no free
+    streaming slot."""
+
+
+class StreamingDecoder(Protocol):
+    """Per-slot streaming decode, batched across slots (one slot per stream)."""
+
+    def open(self) -> int:
+        """Start a stream in a free slot and return the slot. Raises :class:`CodecError`
+        when every slot is taken."""
+        ...
+
+    def decode(
+        self, chunks: dict[int, torch.Tensor], final: frozenset[int] = frozenset()
+    ) -> dict[int, torch.Tensor]:
+        """New codes ``{slot: [K, n]}`` -> new audio ``{slot: float32 [m]}`` in one batched
+        pass; slots in ``final`` end with this chunk (flushed, then freed)."""
+        ...
+
+    def release(self, slot: int) -> None:
+        """Free ``slot`` without flushing it (a cancelled stream)."""
+        ...
+
+
+class AudioCodec(Protocol):
+    sample_rate: int
+    frame_rate: float
+    num_codebooks: int
+    codebook_size: int
+
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """``codes [B, K, T]`` -> float32 audio ``[B, samples]`` (offline, the reference)."""
+        ...
+
+    def encode_audio(self, audio: np.ndarray) -> torch.Tensor:
+        """float32 mono audio at :attr:`sample_rate` -> codes ``[K, frames]``."""
+        ...
+
+    def streaming_decoder(self, max_streams: int) -> StreamingDecoder: ...

@@ -1,0 +1,344 @@
+"""Streaming EnCodec decoding: many streams, incremental, exactly equal to offline decoding.
+
+Each stream owns a *slot* (``open()`` hands out a free one). ``decode({slot: codes[K, n]})``
+decodes every slot given in one batched pass, chunk lengths may differ, and returns each
+slot's new audio. Concatenating a stream's outputs (and the remainder from ``close``) equals
+``EncodecCodec.decode`` of the whole code sequence, to float rounding, for any chunking.
+
+The 24 kHz EnCodec decoder is a chain of causal layers; each keeps per-slot state:
+
+=====================  =====================================================================
+layer                  carried state
+=====================  =====================================================================
+Conv1d (stride 1)      the last ``(k - 1) * dilation`` input samples. Offline, the left padding
+                       *reflects* the first samples, so the first output needs ``pad + 1``
+                       inputs: a slot buffers until it has them (the first conv waits for 7
+                       frames), then the reflection becomes its history.
+ConvTranspose1d        the previous input frame: with ``k = 2 * stride`` each output block
+                       depends on two input frames (computed polyphase, as a stride-1 conv).
+                       The tail the offline decoder trims at the end is never computed.
+LSTM                   ``(h, c)`` of every layer; ragged chunks go through a packed sequence.
+ELU, 1x1 convs         nothing.
+=====================  =====================================================================
+
+A stream shorter than the first conv's padding is finished at ``close`` exactly as the offline
+decoder treats a short input (zero-extended before reflecting).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils import parametrize
+
+from cadenza.codecs.codec import CodecError
+from cadenza.codecs.encodec import EncodecCodec
+
+Lengths = list[int]
+
+
+def _pad_batch(pieces: list[torch.Tensor], channels: int, like: torch.Tensor) -> torch.Tensor:
+    longest = max((p.shape[-1] for p in pieces), default=0)
+    out = like.new_zeros(len(pieces), channels, longest)
+    for index, piece in enumerate(pieces):
+        out[index, :, : piece.shape[-1]] = piece
+    return out
+
+
+def _gather_windows(full: torch.Tensor, starts: torch.Tensor, width: int) -> torch.Tensor:
+    """``full[b, :, starts[b] : starts[b] + width]`` for every ``b``, as one tensor."""
+    index = starts[:, None] + torch.arange(width, device=full.device)[None, :]
+    return full.gather(2, index[:, None, :].expand(-1, full.shape[1], -1))
+
+
+def _plain_weight(module: nn.Module) -> torch.Tensor:
+    """The module's effective weight (``load_codec`` already folded weight norm in)."""
+    if parametrize.is_parametrized(module, "weight"):
+        raise CodecError("fold weight normalisation before streaming (load_codec does)")
+    weight = module.weight
+    assert isinstance(weight, torch.Tensor)
+    return weight.detach()
+
+
+class _Stage:
+    def forward(
+        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+    ) -> tuple[torch.Tensor, Lengths]:
+        raise NotImplementedError
+
+    def reset(self, slot: int) -> None:
+        """Forget a slot's state (it is about to carry a new stream)."""
+
+
+class _CausalConv(_Stage):
+    def __init__(self, layer: Any, max_streams: int) -> None:
+        conv = layer.conv
+        self.weight = _plain_weight(conv)
+        self.bias = conv.bias.detach()
+        self.dilation = conv.dilation[0]
+        self.pad = (conv.kernel_size[0] - 1) * self.dilation
+        if conv.stride[0] != 1:
+            raise CodecError("streaming decode supports stride-1 convolutions only")
+        self.in_channels = conv.in_channels
+        self.history = self.weight.new_zeros(max_streams, self.in_channels, self.pad)
+        self.started = [self.pad == 0] * max_streams
+        self.pending: dict[int, torch.Tensor] = {}
+
+    def reset(self, slot: int) -> None:
+        self.started[slot] = self.pad == 0
+        self.pending.pop(slot, None)
+        self.history[slot] = 0
+
+    def forward(
+        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+    ) -> tuple[torch.Tensor, Lengths]:
+        slot_ids = slots.tolist()
+        if not all(self.started[s] for s in slot_ids):
+            x, lengths = self._start_slots(x, lengths, slot_ids, final)
+        if x.shape[-1] == 0:
+            return x.new_zeros(x.shape[0], self.weight.shape[0], 0), lengths
+        if self.pad == 0:
+            return F.conv1d(x, self.weight, self.bias, dilation=self.dilation), lengths
+        full = torch.cat([self.history[slots], x], dim=-1)
+        out = F.conv1d(full, self.weight, self.bias, dilation=self.dilation)
+        starts = torch.tensor(lengths, device=x.device)
+        self.history[slots] = _gather_windows(full, starts, self.pad)
+        return out, lengths
+
+    def _start_slots(
+        self, x: torch.Tensor, lengths: Lengths, slot_ids: list[int], final: list[bool]
+    ) -> tuple[torch.Tensor, Lengths]:
+        """Buffer slots that cannot reflect-pad yet; start those that can."""
+        pieces, new_lengths = [], []
+        for index, slot in enumerate(slot_ids):
+            piece = x[index, :, : lengths[index]]
+            if not self.started[slot]:
+                if slot in self.pending:
+                    piece = torch.cat([self.pending.pop(slot), piece], dim=-1)
+                if piece.shape[-1] > self.pad or (final[index] and piece.shape[-1] > 0):
+                    # Offline reflection, zero-extending a stream shorter than the padding.
+                    extended = F.pad(piece, (0, max(0, self.pad + 1 - piece.shape[-1])))
+                    self.history[slot] = extended[:, 1 : self.pad + 1].flip(-1)
+                    self.started[slot] = True
+                else:
+                    self.pending[slot] = piece
+                    piece = piece[:, :0]
+            pieces.append(piece)
+            new_lengths.append(piece.shape[-1])
+        return _pad_batch(pieces, self.in_channels, x), new_lengths
+
+
+class _CausalConvTranspose(_Stage):
+    """A causal transposed conv with kernel ``2 * stride``, computed polyphase: output block
+    ``t`` (``stride`` samples) is ``W_head · x[t] + W_tail · x[t - 1]``, one stride-1 conv of
+    width 2 whose ``C_out * stride`` channels are then interleaved into time. The carried state
+    is the previous input frame; the offline decoder's trimmed tail is never computed."""
+
+    def __init__(self, layer: Any, max_streams: int) -> None:
+        conv = layer.conv
+        weight = _plain_weight(conv)  # [C_in, C_out, k]
+        self.stride = stride = conv.stride[0]
+        if conv.kernel_size[0] != 2 * stride:
+            raise CodecError("streaming decode expects transposed kernels of twice the stride")
+        in_channels, self.out_channels = weight.shape[0], weight.shape[1]
+        taps = torch.stack([weight[:, :, stride:], weight[:, :, :stride]], dim=-1)
+        self.weight = taps.permute(1, 2, 0, 3).reshape(-1, in_channels, 2).contiguous()
+        self.bias = conv.bias.detach().repeat_interleave(stride)
+        self.history = weight.new_zeros(max_streams, in_channels, 1)
+
+    def reset(self, slot: int) -> None:
+        self.history[slot] = 0
+
+    def forward(
+        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+    ) -> tuple[torch.Tensor, Lengths]:
+        batch, _, steps = x.shape
+        if steps == 0:
+            return x.new_zeros(batch, self.out_channels, 0), lengths
+        full = torch.cat([self.history[slots], x], dim=-1)
+        phases = F.conv1d(full, self.weight, self.bias)  # [B, C_out * stride, T]
+        starts = torch.tensor(lengths, device=x.device)
+        self.history[slots] = _gather_windows(full, starts, 1)
+        out = phases.view(batch, self.out_channels, self.stride, steps).transpose(2, 3)
+        return out.reshape(batch, self.out_channels, steps * self.stride), [
+            n * self.stride for n in lengths
+        ]
+
+
+class _StreamingLSTM(_Stage):
+    """EnCodec's LSTM with its skip connection: ``y = lstm(x) + x``."""
+
+    def __init__(self, layer: Any, max_streams: int) -> None:
+        self.lstm: nn.LSTM = layer.lstm
+        size = (self.lstm.num_layers, max_streams, self.lstm.hidden_size)
+        weight = self.lstm.weight_ih_l0
+        self.h = weight.new_zeros(size)
+        self.c = weight.new_zeros(size)
+
+    def reset(self, slot: int) -> None:
+        self.h[:, slot] = 0
+        self.c[:, slot] = 0
+
+    def forward(
+        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+    ) -> tuple[torch.Tensor, Lengths]:
+        live = [i for i, n in enumerate(lengths) if n > 0]
+        if not live:
+            return x, lengths
+        seq = x.permute(2, 0, 1)  # [T, B, C]
+        if len(live) == len(lengths) and min(lengths) == seq.shape[0]:
+            out, (h, c) = self.lstm(seq, (self.h[:, slots], self.c[:, slots]))
+            self.h[:, slots], self.c[:, slots] = h, c
+            return (out + seq).permute(1, 2, 0), lengths
+        live_slots = slots[live]
+        packed = nn.utils.rnn.pack_padded_sequence(
+            seq[:, live], torch.tensor([lengths[i] for i in live]), enforce_sorted=False
+        )
+        out, (h, c) = self.lstm(packed, (self.h[:, live_slots], self.c[:, live_slots]))
+        self.h[:, live_slots], self.c[:, live_slots] = h, c
+        unpacked, _ = nn.utils.rnn.pad_packed_sequence(out, total_length=seq.shape[0])
+        result = seq.clone()
+        result[:, live] = unpacked + seq[:, live]
+        return result.permute(1, 2, 0), lengths
+
+
+class _Elu(_Stage):
+    def __init__(self, layer: nn.ELU, inplace: bool) -> None:
+        self.alpha = layer.alpha
+        self.inplace = inplace  # only where no other branch reads the input
+
+    def forward(
+        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+    ) -> tuple[torch.Tensor, Lengths]:
+        return F.elu(x, self.alpha, inplace=self.inplace), lengths
+
+
+class _Resnet(_Stage):
+    def __init__(self, layer: Any, max_streams: int) -> None:
+        # The block's first ELU reads the input the shortcut also reads: not in place.
+        self.block = [
+            _stage_for(sub, max_streams, inplace=index > 0) for index, sub in enumerate(layer.block)
+        ]
+        self.shortcut = _stage_for(layer.shortcut, max_streams)
+
+    def reset(self, slot: int) -> None:
+        for stage in [*self.block, self.shortcut]:
+            stage.reset(slot)
+
+    def forward(
+        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+    ) -> tuple[torch.Tensor, Lengths]:
+        if x.shape[-1] == 0:
+            return x, lengths
+        h, block_lengths = x, lengths
+        for stage in self.block:
+            h, block_lengths = stage.forward(h, block_lengths, slots, final)
+        skip, skip_lengths = self.shortcut.forward(x, lengths, slots, final)
+        if block_lengths != skip_lengths:
+            raise CodecError("residual branches fell out of step")
+        return skip[:, :, : h.shape[-1]] + h, skip_lengths
+
+
+def _stage_for(layer: nn.Module, max_streams: int, inplace: bool = True) -> _Stage:
+    kind = type(layer).__name__
+    if kind == "EncodecConv1d":
+        return _CausalConv(layer, max_streams)
+    if kind == "EncodecConvTranspose1d":
+        return _CausalConvTranspose(layer, max_streams)
+    if kind == "EncodecLSTM":
+        return _StreamingLSTM(layer, max_streams)
+    if kind == "EncodecResnetBlock":
+        return _Resnet(layer, max_streams)
+    if isinstance(layer, nn.ELU):
+        return _Elu(layer, inplace)
+    raise CodecError(f"no streaming version of decoder layer {kind}")
+
+
+class EncodecStreamingDecoder:
+    """Per-slot streaming decode of one :class:`EncodecCodec`, batched across slots."""
+
+    def __init__(self, codec: EncodecCodec, max_streams: int) -> None:
+        if not codec.model.config.use_causal_conv:
+            raise CodecError("streaming decode needs a causal EnCodec (the 24 kHz model)")
+        if codec.model.config.norm_type != "weight_norm":
+            raise CodecError("streaming decode supports weight-normalised EnCodec only")
+        self.codec = codec
+        self.max_streams = max_streams
+        self.hop_length = codec.hop_length
+        self._stages = [_stage_for(layer, max_streams) for layer in codec.model.decoder.layers]
+        self._free = list(range(max_streams - 1, -1, -1))  # lowest slot first
+        self._open: set[int] = set()
+
+    @property
+    def open_slots(self) -> frozenset[int]:
+        return frozenset(self._open)
+
+    def open(self) -> int:
+        """Start a new stream in a free slot and return it. Raises :class:`CodecError` when
+        all ``max_streams`` slots are taken."""
+        if not self._free:
+            raise CodecError(f"all {self.max_streams} streaming slots are in use")
+        slot = self._free.pop()
+        for stage in self._stages:
+            stage.reset(slot)
+        self._open.add(slot)
+        return slot
+
+    @torch.inference_mode()
+    def decode(
+        self, chunks: dict[int, torch.Tensor], final: frozenset[int] = frozenset()
+    ) -> dict[int, torch.Tensor]:
+        """New codes ``{slot: [K, n]}`` -> new audio ``{slot: float32 [m]}``, one batched pass.
+
+        ``m`` is ``n * hop_length`` once a stream has started; a stream's first samples appear
+        when its first conv has enough context (7 frames), all at once. Slots in ``final``
+        end with this chunk: everything they hold back is flushed and they are closed. Bad
+        codes raise :class:`CodecError` and change no slot's state.
+        """
+        slot_ids = sorted(chunks)
+        for slot in slot_ids:
+            if slot not in self._open:
+                raise CodecError(f"slot {slot} is not open")
+            codes = chunks[slot]
+            if codes.dim() != 2:
+                raise CodecError(f"codes for slot {slot} must be [codebooks, frames]")
+            self.codec.check_codes(codes[None])
+        if not slot_ids:
+            return {}
+        device = self.codec.device
+        lengths = [chunks[s].shape[-1] for s in slot_ids]
+        codes = torch.zeros(
+            len(slot_ids), self.codec.num_codebooks, max(lengths), dtype=torch.long, device=device
+        )
+        for index, slot in enumerate(slot_ids):
+            codes[index, :, : lengths[index]] = chunks[slot]
+        x = self.codec.model.quantizer.decode(codes.transpose(0, 1))
+        slots = torch.tensor(slot_ids, device=device)
+        is_final = [slot in final for slot in slot_ids]
+        for stage in self._stages:
+            x, lengths = stage.forward(x, lengths, slots, is_final)
+        audio = {slot: x[i, 0, : lengths[i]].float() for i, slot in enumerate(slot_ids)}
+        for slot in final & set(slot_ids):
+            self.release(slot)
+        return audio
+
+    def close(self, slot: int) -> torch.Tensor | None:
+        """End the stream in ``slot`` and free it; returns audio still held back (only for
+        streams shorter than the first conv's context), else ``None``."""
+        if slot not in self._open:
+            raise CodecError(f"slot {slot} is not open")
+        empty = torch.zeros(self.codec.num_codebooks, 0, dtype=torch.long)
+        tail = self.decode({slot: empty}, final=frozenset({slot}))[slot]
+        return tail if tail.numel() else None
+
+    def release(self, slot: int) -> None:
+        """Free ``slot`` without flushing (the stream was cancelled). Idempotent."""
+        if slot not in self._open:
+            return
+        self._open.discard(slot)
+        self._free.append(slot)
+        for stage in self._stages:
+            stage.reset(slot)

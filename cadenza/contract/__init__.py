@@ -1,0 +1,19 @@
+"""The edge/engine contract: what crosses the process boundary, and the arithmetic both sides
+must agree on. Torch-free (numpy and msgpack only), so the edge process can import all of it.
+
+==================  ========================================================================
+module              what it defines
+==================  ========================================================================
+``sampling``        :class:`SamplingParams`, a request's sampling settings
+``request``         :class:`SynthesisRequest` (edge -> engine) and :class:`StreamOutput`
+                    (engine -> edge), :class:`FinishReason`
+``stream_length``   how long a request's audio may be (from its text and the limits)
+``kv_memory``       KV bytes per token, pages per stream: the one formula both sides use
+``step_time_model`` the real-time model: step time as a function of the step's work
+``calibration``     a measured step-time model, as the engine sends it and caches it
+``engine_info``     what the engine announces once it is ready (identity, shape, capacity)
+``engine_stats``    what it reports every 0.5 s (counters, step times, chunk slack)
+``errors``          the errors a stream can end with, and their codes
+``messages``        the wire messages, one dataclass per kind, one encoder and one decoder
+==================  ========================================================================
+"""

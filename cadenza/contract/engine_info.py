@@ -1,0 +1,31 @@
+"""What the engine announces once, in its ``ready`` message: the model's identity, how its
+streams use memory and time, and how much it holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cadenza.contract.calibration import Calibration
+from cadenza.contract.kv_memory import StreamShape
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """``kv_pages_total``: pages in the engine's KV pool (``max`` int for an engine without
+    one); ``max_num_seqs``: streams it runs at once; ``calibration``: its measured step-time
+    model, ``None`` when calibration is off (then admission counts only memory and
+    ``max_num_seqs``)."""
+
+    model_name: str
+    voices: tuple[str, ...]
+    sample_rate: int
+    frame_rate: float
+    device: str
+    shape: StreamShape
+    kv_pages_total: int
+    max_num_seqs: int
+    calibration: Calibration | None = None
+
+    @property
+    def frame_period_s(self) -> float:
+        return 1.0 / self.frame_rate

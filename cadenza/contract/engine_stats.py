@@ -1,0 +1,49 @@
+"""What the engine reports every 0.5 s (the ``stats`` message, also its heartbeat)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot of the engine's counters. ``prefix_*_tokens``, ``num_preemptions`` and
+    ``skipped_steps`` count since start-up; ``step_correction`` is measured over calibrated
+    step time (1.0 when uncalibrated)."""
+
+    num_running: int
+    num_waiting: int
+    max_num_seqs: int
+    kv_pages_total: int
+    kv_pages_free: int
+    num_preemptions: int
+    prefix_hit_tokens: int
+    prefix_query_tokens: int
+    skipped_steps: int
+    step_correction: float
+
+    @property
+    def num_requests(self) -> int:
+        return self.num_running + self.num_waiting
+
+
+class StepRecord(NamedTuple):
+    """One engine step: wall time, decode tokens, all rows computed, KV positions attended."""
+
+    seconds: float
+    decodes: int
+    tokens: int
+    context_tokens: int
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What happened since the last report: every step, the slack of every audio chunk
+    delivered (seconds before its playout deadline; negative: late), and the time the
+    streaming codec took for how many stream-frames."""
+
+    steps: tuple[StepRecord, ...] = ()
+    chunk_slack_s: tuple[float, ...] = ()
+    codec_s: float = 0.0
+    codec_frames: int = 0

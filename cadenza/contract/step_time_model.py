@@ -1,0 +1,151 @@
+"""How long one engine step takes, as a function of its work: the real-time half of admission.
+
+A step's time depends on ``tokens``, the rows it computes (one per decoding stream, more for
+prefill chunks; sampling and the amortised codec decode ride along) and ``context_tokens``, the
+KV positions its attention reads (:func:`attended_context`; decodes are padded to the longest).
+Measured decode points are interpolated over ``tokens``, and a linear term per 1,000 context
+positions covers attention. The points come from a start-up sweep
+(:mod:`cadenza.engine.realtime.calibration`); the engine's online correction then scales
+predictions by what live steps actually take, so a slower machine (or a busier one) lowers the
+capacity estimate. The edge's admission and the engine's deadline policy use this same model.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """One measured step: rows computed, KV positions attended, mean wall time."""
+
+    tokens: int
+    context_tokens: int
+    ms: float
+
+
+def step_budget_s(frame_period_s: float, steps_per_frame: int, headroom: float) -> float:
+    """The longest step that keeps every stream real-time: one frame period per
+    ``steps_per_frame`` steps, less the ``headroom`` share kept free for jitter."""
+    return frame_period_s / steps_per_frame * (1.0 - headroom)
+
+
+def attended_context(decode_lengths: list[int], prefill_lengths: list[int]) -> int:
+    """The KV positions a step's attention touches: decodes gather every sequence's keys
+    padded to the longest one (``B x max``); each prefill chunk gathers its own."""
+    decode = len(decode_lengths) * max(decode_lengths, default=0)
+    return decode + sum(prefill_lengths)
+
+
+@dataclass(frozen=True)
+class StepTimeModel:
+    """Predicted step time. ``decode_points`` (measured pure-decode steps at short context,
+    ``(streams, context_tokens, ms)``) are interpolated, which follows the real curve where a
+    straight line would not (caches, thread hand-offs); between and beyond them the linear
+    terms fill in: ``per_kilocontext_ms`` for context away from the measured one and
+    ``per_token_ms`` past the last point and for prefill rows."""
+
+    fixed_ms: float
+    per_token_ms: float
+    per_kilocontext_ms: float  # per 1,000 attended KV positions
+    decode_points: tuple[tuple[int, int, float], ...] = ()
+
+    def predict_ms(self, tokens: int, context_tokens: int) -> float:
+        points = self.decode_points
+        if not points or tokens <= 0:
+            return (
+                self.fixed_ms
+                + self.per_token_ms * max(tokens, 0)
+                + self.per_kilocontext_ms * context_tokens / 1000.0
+            )
+        base_ms, base_context = _interpolate(points, tokens, self.per_token_ms)
+        return base_ms + self.per_kilocontext_ms * (context_tokens - base_context) / 1000.0
+
+    def max_batch(self, budget_ms: float, context_per_stream: int, limit: int) -> int:
+        """The most decoding streams (up to ``limit``) whose step fits ``budget_ms``."""
+        best = 0
+        for batch in range(1, limit + 1):
+            if self.predict_ms(batch, batch * context_per_stream) > budget_ms:
+                break
+            best = batch
+        return best
+
+    @classmethod
+    def fit(
+        cls, samples: Sequence[StepSample], long_context: StepSample | None = None
+    ) -> StepTimeModel:
+        """The model of pure-decode ``samples`` at short context (one or more batch sizes)
+        and, optionally, one ``long_context`` sample that fixes the attention term."""
+        if not samples:
+            raise ValueError("no step samples to fit")
+        line = _least_squares(list(samples) + ([long_context] if long_context else []))
+        points: list[tuple[int, int, float]] = []
+        for sample in sorted(samples, key=lambda s: s.tokens):
+            # Monotone: a noisy point never predicts a smaller step for more streams.
+            ms = max(sample.ms, points[-1][2] if points else 0.0)
+            points.append((sample.tokens, sample.context_tokens, ms))
+        # Without a long-context point the context term cannot be told apart from the number
+        # of streams (the sweep's context grows with it), so attention stays folded into the
+        # per-stream points.
+        per_context = 0.0
+        if long_context is not None:
+            short_ms, short_context = _interpolate(tuple(points), long_context.tokens, 0.0)
+            extra = (long_context.context_tokens - short_context) / 1000.0
+            if extra > 0:
+                per_context = max((long_context.ms - short_ms) / extra, 0.0)
+        slope = line.per_token_ms
+        if len(points) >= 2:
+            (t0, _, ms0), (t1, _, ms1) = points[-2], points[-1]
+            slope = max(slope, (ms1 - ms0) / (t1 - t0))
+        return cls(
+            fixed_ms=line.fixed_ms,
+            per_token_ms=slope,
+            per_kilocontext_ms=per_context,
+            decode_points=tuple(points),
+        )
+
+
+def _interpolate(
+    points: tuple[tuple[int, int, float], ...], tokens: int, slope_ms: float
+) -> tuple[float, float]:
+    """``(ms, context)`` at ``tokens`` streams along the measured points; linear between them,
+    ``slope_ms`` per stream outside them (context scaled per stream)."""
+    first, last = points[0], points[-1]
+    if tokens <= first[0]:
+        return first[2] - slope_ms * (first[0] - tokens), first[1] * tokens / first[0]
+    if tokens >= last[0]:
+        return last[2] + slope_ms * (tokens - last[0]), last[1] * tokens / last[0]
+    for (t0, c0, ms0), (t1, c1, ms1) in itertools.pairwise(points):
+        if t0 <= tokens <= t1:
+            share = (tokens - t0) / (t1 - t0)
+            return ms0 + share * (ms1 - ms0), c0 + share * (c1 - c0)
+    raise AssertionError("unreachable: points are sorted")
+
+
+def _least_squares(samples: list[StepSample]) -> StepTimeModel:
+    """``fixed + per_token * tokens + per_kilocontext * context`` by least squares, with
+    non-negative coefficients (a negative one is dropped and the rest refitted)."""
+    columns = [
+        np.ones(len(samples)),
+        np.array([s.tokens for s in samples], dtype=float),
+        np.array([s.context_tokens / 1000.0 for s in samples], dtype=float),
+    ]
+    target = np.array([s.ms for s in samples], dtype=float)
+    active = [0, 1, 2]
+    while True:
+        design = np.stack([columns[i] for i in active], axis=1)
+        solution, *_ = np.linalg.lstsq(design, target, rcond=None)
+        coefficients = dict(zip(active, solution.tolist(), strict=True))
+        negative = [i for i in active if coefficients[i] < 0]
+        if not negative or len(active) == 1:
+            break
+        active.remove(min(negative, key=lambda i: coefficients[i]))
+    return StepTimeModel(
+        fixed_ms=max(coefficients.get(0, 0.0), 0.0),
+        per_token_ms=max(coefficients.get(1, 0.0), 0.0),
+        per_kilocontext_ms=max(coefficients.get(2, 0.0), 0.0),
+    )

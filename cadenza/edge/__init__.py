@@ -1,0 +1,27 @@
+"""The edge process: everything between clients and the engine, in asyncio, without torch.
+
+==================  ==========================================================================
+module              what it does
+==================  ==========================================================================
+``app``             the FastAPI app: routes, lifespan (starts the engine), health, metrics
+``state``           what the handlers share (configuration, engine client, admission)
+``lease``           one admission sequence and stream lifecycle for every transport
+``speech_http``     ``POST /v1/audio/speech`` (OpenAI) and ``GET /v1/models``
+``websocket``       ``WS /v1/stream``: the I/O around a speak session
+``webrtc``          ``POST /v1/webrtc/offer``: aiortc peers, paced track, control channel
+``speak_session``   the WebSocket/WebRTC session rules, without I/O
+``protocol``        the WebSocket protocol's messages, without I/O
+``untrusted_json``  one JSON decoding policy for every surface
+``http_io``         bounded, timed request bodies and streamed responses
+``http_protocol``   the HTTP server protocol with a request-head timeout
+``jitter_buffer``   WebRTC playout buffer
+``microphone``      microphone audio for speech prompts
+``errors``          :class:`EdgeError`, rendered by every transport
+``metrics``         Prometheus metrics
+``admission/``      keys, validation, guard, rate limits, capacity, queues
+``media/``          PyAV: containers, Opus packets, resampling, tempo, WAV
+==================  ==========================================================================
+
+Nothing here imports torch or the engine's modules (``make lint`` enforces it): a model step
+or a slow import must not stall the event loop that paces audio.
+"""

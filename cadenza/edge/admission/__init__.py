@@ -1,0 +1,8 @@
+"""Admission policy, in the edge process: who may use the server and when a stream may start.
+
+``api_keys`` (who), ``validation`` (what is acceptable), ``guard`` (an input-text policy),
+``rate_limit`` (how much per client), ``capacity`` (how many real-time streams the engine
+holds, from its measured memory and step time), ``priority_queues`` and ``gate`` (waiting for
+capacity, refusing with a reason). :mod:`cadenza.edge.lease` runs them in one order for every
+transport.
+"""

@@ -1,0 +1,164 @@
+"""How many real-time streams this server can hold, from measured memory and measured steps.
+
+Two budgets, both from the engine (its ``ready`` info and its ``stats`` reports):
+
+* **KV memory**: the engine's page pool (``KV_budget`` already net of weights, see
+  ``engine.kv_cache_memory_*``). A stream needs pages for its prompt and its maximum output,
+  :meth:`StreamShape.pages` (the formula the engine reserves with), with the prompt estimated
+  from the text's UTF-8 length; admission keeps the sum over admitted streams within the pool,
+  so the engine never has to preempt.
+* **Real time**: one codec frame every ``1 / frame_rate`` seconds per stream, i.e. a step of at
+  most ``frame period / steps_per_frame * (1 - headroom)``. The calibrated step-time model
+  (scaled by the engine's online correction) says how many decoding streams fit that step.
+  A stream is admitted only if ``B + 1`` streams still fit.
+
+``max_streams`` is the smaller of the two for a *nominal* stream (``admission.nominal_stream_s``
+of audio, at its full context), capped by the engine's ``max_num_seqs``.
+If delivered chunks start arriving with less slack than ``admission.slack_close_ms`` before
+their deadline, admission closes (no new stream until slack has recovered for
+``admission.slack_reopen_s``): the measurement wins over the model. An idle server always
+admits one stream, however slow its steps look: no one else can be hurt by it.
+
+No torch here: this runs in the edge.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cadenza.config import AdmissionConfig, EngineConfig
+from cadenza.contract.engine_info import EngineInfo
+from cadenza.contract.messages import Stats
+from cadenza.contract.step_time_model import step_budget_s
+from cadenza.contract.stream_length import frames_for_duration
+
+_NOMINAL_TEXT = "x" * 64  # the text of the nominal stream max_streams is quoted for
+
+
+@dataclass(frozen=True)
+class StreamCost:
+    """What one admitted stream holds: KV pages reserved, seconds of audio it may produce."""
+
+    kv_pages: int
+    audio_s: float
+
+
+class CapacityModel:
+    def __init__(
+        self,
+        info: EngineInfo,
+        engine: EngineConfig,
+        admission: AdmissionConfig,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.info = info
+        self.engine_config = engine
+        self.config = admission
+        self.clock = clock
+        self.step_model = None if info.calibration is None else info.calibration.model
+        self.correction = 1.0
+        self.kv_pages_free = info.kv_pages_total
+        self._recent_steps: deque[float] = deque(maxlen=512)  # ms of steps with decodes
+        self._closed_until = 0.0
+        self.min_recent_slack_ms: float | None = None
+
+    # -- inputs -------------------------------------------------------------------------------
+
+    def observe(self, message: Stats) -> None:
+        """Fold one engine ``stats`` message in."""
+        self.correction = message.stats.step_correction
+        self.kv_pages_free = message.stats.kv_pages_free
+        for step in message.report.steps:
+            if step.decodes > 0:
+                self._recent_steps.append(1000.0 * step.seconds)
+        slacks_ms = [1000.0 * s for s in message.report.chunk_slack_s]
+        self.min_recent_slack_ms = min(slacks_ms) if slacks_ms else None
+        if slacks_ms and min(slacks_ms) < self.config.slack_close_ms:
+            self._closed_until = self.clock() + self.config.slack_reopen_s
+
+    # -- the numbers ----------------------------------------------------------------------------
+
+    @property
+    def frame_period_ms(self) -> float:
+        return 1000.0 / self.info.frame_rate
+
+    @property
+    def step_budget_ms(self) -> float:
+        headroom = self.engine_config.realtime_headroom
+        return 1000.0 * step_budget_s(
+            self.info.frame_period_s, self.info.shape.steps_per_frame, headroom
+        )
+
+    @property
+    def nominal_context_tokens(self) -> int:
+        """Context each nominal stream costs a decode step: a full nominal stream (prompt plus
+        all its output steps), since a step pads every stream's keys to the batch's longest,
+        and with streams at every stage the longest is nearly done."""
+        frames = frames_for_duration(self.config.nominal_stream_s, self.info.frame_rate)
+        shape = self.info.shape
+        return shape.max_prompt_tokens(_NOMINAL_TEXT) + shape.steps_for_frames(frames)
+
+    def stream_cost(self, text: str, audio_s: float, prompt_audio_s: float = 0.0) -> StreamCost:
+        """What a request holds at most: the pages the engine will reserve for it (exactly
+        those for a byte-level tokenizer, fewer for a subword one), and its audio seconds."""
+        shape = self.info.shape
+        prompt_frames = math.ceil(prompt_audio_s * self.info.frame_rate)
+        prompt_tokens = shape.max_prompt_tokens(text, prompt_frames)
+        frames = frames_for_duration(audio_s, self.info.frame_rate)
+        return StreamCost(shape.pages(prompt_tokens, frames), audio_s)
+
+    def realtime_limit(self) -> int:
+        """Decoding streams whose step fits the real-time budget (``max_num_seqs`` without a
+        calibration)."""
+        limit = self.info.max_num_seqs
+        if self.step_model is None:
+            return limit
+        budget = self.step_budget_ms / max(self.correction, 1e-6)
+        return self.step_model.max_batch(budget, self.nominal_context_tokens, limit)
+
+    def kv_limit(self) -> int:
+        nominal = self.stream_cost(_NOMINAL_TEXT, self.config.nominal_stream_s)
+        return self.info.kv_pages_total // max(nominal.kv_pages, 1)
+
+    def max_streams(self) -> int:
+        """Streams this server holds now. The real-time limit counts as at least one: an
+        idle server always admits one stream (see :meth:`refusal`)."""
+        realtime = max(self.realtime_limit(), 1)
+        return max(min(realtime, self.kv_limit(), self.info.max_num_seqs), 0)
+
+    @property
+    def admission_open(self) -> bool:
+        return self.clock() >= self._closed_until
+
+    def refusal(self, active: int, reserved_pages: int, cost: StreamCost) -> str | None:
+        """Why one more stream cannot start now (``None``: it can)."""
+        if active > 0 and not self.admission_open:
+            return "deadlines_slipping"
+        if active > 0 and active + 1 > self.realtime_limit():
+            return "realtime_budget"
+        if active + 1 > self.info.max_num_seqs:
+            return "max_streams"
+        if reserved_pages + cost.kv_pages > self.info.kv_pages_total:
+            return "kv_memory"
+        return None
+
+    def step_ms_p50(self, active: int) -> float:
+        """Median of recent steps that decoded; the model's prediction before any."""
+        if self._recent_steps:
+            return statistics.median(self._recent_steps)
+        if self.step_model is None:
+            return 0.0
+        streams = max(active, 1)
+        predicted = self.step_model.predict_ms(streams, streams * self.nominal_context_tokens)
+        return predicted * self.correction
+
+    def rtf_headroom(self, active: int) -> float:
+        """``1 - step time / step budget at zero headroom``: the share of real time still free
+        (negative: the engine is slower than real time)."""
+        step_ms = self.step_ms_p50(active)
+        return 1.0 - step_ms * self.info.shape.steps_per_frame / self.frame_period_ms

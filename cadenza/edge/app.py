@@ -1,0 +1,177 @@
+"""The edge application: FastAPI routes over one :class:`EngineClient`.
+
+``create_app(config)`` builds the app; its lifespan starts the engine (a child process unless
+``engine.mode = "inprocess"``) and stops it on shutdown. Routes: health, readiness, metrics,
+capacity, the OpenAI speech API, the WebSocket stream and WebRTC signalling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import HTMLResponse, JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from cadenza.config import CadenzaConfig
+from cadenza.contract.errors import ENGINE_RETRY_AFTER_S
+from cadenza.contract.messages import Stats
+from cadenza.edge import speech_http, webrtc, websocket
+from cadenza.edge.admission.api_keys import ApiKeys
+from cadenza.edge.admission.guard import build_guard
+from cadenza.edge.errors import install_error_handlers
+from cadenza.edge.metrics import Metrics
+from cadenza.edge.state import EdgeState
+from cadenza.ipc.engine_client import EngineClient
+from cadenza.version import __version__
+
+log = logging.getLogger(__name__)
+
+_INDEX_HTML = Path(__file__).parent / "static" / "index.html"
+
+
+def create_app(config: CadenzaConfig) -> FastAPI:
+    """Raises ``ApiKeyFileError`` or ``GuardError`` if the key file or the guard configuration
+    cannot be used."""
+    metrics = Metrics()
+    guard = build_guard(config.guard)
+    api_keys = None
+    if config.server.api_keys_file:
+        api_keys = ApiKeys.load(config.server.api_keys_file)
+    else:
+        log.warning("no API key file: every client may use this server")
+
+    edge: EdgeState | None = None
+
+    def on_stats(message: Stats) -> None:
+        if edge is not None:
+            edge.on_engine_stats(message)
+        else:
+            metrics.observe_engine_stats(message)
+
+    def on_failure(reason: str) -> None:
+        if edge is not None:
+            edge.on_engine_failure(reason)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        nonlocal edge
+        engine = EngineClient(config, on_stats=on_stats, on_failure=on_failure)
+        started = time.perf_counter()
+        await engine.start()
+        info = engine.info
+        assert info is not None
+        log.info(
+            "engine ready: model %s on %s, %d voice(s), %.1f s to load",
+            info.model_name,
+            info.device,
+            len(info.voices),
+            time.perf_counter() - started,
+        )
+        app.state.edge = state = edge = EdgeState(
+            config=config, engine=engine, metrics=metrics, api_keys=api_keys, guard=guard
+        )
+        capacity = state.gate.snapshot()
+        log.info(
+            "capacity: %d real-time streams (real-time limit %d, KV limit %d), step budget %.2f ms",
+            capacity["max_streams"],
+            capacity["limits"]["realtime"],
+            capacity["limits"]["kv_memory"],
+            capacity["step_budget_ms"],
+        )
+        try:
+            yield
+        finally:
+            for session in list(state.webrtc_sessions):
+                await session.close()
+            await engine.close()
+
+    # No generated API pages: the protocols are documented in docs/protocol.md, and an open
+    # server should not advertise its routes.
+    app = FastAPI(
+        title="cadenza",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    install_error_handlers(app)
+    app.include_router(speech_http.router)
+    app.include_router(websocket.router)
+    app.include_router(webrtc.router)
+
+    app.add_middleware(_CountRequests, metrics=metrics)
+
+    @app.get("/", response_class=HTMLResponse)
+    async def browser_client() -> HTMLResponse:
+        return HTMLResponse(_INDEX_HTML.read_text(encoding="utf-8"))
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz(request: Request) -> JSONResponse:
+        state: EdgeState = request.app.state.edge
+        ready = state.engine.is_ready()
+        metrics.engine_ready.set(1 if ready else 0)
+        body = {"status": "ready" if ready else "not ready", "streams": state.engine.num_streams}
+        if ready:
+            return JSONResponse(body)
+        retry = {"Retry-After": str(math.ceil(ENGINE_RETRY_AFTER_S))}
+        return JSONResponse(body, status_code=503, headers=retry)
+
+    @app.get("/v1/capacity")
+    async def capacity(request: Request) -> JSONResponse:
+        """What this server can hold now (see docs/capacity.md)."""
+        state: EdgeState = request.app.state.edge
+        return JSONResponse(state.gate.snapshot())
+
+    @app.get("/metrics")
+    async def prometheus_metrics(request: Request) -> Response:
+        state: EdgeState = request.app.state.edge
+        metrics.engine_ready.set(1 if state.engine.is_ready() else 0)
+        metrics.edge_tasks.set(len(asyncio.all_tasks()))
+        pending = sum(session.pending for session in state.webrtc_sessions)
+        metrics.webrtc_peers.labels(state="pending").set(pending)
+        metrics.webrtc_peers.labels(state="connected").set(len(state.webrtc_sessions) - pending)
+        state.gate.update_gauges()
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+class _CountRequests:
+    """Counts HTTP requests by route and status (a plain ASGI middleware: Starlette's
+    ``BaseHTTPMiddleware`` wraps ``receive`` in a way that hides client disconnects from the
+    handlers, which the speech route needs to see while a request waits for capacity)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def send_with_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_status)
+        finally:
+            path = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.http_requests.labels(route=path, status=str(status)).inc()

@@ -1,0 +1,186 @@
+"""Prometheus metrics of the edge process. The engine reports its step times and counters to
+the edge in ``stats`` messages, so one ``/metrics`` endpoint shows both sides."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from cadenza.contract.messages import Stats
+
+_LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
+_STEP_BUCKETS_S = (0.001, 0.002, 0.004, 0.008, 0.0133, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64)
+
+
+class Metrics:
+    """All server metrics, on a registry of their own (one per app, so tests can build many)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.http_requests = Counter(
+            "cadenza_http_requests",
+            "HTTP requests by route and status",
+            ["route", "status"],
+            registry=r,
+        )
+        self.streams_active = Gauge(
+            "cadenza_streams_active", "streams currently producing audio", registry=r
+        )
+        self.stream_requests = Counter(
+            "cadenza_stream_requests",
+            "streams asked for, by transport (before validation and admission)",
+            ["transport"],
+            registry=r,
+        )
+        self.stream_refusals = Counter(
+            "cadenza_stream_refusals",
+            "streams refused before they started, by transport and error code",
+            ["transport", "code"],
+            registry=r,
+        )
+        self.streams_finished = Counter(
+            "cadenza_streams_finished",
+            "admitted streams ended, by reason (eos, length, cancelled, error) and transport",
+            ["reason", "transport"],
+            registry=r,
+        )
+        self.time_to_first_audio = Histogram(
+            "cadenza_time_to_first_audio_seconds",
+            "slot granted to the engine's first audio, by transport",
+            ["transport"],
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.audio_seconds = Counter(
+            "cadenza_audio_seconds",
+            "seconds of audio the engine produced for admitted streams, by transport",
+            ["transport"],
+            registry=r,
+        )
+        self.engine_step = Histogram(
+            "cadenza_engine_step_seconds",
+            "engine step time",
+            buckets=_STEP_BUCKETS_S,
+            registry=r,
+        )
+        self.engine_requests = Gauge(
+            "cadenza_engine_requests",
+            "requests held by the engine (running + waiting)",
+            registry=r,
+        )
+        self.engine_ready = Gauge(
+            "cadenza_engine_ready", "1 while the engine is loaded and answering", registry=r
+        )
+        self.engine_running = Gauge(
+            "cadenza_engine_running", "sequences in the engine's running batch", registry=r
+        )
+        self.engine_waiting = Gauge(
+            "cadenza_engine_waiting", "sequences waiting for admission", registry=r
+        )
+        self.decode_occupancy = Gauge(
+            "cadenza_engine_decode_occupancy",
+            "running sequences / max_num_seqs, at the last stats report",
+            registry=r,
+        )
+        self.step_decodes = Histogram(
+            "cadenza_engine_step_decode_tokens",
+            "decode tokens per engine step (how many streams one forward pass served)",
+            buckets=(0, 1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=r,
+        )
+        self.kv_pages_total = Gauge("cadenza_kv_pages_total", "KV cache pages", registry=r)
+        self.kv_pages_free = Gauge(
+            "cadenza_kv_pages_free", "KV cache pages free or cached", registry=r
+        )
+        self.preemptions = Counter(
+            "cadenza_engine_preemptions", "sequences preempted (recomputed)", registry=r
+        )
+        self.prefix_hit_tokens = Counter(
+            "cadenza_prefix_hit_tokens", "prompt tokens served from the prefix cache", registry=r
+        )
+        self.edge_tasks = Gauge(
+            "cadenza_edge_asyncio_tasks", "asyncio tasks alive in the edge process", registry=r
+        )
+        self.webrtc_peers = Gauge(
+            "cadenza_webrtc_peers",
+            "WebRTC peer connections, pending (offered, not connected yet) or connected",
+            ["state"],
+            registry=r,
+        )
+        self.admission_decisions = Counter(
+            "cadenza_admission_decisions",
+            "admission outcomes by priority, decision (admitted, queued, refused) and reason",
+            ["priority", "decision", "reason"],
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "cadenza_queue_depth", "requests waiting for capacity", ["priority"], registry=r
+        )
+        self.queue_oldest_age = Gauge(
+            "cadenza_queue_oldest_age_seconds",
+            "how long the oldest waiting request has waited",
+            ["priority"],
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "cadenza_queue_wait_seconds",
+            "time admitted requests waited for capacity",
+            ["priority"],
+            buckets=(*_LATENCY_BUCKETS_S, 30.0, 60.0, 120.0),
+            registry=r,
+        )
+        self.streams_admitted = Gauge(
+            "cadenza_streams_admitted", "streams holding an admission slot", registry=r
+        )
+        self.max_streams = Gauge(
+            "cadenza_capacity_max_streams",
+            "current estimate of concurrent real-time streams this server holds",
+            registry=r,
+        )
+        self.admission_open = Gauge(
+            "cadenza_admission_open",
+            "0 while admission is closed because chunks lost their slack",
+            registry=r,
+        )
+        self.deadline_slack = Histogram(
+            "cadenza_chunk_deadline_slack_seconds",
+            "time each audio chunk left the engine before its playout deadline (negative: late)",
+            buckets=(-0.5, -0.2, -0.1, -0.05, 0.0, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0),
+            registry=r,
+        )
+        self.skipped_steps = Counter(
+            "cadenza_engine_skipped_steps",
+            "sequence-steps skipped by streams ahead of their playout clock",
+            registry=r,
+        )
+        self.step_correction = Gauge(
+            "cadenza_engine_step_correction",
+            "measured / calibrated step time (online correction of the capacity model)",
+            registry=r,
+        )
+        self._engine_totals: dict[str, int] = {}
+
+    def observe_engine_stats(self, message: Stats) -> None:
+        """Fold one engine ``stats`` message into the metrics."""
+        for step in message.report.steps:
+            self.engine_step.observe(step.seconds)
+            self.step_decodes.observe(step.decodes)
+        for slack_s in message.report.chunk_slack_s:
+            self.deadline_slack.observe(slack_s)
+        stats = message.stats
+        self.engine_running.set(stats.num_running)
+        self.engine_waiting.set(stats.num_waiting)
+        self.engine_requests.set(stats.num_requests)
+        self.decode_occupancy.set(stats.num_running / max(stats.max_num_seqs, 1))
+        self.kv_pages_total.set(stats.kv_pages_total)
+        self.kv_pages_free.set(stats.kv_pages_free)
+        self.step_correction.set(stats.step_correction)
+        for name, total, counter in (
+            ("num_preemptions", stats.num_preemptions, self.preemptions),
+            ("prefix_hit_tokens", stats.prefix_hit_tokens, self.prefix_hit_tokens),
+            ("skipped_steps", stats.skipped_steps, self.skipped_steps),
+        ):
+            delta = total - self._engine_totals.get(name, 0)
+            if delta > 0:
+                counter.inc(delta)
+            self._engine_totals[name] = total

@@ -1,0 +1,198 @@
+"""The rules of a speak session, without I/O: what the WebSocket endpoint and the WebRTC control
+channel do with each client message (the websockets library's sans-I/O shape: data in, events
+out).
+
+A session plays one utterance at a time::
+
+    client message          session state         events out
+    speak                   idle                  StartUtterance(id)      (id = 1, 2, ...)
+    speak                   playing               Send(error busy)
+    cancel                  playing               StopUtterance(id), Send(done cancelled)
+    close                   any                   [StopUtterance, Send(done)], CloseConnection(1000)
+    ping {data}             any                   Send(pong {data})
+    audio_in / binary       any (WebSocket)       (microphone audio kept for speech prompts)
+    garbage                 any                   Send(error <code>)   the session goes on
+    (nothing for idle_timeout_s while idle)       Send(error idle_timeout), CloseConnection(4000)
+
+The transport executes the events in order (a ``StopUtterance`` is awaited before the ``Send``
+after it) and calls :meth:`SpeakSession.utterance_ended` when an utterance it started ends,
+however it ends. Transport-specific checks of a ``speak`` (the formats and rates each one
+offers) come in as ``check_speak``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from cadenza.contract.request import SynthesisRequest
+from cadenza.contract.sampling import SamplingParams
+from cadenza.edge import protocol
+from cadenza.edge.microphone import MicrophoneBuffer
+from cadenza.edge.protocol import AudioIn, Cancel, Close, Hello, Ping, ProtocolError, Speak
+
+CLOSE_NORMAL = 1000
+CLOSE_IDLE = 4000
+
+
+@dataclass(frozen=True)
+class Send:
+    """A text message for the client."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class StartUtterance:
+    """Admit and play ``speak`` as utterance ``stream_id``, its audio at ``sample_rate``."""
+
+    stream_id: int
+    speak: Speak
+    sample_rate: int
+    prompt_audio: bytes | None = None  # float32 at the codec's rate, when use_audio_prompt
+    prompt_sample_rate: int = 24000
+
+    def synthesis_request(self) -> SynthesisRequest:
+        return SynthesisRequest(
+            request_id=uuid.uuid4().hex,
+            text=self.speak.text,
+            voice=self.speak.voice,
+            max_duration_s=self.speak.max_duration_s,
+            sampling=SamplingParams(seed=self.speak.seed),
+            prompt_audio=self.prompt_audio,
+            prompt_sample_rate=self.prompt_sample_rate,
+        )
+
+
+@dataclass(frozen=True)
+class StopUtterance:
+    """Cancel utterance ``stream_id`` now (its audio stops, its stream ends)."""
+
+    stream_id: int
+
+
+@dataclass(frozen=True)
+class CloseConnection:
+    code: int
+
+
+Event = Send | StartUtterance | StopUtterance | CloseConnection
+
+SpeakCheck = Callable[[Speak], int]
+"""The transport's own check of a ``speak``: the sample rate its audio will have, or
+:class:`ProtocolError`."""
+
+
+class SpeakSession:
+    def __init__(
+        self,
+        *,
+        check_speak: SpeakCheck,
+        codec_sample_rate: int,
+        max_prompt_audio_s: float,
+        binary_audio: bool,
+        idle_timeout_s: float | None = None,
+    ) -> None:
+        """``binary_audio``: binary messages carry microphone audio (WebSocket) rather than
+        being refused (the WebRTC control channel, whose microphone is a track)."""
+        self.check_speak = check_speak
+        self.codec_sample_rate = codec_sample_rate
+        self.max_prompt_audio_s = max_prompt_audio_s
+        self.binary_audio = binary_audio
+        self.idle_limit_s = idle_timeout_s
+        self.active_stream_id: int | None = None
+        self.microphone: MicrophoneBuffer | None = None
+        self._stream_ids = itertools.count(1)
+
+    # -- input ------------------------------------------------------------------------------
+
+    def receive_text(self, text: str) -> list[Event]:
+        try:
+            message = protocol.parse_client_message(text)
+        except ProtocolError as exc:
+            return [Send(protocol.error_message(exc.code, exc.message))]
+        if isinstance(message, Speak):
+            return self._speak(message)
+        if isinstance(message, Cancel):
+            return self._stop()
+        if isinstance(message, Close):
+            return [*self._stop(), CloseConnection(CLOSE_NORMAL)]
+        if isinstance(message, Ping):
+            return [Send(protocol.server_message("pong", data=message.data))]
+        if isinstance(message, AudioIn):
+            if self.binary_audio:
+                self.microphone = MicrophoneBuffer(
+                    message.format, message.sample_rate, self.max_prompt_audio_s
+                )
+            return []
+        assert isinstance(message, Hello)
+        return []  # authentication happened when the session opened
+
+    def receive_bytes(self, data: bytes) -> list[Event]:
+        if not self.binary_audio:
+            return [Send(protocol.error_message("unexpected_binary", "send JSON text messages"))]
+        if self.microphone is None:
+            message = "send audio_in before binary microphone audio"
+            return [Send(protocol.error_message("unexpected_binary", message))]
+        try:
+            self.microphone.append_bytes(data)
+        except ProtocolError as exc:
+            return [Send(protocol.error_message(exc.code, exc.message))]
+        return []
+
+    def hear(self, samples: np.ndarray, sample_rate: int) -> None:
+        """Microphone audio from a media track (float32 mono)."""
+        if self.microphone is None or self.microphone.sample_rate != sample_rate:
+            self.microphone = MicrophoneBuffer("pcm", sample_rate, self.max_prompt_audio_s)
+        self.microphone.append_samples(samples)
+
+    def utterance_ended(self, stream_id: int) -> None:
+        """The transport's utterance ``stream_id`` is over (finished, failed or stopped)."""
+        if self.active_stream_id == stream_id:
+            self.active_stream_id = None
+
+    # -- time -------------------------------------------------------------------------------
+
+    def idle_timeout_s(self) -> float | None:
+        """How long to wait for the next client message (``None``: no limit, because an
+        utterance plays or the transport has no idle limit)."""
+        return None if self.active_stream_id is not None else self.idle_limit_s
+
+    def timed_out(self) -> list[Event]:
+        """Nothing came within :meth:`idle_timeout_s`."""
+        return [
+            Send(protocol.error_message("idle_timeout", "no activity")),
+            CloseConnection(CLOSE_IDLE),
+        ]
+
+    # -- rules ------------------------------------------------------------------------------
+
+    def _speak(self, speak: Speak) -> list[Event]:
+        if self.active_stream_id is not None:
+            message = "an utterance is playing; cancel it first"
+            return [Send(protocol.error_message("busy", message))]
+        stream_id = next(self._stream_ids)
+        try:
+            sample_rate = self.check_speak(speak)
+            prompt = self._take_prompt() if speak.use_audio_prompt else None
+        except ProtocolError as exc:
+            return [Send(protocol.error_message(exc.code, exc.message, stream_id))]
+        self.active_stream_id = stream_id
+        return [StartUtterance(stream_id, speak, sample_rate, prompt, self.codec_sample_rate)]
+
+    def _take_prompt(self) -> bytes:
+        if self.microphone is None:
+            raise ProtocolError("no_prompt_audio", "no microphone audio has been received")
+        return self.microphone.take(self.codec_sample_rate)
+
+    def _stop(self) -> list[Event]:
+        stream_id = self.active_stream_id
+        if stream_id is None:
+            return []
+        self.active_stream_id = None
+        done = protocol.server_message("done", stream_id=stream_id, reason="cancelled")
+        return [StopUtterance(stream_id), Send(done)]

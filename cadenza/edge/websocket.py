@@ -1,0 +1,384 @@
+"""``WS /v1/stream``: the I/O around a :class:`SpeakSession`, protocol version 1
+(docs/protocol.md).
+
+After the handshake and authentication the server sends ``ready``; each client message goes
+through the session's rules, and each utterance the session starts plays as a task: admission
+lease, ``started``, binary audio frames, ``done``. Bad messages get an ``error`` and the session
+goes on.
+
+Timeouts keep hung clients from holding anything: a session that sends nothing while nothing
+plays is closed after ``server.ws_idle_timeout_s``; a client that stops reading is dropped with
+``slow_consumer`` (close 4001) once a send has waited ``server.send_timeout_s``, or as soon as
+its queue of ``server.max_queued_chunks`` undelivered chunks fills. Its stream's slot is freed
+first, before the server tries to tell it anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+
+from cadenza.contract.engine_info import EngineInfo
+from cadenza.contract.errors import EngineError
+from cadenza.contract.request import StreamOutput
+from cadenza.edge import protocol
+from cadenza.edge.admission.api_keys import bearer_token
+from cadenza.edge.errors import EdgeError
+from cadenza.edge.media.opus import OpusPacketEncoder
+from cadenza.edge.media.resampler import StreamResampler
+from cadenza.edge.media.wav import float_to_s16le
+from cadenza.edge.protocol import Hello, ProtocolError
+from cadenza.edge.speak_session import (
+    CloseConnection,
+    Event,
+    Send,
+    SpeakSession,
+    StartUtterance,
+    StopUtterance,
+)
+from cadenza.edge.state import EdgeState
+
+log = logging.getLogger(__name__)
+
+router = APIRouter()
+
+# WebSocket close codes (RFC 6455 and the private range).
+CLOSE_UNAVAILABLE = 1013
+CLOSE_SLOW_CONSUMER = 4001
+CLOSE_UNAUTHORIZED = 4003
+HELLO_TIMEOUT_S = 10.0
+GOODBYE_TIMEOUT_S = 1.0  # a client being dropped gets this long to take its last messages
+
+
+@router.websocket("/v1/stream")
+async def stream_endpoint(websocket: WebSocket) -> None:
+    state: EdgeState = websocket.app.state.edge
+    await WebSocketEndpoint(websocket, state).run()
+
+
+class _ClientGone(Exception):
+    """The client disconnected, or was dropped for not reading."""
+
+
+@dataclass
+class ListenerEstimate:
+    """What a listener who starts playing at the first audio would hear: a chunk sent after
+    its own playback time would have found the player empty (an underrun, by how late)."""
+
+    started_at: float | None = None
+    audio_s: float = 0.0
+    underruns: int = 0
+    longest_underrun_ms: float = 0.0
+    lateness_ms: list[float] = field(default_factory=list)
+
+    def sent(self, seconds: float, now: float) -> None:
+        if self.started_at is None:
+            self.started_at = now
+        late_ms = 1000 * (now - (self.started_at + self.audio_s))
+        if late_ms > 0:
+            self.underruns += 1
+            self.longest_underrun_ms = max(self.longest_underrun_ms, late_ms)
+        self.audio_s += seconds
+
+
+class WebSocketEndpoint:
+    def __init__(self, websocket: WebSocket, state: EdgeState) -> None:
+        self.websocket = websocket
+        self.state = state
+        self.config = state.config.server
+        self.client = "unknown"  # identity for rate limits, set by _authenticate
+        self._send_lock = asyncio.Lock()
+        self._playing: dict[int, asyncio.Task[None]] = {}
+        self._wake = asyncio.Event()  # an utterance ended, or the client was dropped
+        self._dropped = False
+
+    async def run(self) -> None:
+        await self.websocket.accept()
+        try:
+            info = self.state.engine.require_ready()
+        except EngineError as exc:
+            error = EdgeError.from_engine(exc)
+            await self._goodbye(CLOSE_UNAVAILABLE, error.code, error.message, error.retry_after_s)
+            return
+        if not await self._authenticate():
+            return
+        session = SpeakSession(
+            check_speak=lambda speak: protocol.resolve_sample_rate(speak, info.sample_rate),
+            codec_sample_rate=info.sample_rate,
+            max_prompt_audio_s=self.state.config.limits.max_prompt_audio_s,
+            binary_audio=True,
+            idle_timeout_s=self.config.ws_idle_timeout_s,
+        )
+        try:
+            await self._send_text(_ready_message(info))
+            await self._receive_loop(session, info)
+        except (WebSocketDisconnect, _ClientGone):
+            pass
+        finally:
+            for stream_id in list(self._playing):
+                await self._stop(stream_id)
+
+    async def _authenticate(self) -> bool:
+        """With API keys configured: a valid ``Authorization: Bearer`` header, or (with no
+        header at all) a ``hello`` with a valid key as the first message, within 10 s."""
+        header = self.websocket.headers.get("authorization")
+        peer = self.websocket.client.host if self.websocket.client else None
+        client = self.state.client_identity(bearer_token(header), peer)
+        if client is None and header is None:
+            with contextlib.suppress(TimeoutError, ProtocolError):
+                message = await asyncio.wait_for(self.websocket.receive(), HELLO_TIMEOUT_S)
+                if message["type"] == "websocket.disconnect":
+                    return False
+                hello = protocol.parse_client_message(message.get("text") or "")
+                if isinstance(hello, Hello):
+                    client = self.state.client_identity(hello.api_key, peer)
+        if client is None:
+            await self._goodbye(CLOSE_UNAUTHORIZED, "invalid_api_key", "missing or invalid API key")
+            return False
+        self.client = client
+        return True
+
+    async def _receive_loop(self, session: SpeakSession, info: EngineInfo) -> None:
+        receiving = asyncio.ensure_future(self.websocket.receive())
+        try:
+            while True:
+                limit = session.idle_timeout_s()
+                self._wake.clear()
+                woken = asyncio.ensure_future(self._wake.wait())
+                done, _ = await asyncio.wait(
+                    {receiving, woken}, timeout=limit, return_when=asyncio.FIRST_COMPLETED
+                )
+                woken.cancel()
+                if self._dropped:
+                    return
+                if receiving in done:
+                    message = receiving.result()
+                    if message["type"] == "websocket.disconnect":
+                        return
+                    receiving = asyncio.ensure_future(self.websocket.receive())
+                    if message.get("bytes") is not None:
+                        events = session.receive_bytes(message["bytes"])
+                    else:
+                        events = session.receive_text(message.get("text") or "")
+                elif woken in done:
+                    continue  # an utterance ended: the idle clock starts now
+                else:
+                    events = session.timed_out()
+                if await self._execute(events, session, info):
+                    return
+        finally:
+            receiving.cancel()
+            with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, RuntimeError):
+                await receiving
+
+    async def _execute(self, events: list[Event], session: SpeakSession, info: EngineInfo) -> bool:
+        """Carry out the session's events in order; ``True`` once the connection is closed."""
+        for event in events:
+            if isinstance(event, Send):
+                await self._send_text(event.text)
+            elif isinstance(event, StartUtterance):
+                task = asyncio.create_task(self._play(event, session, info))
+                self._playing[event.stream_id] = task
+            elif isinstance(event, StopUtterance):
+                await self._stop(event.stream_id)
+            elif isinstance(event, CloseConnection):
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.websocket.close(event.code), GOODBYE_TIMEOUT_S)
+                return True
+        return False
+
+    async def _stop(self, stream_id: int) -> None:
+        task = self._playing.pop(stream_id, None)
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _play(self, start: StartUtterance, session: SpeakSession, info: EngineInfo) -> None:
+        stream_id = start.stream_id
+        try:
+            await self._play_utterance(start, info)
+        except _ClientGone:
+            pass
+        finally:
+            self._playing.pop(stream_id, None)
+            session.utterance_ended(stream_id)
+            self._wake.set()
+
+    async def _play_utterance(self, start: StartUtterance, info: EngineInfo) -> None:
+        stream_id = start.stream_id
+
+        async def queued(position: int, wait_s: float) -> None:
+            await self._send_text(protocol.queued_message(stream_id, position, wait_s))
+
+        try:
+            lease = await self.state.admission.open(
+                transport="websocket",
+                client=self.client,
+                request=start.synthesis_request(),
+                priority=start.speak.priority,
+                on_queued=queued,
+            )
+        except EdgeError as exc:
+            await self._send_error(exc, stream_id)
+            return
+        encode = _payload_encoder(
+            start.speak.format, info.sample_rate, start.sample_rate, info.frame_rate
+        )
+        listener = ListenerEstimate()
+        index = 0
+        try:
+            await self._send_text(
+                protocol.server_message(
+                    "started",
+                    stream_id=stream_id,
+                    format=start.speak.format,
+                    sample_rate=start.sample_rate,
+                    queued_s=round(lease.queued_s, 3),
+                )
+            )
+            started = time.perf_counter()
+            ttfa_ms: float | None = None
+            async for output in lease.outputs():
+                for payload, seconds in encode(output, output.finished):
+                    await self._send_bytes(protocol.encode_audio_frame(stream_id, index, payload))
+                    now = time.perf_counter()
+                    if ttfa_ms is None:
+                        ttfa_ms = 1000 * (now - started)
+                    listener.sent(seconds, now)
+                    index += 1
+                if output.finished:
+                    reason = output.finish_reason.value if output.finish_reason else "eos"
+                    stats = {
+                        "ttfa_ms": round(ttfa_ms or 0.0, 1),
+                        "audio_s": round(listener.audio_s, 3),
+                        "chunks": index,
+                        "underruns": listener.underruns,
+                        "longest_underrun_ms": round(listener.longest_underrun_ms, 1),
+                    }
+                    done = protocol.server_message(
+                        "done", stream_id=stream_id, reason=reason, stats=stats
+                    )
+                    await self._send_text(done)
+        except EdgeError as exc:
+            lease.close()  # free the slot before telling the client anything
+            if exc.code == "slow_consumer":
+                await self._drop(exc.code, exc.message, stream_id)
+            else:
+                await self._send_error(exc, stream_id)
+        finally:
+            lease.close()
+
+    # -- sending ----------------------------------------------------------------------------
+
+    async def _send_error(self, exc: EdgeError, stream_id: int | None) -> None:
+        await self._send_text(
+            protocol.error_message(exc.code, exc.message, stream_id, exc.retry_after_s)
+        )
+
+    async def _send_text(self, text: str) -> None:
+        await self._send(lambda: self.websocket.send_text(text))
+
+    async def _send_bytes(self, data: bytes) -> None:
+        await self._send(lambda: self.websocket.send_bytes(data))
+
+    async def _send(self, send: Callable[[], Awaitable[None]]) -> None:
+        """One send, waited for at most ``server.send_timeout_s``; a client that does not take
+        it is dropped (:class:`_ClientGone`)."""
+        if self._dropped:
+            raise _ClientGone
+        async with self._send_lock:
+            try:
+                await asyncio.wait_for(send(), self.config.send_timeout_s)
+            except TimeoutError:
+                log.warning(
+                    "dropping a WebSocket client that took nothing for %.1f s",
+                    self.config.send_timeout_s,
+                )
+            except (WebSocketDisconnect, RuntimeError, OSError) as exc:
+                raise _ClientGone from exc
+            else:
+                return
+        await self._drop("slow_consumer", "client is not reading fast enough")
+
+    async def _drop(self, code: str, message: str, stream_id: int | None = None) -> None:
+        """End the connection with a last ``error`` and close 4001, each given a moment at
+        most; whatever plays stops. Raises :class:`_ClientGone`."""
+        if not self._dropped:
+            self._dropped = True
+            self._wake.set()
+            await self._goodbye(CLOSE_SLOW_CONSUMER, code, message, stream_id=stream_id)
+        raise _ClientGone
+
+    async def _goodbye(
+        self,
+        close_code: int,
+        code: str,
+        message: str,
+        retry_after_s: float | None = None,
+        stream_id: int | None = None,
+    ) -> None:
+        """A last ``error`` and a close, neither waited for longer than a moment."""
+        text = protocol.error_message(code, message, stream_id, retry_after_s)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.websocket.send_text(text), GOODBYE_TIMEOUT_S)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.websocket.close(close_code), GOODBYE_TIMEOUT_S)
+
+
+def _ready_message(info: EngineInfo) -> str:
+    return protocol.server_message(
+        "ready",
+        protocol=protocol.PROTOCOL_VERSION,
+        session=uuid.uuid4().hex,
+        model=info.model_name,
+        voices=list(info.voices),
+        formats=list(protocol.FORMATS),
+        sample_rate=info.sample_rate,
+    )
+
+
+PayloadEncoder = Callable[[StreamOutput, bool], list[tuple[bytes, float]]]
+
+
+def _payload_encoder(fmt: str, native_rate: int, rate: int, frame_rate: float) -> PayloadEncoder:
+    """A function turning each engine output into ``(payload, audio seconds)`` pairs."""
+    if fmt == "encodec":
+        frame_s = 1.0 / frame_rate
+
+        def encodec(output: StreamOutput, final: bool) -> list[tuple[bytes, float]]:
+            codes = output.codes
+            if codes is None or not codes.size:
+                return []
+            return [(codes.astype("<u2").tobytes(), codes.shape[0] * frame_s)]
+
+        return encodec
+    if fmt == "opus":
+        opus = OpusPacketEncoder(native_rate)
+
+        def opus_packets(output: StreamOutput, final: bool) -> list[tuple[bytes, float]]:
+            packets = opus.encode(output.audio)
+            if final:
+                packets += opus.finish()
+            return [(packet, 0.02) for packet in packets]
+
+        return opus_packets
+    resampler = StreamResampler(native_rate, rate)
+
+    def pcm(output: StreamOutput, final: bool) -> list[tuple[bytes, float]]:
+        samples = resampler.process(output.audio)
+        if final:
+            samples = np.concatenate([samples, resampler.flush()])
+        if not samples.size:
+            return []
+        return [(float_to_s16le(samples), samples.size / rate)]
+
+    return pcm

@@ -1,0 +1,165 @@
+"""The audio stage: a step's sampled rows become stream outputs.
+
+Every audio stream holds a slot in the codec's streaming decoder from admission to its end.
+After each step, the streams whose chunk is due (:mod:`~cadenza.engine.chunk_policy`) are
+decoded in **one batched call**; each chunk's slack against the stream's playout clock and the
+codec's time go to the step telemetry. Streams that finished get their last audio (the decoder
+flushes and frees their slots); streams that failed or were cancelled free their slots unheard.
+
+:class:`TokenOutputs` is the stage of a model without audio (a text LM): it only reports
+endings.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from cadenza.codecs.codec import AudioCodec
+from cadenza.contract.request import FinishReason, StreamOutput
+from cadenza.engine.chunk_policy import streams_to_decode
+from cadenza.engine.layouts.token_layout import TokenLayout
+from cadenza.engine.realtime.step_telemetry import StepTelemetry
+from cadenza.engine.scheduler import StepOutcome
+from cadenza.engine.sequence import Sequence
+
+EMPTY_AUDIO = np.zeros(0, dtype=np.float32)
+
+
+def ending(
+    seq: Sequence,
+    reason: FinishReason,
+    audio: np.ndarray = EMPTY_AUDIO,
+    codes: np.ndarray | None = None,
+) -> StreamOutput:
+    """A stream's last output (failures carry ``error_code = "internal"``)."""
+    failed = reason is FinishReason.ERROR
+    return StreamOutput(
+        seq.request_id,
+        audio,
+        reason,
+        error=seq.error if failed else None,
+        codes=codes,
+        error_code="internal" if failed else None,
+    )
+
+
+class TokenOutputs:
+    """The output stage of a model that produces no audio: endings only."""
+
+    def open(self, seq: Sequence) -> None:
+        """Nothing to hold for a token stream."""
+
+    def release(self, seq: Sequence) -> None:
+        """Nothing to free for a token stream."""
+
+    def emit(self, outcome: StepOutcome) -> list[StreamOutput]:
+        outputs = [ending(seq, FinishReason.ERROR) for seq in outcome.failed]
+        return outputs + [ending(seq, reason) for seq, reason in outcome.finished.items()]
+
+
+class AudioStage(TokenOutputs):
+    def __init__(
+        self,
+        codec: AudioCodec,
+        layout: TokenLayout,
+        *,
+        max_streams: int,
+        first_chunk_frames: int,
+        chunk_frames: int,
+        telemetry: StepTelemetry,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if codec.num_codebooks != layout.codebooks_per_frame:
+            raise ValueError(
+                f"the model's frames have {layout.codebooks_per_frame} codebooks; "
+                f"the codec has {codec.num_codebooks}"
+            )
+        self.codec = codec
+        self.decoder = codec.streaming_decoder(max_streams)
+        self.layout = layout
+        self.first_chunk_frames = first_chunk_frames
+        self.chunk_frames = chunk_frames
+        self.telemetry = telemetry
+        self.clock = clock
+
+    def open(self, seq: Sequence) -> None:
+        """Give ``seq`` its decoder slot. Raises ``CodecError`` when none is free."""
+        assert seq.audio is not None, "an audio stream needs its playout clock"
+        seq.audio.codec_slot = self.decoder.open()
+
+    def release(self, seq: Sequence) -> None:
+        """Free ``seq``'s slot without decoding what it holds (cancelled or failed)."""
+        if seq.audio is not None and seq.audio.codec_slot is not None:
+            self.decoder.release(seq.audio.codec_slot)
+            seq.audio.codec_slot = None
+
+    def emit(self, outcome: StepOutcome) -> list[StreamOutput]:
+        for seq in outcome.failed:
+            self.release(seq)
+        outputs = [ending(seq, FinishReason.ERROR) for seq in outcome.failed]
+        decoded = self._decode(outcome.sampled, outcome.finished)
+        for seq in outcome.sampled:
+            audio, codes = decoded.get(seq, (EMPTY_AUDIO, None))
+            if seq in outcome.finished:
+                self.release(seq)  # a stream with nothing left to flush
+                outputs.append(ending(seq, outcome.finished[seq], audio, codes))
+            elif seq in decoded:
+                outputs.append(StreamOutput(seq.request_id, audio, codes=codes))
+        return outputs
+
+    def _decode(
+        self, sampled: list[Sequence], finished: dict[Sequence, FinishReason]
+    ) -> dict[Sequence, tuple[np.ndarray, np.ndarray]]:
+        """Decode, in one batched call, every stream whose chunk is due."""
+        pending = {
+            seq: self.layout.frames_ready(seq) - seq.frames_sent
+            for seq in sampled
+            if seq.audio is not None and seq.audio.codec_slot is not None
+        }
+        chosen = streams_to_decode(
+            pending,
+            finished,
+            first_chunk_frames=self.first_chunk_frames,
+            chunk_frames=self.chunk_frames,
+        )
+        if not chosen:
+            return {}
+        chunks: dict[int, torch.Tensor] = {}
+        owners: dict[int, Sequence] = {}
+        first_frames: dict[int, int] = {}
+        for seq in chosen:
+            assert seq.audio is not None and seq.audio.codec_slot is not None
+            start, end = seq.audio.frames_sent, seq.audio.frames_sent + pending[seq]
+            codes = self.layout.frame_codes(seq, start, end)
+            slot = seq.audio.codec_slot
+            chunks[slot] = (
+                torch.tensor(codes, dtype=torch.long).reshape(-1, self.layout.codebooks_per_frame).T
+            )
+            owners[slot], first_frames[slot] = seq, start
+            seq.audio.frames_sent = end
+        final = frozenset(slot for slot, seq in owners.items() if seq in finished)
+        started = time.perf_counter()
+        decoded = self.decoder.decode(chunks, final)
+        now = self.clock()
+        self.telemetry.record_codec(
+            time.perf_counter() - started, sum(int(c.shape[1]) for c in chunks.values())
+        )
+        for slot, seq in owners.items():
+            assert seq.audio is not None
+            # A chunk is delivered when the listener gets sound from it: a first chunk shorter
+            # than the codec's context decodes to nothing yet and must not start the clock.
+            if decoded[slot].numel() > 0:
+                self.telemetry.record_chunk(seq.audio.playout.delivered(first_frames[slot], now))
+            if slot in final:
+                seq.audio.codec_slot = None  # the decoder closed it after the flush
+        return {
+            owners[slot]: (
+                pcm.clamp(-1.0, 1.0).cpu().numpy(),
+                chunks[slot].T.numpy().astype(np.uint16),
+            )
+            for slot, pcm in decoded.items()
+        }

@@ -1,0 +1,149 @@
+"""Building an engine from a model's name or from the configuration: resolve the device and
+dtypes, load the model (ready to serve) and its codec, size the KV cache, and wire the parts
+together. :func:`build_serving_engine` is what the engine process runs: the configured engine
+(batching or naive), calibrated."""
+
+from __future__ import annotations
+
+import torch
+
+from cadenza.codecs import load_codec
+from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
+from cadenza.engine.audio_stage import AudioStage, TokenOutputs
+from cadenza.engine.device import resolve_device, resolve_dtype, resolve_kv_dtype
+from cadenza.engine.engine import Engine
+from cadenza.engine.kv.kv_cache_manager import KVCacheManager
+from cadenza.engine.kv.page_pool import PagePool
+from cadenza.engine.kv.paged_kv_cache import PagedKVCache, kv_budget_bytes
+from cadenza.engine.models.registry import load_model
+from cadenza.engine.realtime.deadline_policy import DeadlinePolicy
+from cadenza.engine.realtime.step_telemetry import StepTelemetry
+from cadenza.engine.request_intake import RequestIntake
+from cadenza.engine.scheduler import Scheduler
+from cadenza.ipc.serving_engine import ServingEngine
+
+
+def build_engine(
+    name_or_path: str = "cadenza-tiny",
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    seed: int = 0,
+    page_size: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    enable_prefix_caching: bool | None = None,
+    kv_cache_memory_bytes: int | None = None,
+    engine_config: EngineConfig | None = None,
+    limits: LimitsConfig | None = None,
+    weights_dtype: str = "auto",
+) -> Engine:
+    """An engine for a built-in model name or a checkpoint directory on ``device``.
+    ``weights_dtype="int8"`` makes every linear layer weight-only int8 (W8A16). Keyword
+    arguments given here override the same fields of ``engine_config``."""
+    overrides = {
+        key: value
+        for key, value in {
+            "page_size": page_size,
+            "max_num_batched_tokens": max_num_batched_tokens,
+            "max_num_seqs": max_num_seqs,
+            "enable_prefix_caching": enable_prefix_caching,
+            "kv_cache_memory_bytes": kv_cache_memory_bytes,
+        }.items()
+        if value is not None
+    }
+    config = (engine_config or EngineConfig()).model_copy(update=overrides)
+    limits = limits or LimitsConfig()
+    torch_device = resolve_device(device)
+    model_dtype = resolve_dtype(dtype, torch_device)
+    model = load_model(
+        name_or_path,
+        seed=seed,
+        device=torch_device,
+        dtype=model_dtype,
+        weights_dtype=weights_dtype,
+        pack_cpu_weights=config.pack_cpu_weights,
+    )
+    layout = model.layout
+    kv_dtype = resolve_kv_dtype(config.kv_dtype, model_dtype)
+    kv_cache = PagedKVCache.from_budget(
+        model.kv_spec,
+        kv_budget_bytes(config, torch_device),
+        config.page_size,
+        kv_dtype,
+        torch_device,
+    )
+    kv = KVCacheManager(
+        PagePool(kv_cache.num_pages, config.enable_prefix_caching),
+        config.page_size,
+        config.reserve_max_output,
+    )
+    codec = None
+    policy = None
+    if layout.produces_audio:
+        if model.codec_name is None:
+            raise ValueError(f"{name_or_path} produces audio but names no codec")
+        codec = load_codec(model.codec_name, device=torch_device, seed=seed)
+        policy = DeadlinePolicy(
+            layout,
+            frame_period_s=1.0 / codec.frame_rate,
+            first_chunk_frames=config.first_chunk_frames,
+            chunk_frames=config.chunk_frames,
+            headroom=config.realtime_headroom,
+            min_prefill_tokens=config.page_size,
+        )
+    telemetry = StepTelemetry(policy)
+    audio: AudioStage | TokenOutputs = TokenOutputs()
+    if codec is not None:
+        audio = AudioStage(
+            codec,
+            layout,
+            max_streams=config.max_pending_requests,
+            first_chunk_frames=config.first_chunk_frames,
+            chunk_frames=config.chunk_frames,
+            telemetry=telemetry,
+        )
+    # Prefix-cache keys: equal token rows mean equal KV only for the same weights and dtypes.
+    extra_keys = (name_or_path, str(model_dtype), f"kv={kv_dtype}", f"w={weights_dtype}")
+    return Engine(
+        model,
+        model_name=name_or_path,
+        config=config,
+        limits=limits,
+        kv_cache=kv_cache,
+        kv=kv,
+        scheduler=Scheduler(kv, layout, config.max_num_batched_tokens, config.max_num_seqs, policy),
+        intake=RequestIntake(model, codec, extra_keys=extra_keys, config=config, limits=limits),
+        audio=audio,
+        policy=policy,
+        telemetry=telemetry,
+    )
+
+
+def engine_from_config(config: CadenzaConfig) -> Engine:
+    """The engine the configuration describes (model, device, dtypes, engine, limits)."""
+    if config.model.torch_threads:
+        torch.set_num_threads(config.model.torch_threads)
+    return build_engine(
+        config.model.name,
+        device=config.model.device,
+        dtype=config.model.dtype,
+        seed=config.model.seed,
+        engine_config=config.engine,
+        limits=config.limits,
+        weights_dtype=config.model.weights_dtype,
+    )
+
+
+def build_serving_engine(config: CadenzaConfig) -> ServingEngine:
+    """The configured engine, ready to serve: the naive baseline, or the batching engine with
+    its step time calibrated (or read from the calibration cache)."""
+    if config.engine.kind == "naive":
+        from cadenza.engine.naive_engine import NaiveEngine
+
+        return NaiveEngine.from_config(config)
+    from cadenza.engine.realtime.calibration import load_or_calibrate
+
+    engine = engine_from_config(config)
+    engine.apply_calibration(load_or_calibrate(engine, config.model.seed))
+    return engine

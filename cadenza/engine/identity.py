@@ -1,0 +1,40 @@
+"""The engine as the edge sees it: the :class:`EngineInfo` announced in ``ready``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cadenza.contract.engine_info import EngineInfo
+from cadenza.contract.kv_memory import StreamShape
+from cadenza.engine.models.model import AudioTokenModel
+
+if TYPE_CHECKING:
+    from cadenza.engine.engine import Engine
+
+
+def prompt_overhead_tokens(model: AudioTokenModel) -> int:
+    """Prompt tokens besides the text's, for the model's longest voice (0 for a text LM)."""
+    if not model.layout.produces_audio:
+        return 0
+    return max(len(model.build_prompt("", voice)) for voice in model.voices)
+
+
+def describe(engine: Engine) -> EngineInfo:
+    layout = engine.layout
+    audio = engine.layout.produces_audio
+    return EngineInfo(
+        model_name=engine.model_name,
+        voices=engine.voices,
+        sample_rate=engine.sample_rate if audio else 0,
+        frame_rate=engine.frame_rate if audio else 0.0,
+        device=str(engine.model.device),
+        shape=StreamShape(
+            page_size=engine.kv.page_size,
+            steps_per_frame=layout.steps_per_frame,
+            tail_steps=layout.tail_steps,
+            prompt_overhead_tokens=prompt_overhead_tokens(engine.model),
+        ),
+        kv_pages_total=engine.kv.pool.num_pages,
+        max_num_seqs=engine.scheduler.max_num_seqs,
+        calibration=engine.calibration,
+    )

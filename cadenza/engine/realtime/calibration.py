@@ -1,0 +1,237 @@
+"""Start-up calibration: measure what a step costs on this device, fit a :class:`StepTimeModel`.
+
+The sweep runs the real engine on synthetic streams through its ordinary interface (requests
+in, steps, step reports out), so the measurement includes everything a live step does: the
+forward pass, sampling, and the streaming codec decode amortised over the chunk. For each batch
+size ``B`` (``engine.calibration_batch_sizes``, up to ``max_num_seqs`` and the KV pages
+available): start ``B`` streams with short prompts, their arrivals spread over one chunk period
+as live arrivals are (so their codec decodes fall on different steps), step until every one
+has delivered its first audio, then time ``engine.calibration_steps`` pure decode steps in
+windows of one chunk period (each window holds one codec decode per stream) and record the
+median of the window means, which shrugs off a burst of noise from a neighbour on a shared
+machine. The sweep stops once a point is more than twice the real-time step budget (larger
+batches cannot be admitted anyway). One more point decodes a smaller batch at a long context
+(``engine.calibration_long_context`` prompt tokens) so attention's share is measured too.
+
+The result is cached as JSON under ``engine.calibration_cache_dir`` keyed by everything that
+changes step time: model, weights and KV dtypes, seed, device name, threads, torch and cadenza
+versions, and the engine settings involved. ``calibration = "refresh"`` measures again;
+``"off"`` skips it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import secrets
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from pydantic import ValidationError
+
+from cadenza.contract.calibration import CALIBRATION_ADAPTER, Calibration
+from cadenza.contract.request import SynthesisRequest
+from cadenza.contract.sampling import SamplingParams
+from cadenza.contract.step_time_model import StepSample, StepTimeModel, step_budget_s
+from cadenza.engine.device import device_name
+from cadenza.engine.layouts.token_layout import layout_steps_for_frames
+from cadenza.version import __version__
+
+if TYPE_CHECKING:
+    from cadenza.engine.engine import Engine
+
+log = logging.getLogger(__name__)
+
+CALIBRATION_FORMAT = 2  # part of the cache key: bump when the measurement changes
+_SHORT_PROMPT_CHARS = 32
+
+
+def calibration_identity(engine: Engine, seed: int) -> str:
+    """The cache key: a hash of everything that changes what a step costs."""
+    config = engine.config
+    parts = {
+        "format": CALIBRATION_FORMAT,
+        "weights": list(engine.identity_keys),  # model, dtype, KV dtype, weights dtype
+        "seed": seed,
+        "device": device_name(engine.model.device),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "cadenza": __version__,
+        "chunk_frames": config.chunk_frames,
+        "first_chunk_frames": config.first_chunk_frames,
+        "pack_cpu_weights": config.pack_cpu_weights,
+        "batch_sizes": list(config.calibration_batch_sizes),
+        "steps": config.calibration_steps,
+        "long_context": config.calibration_long_context,
+        "max_num_seqs": config.max_num_seqs,
+        "max_num_batched_tokens": config.max_num_batched_tokens,
+        "headroom": config.realtime_headroom,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def cache_path(engine: Engine, identity: str) -> Path:
+    root = engine.config.calibration_cache_dir or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cadenza"
+    )
+    return Path(root) / f"calibration-{identity}.json"
+
+
+def load_or_calibrate(engine: Engine, seed: int = 0) -> Calibration | None:
+    """The configured calibration of ``engine`` (read from the cache or measured now);
+    ``None`` when calibration is off or the model produces no audio. The caller applies it
+    (:meth:`Engine.apply_calibration`)."""
+    mode = engine.config.calibration
+    if mode == "off" or engine.policy is None:
+        return None
+    identity = calibration_identity(engine, seed)
+    path = cache_path(engine, identity)
+    calibration: Calibration | None = None
+    if mode == "auto" and path.is_file():
+        try:
+            calibration = replace(
+                CALIBRATION_ADAPTER.validate_json(path.read_bytes()), source="cache"
+            )
+        except (OSError, ValidationError) as exc:
+            log.warning("ignoring unreadable calibration cache %s: %s", path, exc)
+    if calibration is None:
+        calibration = run_sweep(engine, identity)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(CALIBRATION_ADAPTER.dump_json(calibration, indent=1))
+            tmp.replace(path)
+        except OSError as exc:
+            log.warning("cannot cache the calibration at %s: %s", path, exc)
+    log.info(
+        "step time (%s, %s): %s; %.3f ms per 1k context; codec %.3f ms per frame",
+        calibration.source,
+        calibration.device_name,
+        ", ".join(f"{t} streams {ms:.2f} ms" for t, _, ms in calibration.model.decode_points),
+        calibration.model.per_kilocontext_ms,
+        calibration.codec_ms_per_frame,
+    )
+    return calibration
+
+
+def run_sweep(engine: Engine, identity: str = "") -> Calibration:
+    """Measure step times on ``engine`` (which must be idle) and fit a model. The engine is
+    idle again afterwards; its prefix cache may hold the synthetic prompts."""
+    if engine.has_unfinished_requests():
+        raise RuntimeError("calibration needs an idle engine")
+    config, info = engine.config, engine.info
+    started = time.perf_counter()
+    budget_ms = 1000.0 * step_budget_s(
+        info.frame_period_s, info.shape.steps_per_frame, config.realtime_headroom
+    )
+    samples: list[StepSample] = []
+    codec_ms = 0.0
+    largest = 0
+    for batch in sorted(set(config.calibration_batch_sizes)):
+        if batch > config.max_num_seqs or not _fits(engine, batch, _SHORT_PROMPT_CHARS):
+            break
+        sample, codec_ms_batch = _measure(engine, batch, _SHORT_PROMPT_CHARS)
+        samples.append(sample)
+        if batch >= largest:
+            largest, codec_ms = batch, codec_ms_batch
+        if sample.ms > 2 * budget_ms and len(samples) >= 2:
+            break
+    long_sample = None
+    if config.calibration_long_context > 0 and samples:
+        batch = max(1, min(8, largest))
+        if _fits(engine, batch, config.calibration_long_context):
+            long_sample, _ = _measure(engine, batch, config.calibration_long_context)
+    model = StepTimeModel.fit(samples, long_sample)
+    if long_sample is not None:
+        samples.append(long_sample)
+    return Calibration(
+        model=model,
+        samples=tuple(samples),
+        codec_ms_per_frame=codec_ms,
+        device_name=device_name(engine.model.device),
+        identity=identity,
+        measured_s=time.perf_counter() - started,
+    )
+
+
+def _steps_needed(engine: Engine) -> int:
+    config = engine.config
+    first_chunk = layout_steps_for_frames(engine.layout, config.first_chunk_frames)
+    return first_chunk + config.calibration_steps + 2
+
+
+def _request(engine: Engine, prompt_chars: int) -> SynthesisRequest:
+    info = engine.info
+    frames = _steps_needed(engine) // info.shape.steps_per_frame + 2 * engine.config.chunk_frames
+    text = ("calibrate " * (prompt_chars // 10 + 1))[:prompt_chars]
+    return SynthesisRequest(
+        request_id=f"calibration-{secrets.token_hex(6)}",
+        text=text,
+        voice=info.voices[0],
+        max_duration_s=(frames + 8) / info.frame_rate,
+        sampling=SamplingParams(seed=0),
+    )
+
+
+def _fits(engine: Engine, batch: int, prompt_chars: int) -> bool:
+    """Whether ``batch`` synthetic streams fit in the KV cache and the engine's limits."""
+    if batch > engine.config.max_pending_requests:
+        return False
+    if prompt_chars > engine.limits.max_input_chars:
+        return False
+    request = _request(engine, prompt_chars)
+    info = engine.info
+    assert request.max_duration_s is not None
+    frames = round(request.max_duration_s * info.frame_rate)
+    pages = info.shape.pages(info.shape.max_prompt_tokens(request.text), frames)
+    return batch * pages <= info.kv_pages_total
+
+
+def _measure(engine: Engine, batch: int, prompt_chars: int) -> tuple[StepSample, float]:
+    """Mean time of pure decode steps with ``batch`` streams; and codec ms per stream-frame."""
+    requests = [_request(engine, prompt_chars) for _ in range(batch)]
+    window = engine.config.chunk_frames * engine.info.shape.steps_per_frame
+    heard: set[str] = set()
+    try:
+        # Arrivals spread over one chunk period, as live streams arrive: their codec decodes
+        # then fall on different steps, as they do in service.
+        for group in (requests[i::window] for i in range(min(window, batch))):
+            for request in group:
+                engine.add_request(request)
+            heard.update(o.request_id for o in engine.step() if o.audio.size)
+        for _ in range(_steps_needed(engine) * 4):
+            if len(heard) == batch:
+                break
+            heard.update(o.request_id for o in engine.step() if o.audio.size)
+        engine.take_report()  # measure from here
+        window_means, contexts = [], []
+        codec_s, codec_frames = 0.0, 0
+        for _ in range(max(engine.config.calibration_steps // window, 1)):
+            for _ in range(window):
+                engine.step()
+            report = engine.take_report()
+            codec_s, codec_frames = codec_s + report.codec_s, codec_frames + report.codec_frames
+            pure = [s for s in report.steps if s.decodes == batch and s.tokens == batch]
+            if pure:
+                window_means.append(1000.0 * sum(s.seconds for s in pure) / len(pure))
+                contexts += [s.context_tokens for s in pure]
+        if not window_means:
+            raise RuntimeError(f"calibration at batch {batch} produced no pure decode steps")
+        sample = StepSample(
+            tokens=batch,
+            context_tokens=round(sum(contexts) / len(contexts)),
+            ms=statistics.median(window_means),
+        )
+        log.debug("calibration point: %s", sample)
+        return sample, 1000.0 * codec_s / codec_frames if codec_frames else 0.0
+    finally:
+        for request in requests:
+            engine.abort_request(request.request_id)
+        engine.step()  # delivers (and drops) the cancellations
+        engine.take_report()

@@ -1,0 +1,111 @@
+"""Earliest-deadline-first ordering, step skipping and prefill sizing from playout clocks.
+
+The scheduler asks three questions each step:
+
+* **Order**: running streams by *laxity*, the time to spare before the next chunk is late:
+  ``due(next undelivered frame) - now - steps_until_that_chunk_is_complete * step_time``.
+  The least lax stream goes first (earliest deadline first, counting the work left).
+  Sequences without a playout clock (offline token requests) sort last.
+* **Skip**: when the predicted step is over its budget (``frame period / steps per frame *
+  (1 - headroom)``), streams whose laxity still exceeds their jitter reserve plus one step
+  sit this step out, the laxest first, until the prediction fits. They are ahead of their
+  listeners; the step they skip is spent on streams that are not.
+* **Prefill size**: a prefill chunk may lengthen this step by at most the smallest laxity
+  among the streams decoding in it, so a new stream's prompt never makes a running one late.
+  At least ``min_prefill_tokens`` are allowed, so a prompt always progresses.
+
+Without a step-time model (calibration off) only the ordering applies.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+from cadenza.contract.step_time_model import StepTimeModel, attended_context, step_budget_s
+from cadenza.engine.layouts.token_layout import TokenLayout, layout_steps_for_frames
+from cadenza.engine.realtime.step_correction import OnlineCorrection
+from cadenza.engine.sequence import Sequence
+
+
+class DeadlinePolicy:
+    def __init__(
+        self,
+        layout: TokenLayout,
+        *,
+        frame_period_s: float,
+        first_chunk_frames: int,
+        chunk_frames: int,
+        headroom: float,
+        min_prefill_tokens: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.layout = layout
+        self.frame_period_s = frame_period_s
+        self.first_chunk_frames = first_chunk_frames
+        self.chunk_frames = chunk_frames
+        self.headroom = headroom
+        self.min_prefill_tokens = min_prefill_tokens
+        self.clock = clock
+        self.step_model: StepTimeModel | None = None
+        self.correction = OnlineCorrection()
+
+    @property
+    def step_budget_s(self) -> float:
+        """The longest step that keeps every stream real-time."""
+        return step_budget_s(self.frame_period_s, self.layout.steps_per_frame, self.headroom)
+
+    def predict_s(self, tokens: int, context_tokens: int) -> float | None:
+        if self.step_model is None:
+            return None
+        ms = self.step_model.predict_ms(tokens, context_tokens) * self.correction.factor
+        return ms / 1000.0
+
+    def laxity_s(self, seq: Sequence, now_s: float, step_s: float) -> float:
+        if seq.audio is None:
+            return math.inf
+        clock = seq.audio.playout
+        size = self.first_chunk_frames if seq.frames_sent == 0 else self.chunk_frames
+        chunk_end = min(seq.frames_sent + size, max(seq.target_frames, 1))
+        steps_needed = layout_steps_for_frames(self.layout, chunk_end) - seq.num_generated
+        steps_needed += seq.num_tokens - seq.num_computed_tokens - 1 if seq.is_prefilling else 0
+        return clock.due_s(seq.frames_sent) - now_s - max(steps_needed, 0) * step_s
+
+    def order_and_skip(self, decodes: list[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
+        """``decodes`` by laxity (least first), minus the streams that may skip this step;
+        returns ``(kept, skipped)``."""
+        now = self.clock()
+        step_s = self.predict_s(len(decodes), _context(decodes)) or self.step_budget_s
+        laxity = {seq: self.laxity_s(seq, now, step_s) for seq in decodes}
+        ordered = sorted(decodes, key=lambda seq: laxity[seq])
+        if self.step_model is None or step_s <= self.step_budget_s:
+            return ordered, []
+        skipped: list[Sequence] = []
+        kept = list(ordered)
+        for seq in reversed(ordered):
+            if seq.audio is None or laxity[seq] <= seq.audio.playout.reserve_s + step_s:
+                break
+            kept.remove(seq)
+            skipped.append(seq)
+            predicted = self.predict_s(len(kept), _context(kept))
+            if predicted is not None and predicted <= self.step_budget_s:
+                break
+        return kept, skipped
+
+    def prefill_limit(self, decodes: list[Sequence], budget_tokens: int) -> int:
+        """Most prefill rows this step may carry next to ``decodes``."""
+        if self.step_model is None or not decodes:
+            return budget_tokens
+        now = self.clock()
+        step_s = self.predict_s(len(decodes), _context(decodes)) or 0.0
+        spare_s = min(self.laxity_s(seq, now, step_s) for seq in decodes)
+        per_token_s = self.step_model.per_token_ms * self.correction.factor / 1000.0
+        if not math.isfinite(spare_s) or per_token_s <= 0:
+            return budget_tokens
+        allowed = int(max(spare_s, 0.0) / per_token_s)
+        return max(min(allowed, budget_tokens), min(self.min_prefill_tokens, budget_tokens))
+
+
+def _context(decodes: list[Sequence]) -> int:
+    return attended_context([seq.num_tokens for seq in decodes], [])

@@ -1,0 +1,141 @@
+"""Request intake: a :class:`SynthesisRequest` (or a raw token prompt) becomes a
+:class:`Sequence`, or is refused with :class:`RequestRejected` before anything changes.
+
+For speech: the voice must exist; the stream's length comes from its text and the limits
+(:mod:`cadenza.contract.stream_length`); a speech prompt (microphone audio at the codec's rate)
+is encoded into codec frames that the model's prompt places before the text; the sequence gets
+its own seeded generator, its prefix-cache keys (model, dtypes, voice) and its playout clock.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+import numpy as np
+import torch
+
+from cadenza.codecs.codec import AudioCodec, CodecError
+from cadenza.config import EngineConfig, LimitsConfig
+from cadenza.contract.errors import RequestRejected
+from cadenza.contract.request import SynthesisRequest
+from cadenza.contract.sampling import SamplingParams
+from cadenza.contract.stream_length import frames_for_duration, request_duration_s
+from cadenza.engine.layouts.token_layout import layout_steps_for_frames
+from cadenza.engine.models.model import AudioTokenModel
+from cadenza.engine.realtime.playout_clock import PlayoutClock
+from cadenza.engine.sequence import AudioProgress, Sequence
+
+
+class RequestIntake:
+    def __init__(
+        self,
+        model: AudioTokenModel,
+        codec: AudioCodec | None,
+        *,
+        extra_keys: tuple[str, ...],
+        config: EngineConfig,
+        limits: LimitsConfig,
+    ) -> None:
+        self.model = model
+        self.codec = codec
+        self.layout = model.layout
+        self.extra_keys = extra_keys
+        self.config = config
+        self.limits = limits
+
+    def speech(self, request: SynthesisRequest) -> Sequence:
+        """The sequence that speaks ``request``. Raises :class:`RequestRejected`."""
+        if not self.layout.produces_audio or self.codec is None:
+            raise RequestRejected("this is a text model; it cannot synthesize")
+        if request.voice not in self.model.voices:
+            raise RequestRejected(
+                f"unknown voice {request.voice!r}; voices: {', '.join(self.model.voices)}"
+            )
+        duration_s = request_duration_s(request.text, request.max_duration_s, self.limits)
+        target_frames = frames_for_duration(duration_s, self.codec.frame_rate)
+        prompt = self.model.build_prompt(request.text, request.voice, self._prompt_codes(request))
+        seq = self._sequence(
+            request.request_id,
+            prompt,
+            request.sampling,
+            max_new_steps=layout_steps_for_frames(self.layout, target_frames),
+            conditioning=f"voice={request.voice}",
+        )
+        seq.target_frames = target_frames
+        seq.audio = AudioProgress(
+            PlayoutClock(
+                arrival_s=time.monotonic(),
+                ttfa_target_s=self.config.ttfa_target_ms / 1000.0,
+                frame_period_s=1.0 / self.codec.frame_rate,
+                reserve_s=self.config.playout_reserve_ms / 1000.0,
+            )
+        )
+        return seq
+
+    def tokens(
+        self,
+        request_id: str,
+        prompt: list[list[int]],
+        max_new_steps: int,
+        sampling: SamplingParams,
+    ) -> Sequence:
+        """A raw token request (rows of ``K`` ids) that stops at one of the model's EOS ids or
+        after ``max_new_steps``; an audio layout gets the most frames that fit in them."""
+        vocab = self.model.vocab_size
+        if self.layout.num_codebooks == 1 and any(not 0 <= row[0] < vocab for row in prompt if row):
+            raise RequestRejected(f"prompt ids must lie in [0, {vocab})")
+        seq = self._sequence(request_id, prompt, sampling, max_new_steps)
+        seq.eos_ids = self.model.eos_ids
+        frames = max_new_steps
+        while frames > 0 and layout_steps_for_frames(self.layout, frames) > max_new_steps:
+            frames -= 1
+        seq.target_frames = frames
+        return seq
+
+    def _prompt_codes(self, request: SynthesisRequest) -> list[list[int]] | None:
+        """The speech prompt as codec frames; refused if too long or not audio."""
+        if not request.prompt_audio:
+            return None
+        assert self.codec is not None
+        if len(request.prompt_audio) % 4:
+            raise RequestRejected("prompt_audio must be float32 samples")
+        if request.prompt_sample_rate != self.codec.sample_rate:
+            raise RequestRejected(
+                f"prompt audio must be at the codec's {self.codec.sample_rate} Hz, "
+                f"not {request.prompt_sample_rate} Hz"
+            )
+        audio = np.frombuffer(request.prompt_audio, dtype="<f4")
+        seconds = audio.size / request.prompt_sample_rate
+        if seconds > self.limits.max_prompt_audio_s:
+            raise RequestRejected(
+                f"speech prompt is {seconds:.1f} s; the limit is {self.limits.max_prompt_audio_s} s"
+            )
+        try:
+            codes = self.codec.encode_audio(audio.copy())
+        except CodecError as exc:
+            raise RequestRejected(f"speech prompt: {exc}") from exc
+        return [list(map(int, frame)) for frame in codes.T.tolist()]
+
+    def _sequence(
+        self,
+        request_id: str,
+        prompt: list[list[int]],
+        sampling: SamplingParams,
+        max_new_steps: int,
+        conditioning: str = "",
+    ) -> Sequence:
+        if not prompt:
+            raise RequestRejected("empty prompt")
+        if any(len(row) != self.layout.num_codebooks for row in prompt):
+            raise RequestRejected("prompt rows do not match the model's codebooks")
+        generator = torch.Generator(device=self.model.device)
+        generator.manual_seed(sampling.seed if sampling.seed is not None else secrets.randbits(63))
+        return Sequence(
+            request_id=request_id,
+            token_rows=prompt,
+            sampling=sampling,
+            generator=generator,
+            max_new_steps=max_new_steps,
+            extra_keys=(*self.extra_keys, conditioning),
+        )

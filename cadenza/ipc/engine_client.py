@@ -1,0 +1,315 @@
+"""``EngineClient``: the edge's asynchronous handle on the engine, over ZeroMQ + msgpack.
+
+It starts the engine (a child process, or a thread for ``mode = "inprocess"``), waits for its
+``ready``, then routes each stream's outputs to the caller iterating :meth:`generate`. It runs
+in the edge process and never imports torch (the in-process mode, for tests and tools, is the
+one exception: there the engine is a thread of this process).
+
+Backpressure: every stream has a bounded queue of undelivered outputs. A consumer that falls
+``server.max_queued_chunks`` behind is cut off: its request is aborted in the engine and its
+iterator raises :class:`EngineError` with code ``slow_consumer``. Leaving the iteration early
+(a client that disconnects) aborts the request, which frees it at the engine's next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import AsyncGenerator, Callable
+
+import zmq
+import zmq.asyncio
+
+from cadenza.config import CadenzaConfig
+from cadenza.contract import messages
+from cadenza.contract.engine_info import EngineInfo
+from cadenza.contract.errors import EngineError, EngineUnavailable
+from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_TIMEOUT_S = 5.0
+_SEND_HWM = 10_000
+
+StatsCallback = Callable[[messages.Stats], None]
+"""Called with each ``stats`` message."""
+
+FailureCallback = Callable[[str], None]
+"""Called once with the reason when the engine is lost (it exited, or reported ``fatal``)."""
+
+_Delivery = StreamOutput | EngineError
+
+
+class EngineClient:
+    def __init__(
+        self,
+        config: CadenzaConfig,
+        on_stats: StatsCallback | None = None,
+        on_failure: FailureCallback | None = None,
+    ) -> None:
+        self.config = config
+        self.on_stats = on_stats
+        self.on_failure = on_failure
+        self.info: EngineInfo | None = None
+        self.last_stats: messages.Stats | None = None
+        self._context = zmq.asyncio.Context()
+        self._sync_context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.shadow(
+            self._context.underlying
+        )
+        self._to_engine: zmq.Socket[bytes] = self._sync_context.socket(zmq.PUSH)
+        self._to_engine.setsockopt(zmq.SNDHWM, _SEND_HWM)
+        self._from_engine = self._context.socket(zmq.PULL)
+        self._streams: dict[str, asyncio.Queue[_Delivery]] = {}
+        self._process: subprocess.Popen[bytes] | None = None
+        self._thread: threading.Thread | None = None
+        self._thread_stop = threading.Event()
+        self._socket_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._last_heartbeat = 0.0
+        self._failure: str | None = None
+        self._closed = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the engine and wait until it has loaded. Raises :class:`EngineUnavailable`."""
+        inbound, outbound = self._bind()
+        if self.config.engine.mode == "process":
+            self._process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "cadenza.ipc.engine_loop",
+                    "--config-json",
+                    json.dumps(self.config.model_dump(mode="json")),
+                    "--inbound",
+                    inbound,
+                    "--outbound",
+                    outbound,
+                ],
+            )
+        else:
+            self._thread = threading.Thread(
+                target=self._run_in_thread,
+                args=(inbound, outbound),
+                name="cadenza-engine",
+                daemon=True,
+            )
+            self._thread.start()
+        deadline = time.monotonic() + self.config.engine.startup_timeout_s
+        while self.info is None:
+            if time.monotonic() > deadline:
+                await self.close()
+                raise EngineUnavailable("engine did not become ready in time")
+            if await self._from_engine.poll(100):
+                message = self._decode(await self._from_engine.recv())
+                if isinstance(message, messages.Fatal):
+                    await self.close()
+                    raise EngineUnavailable(message.message)
+                if isinstance(message, messages.Ready):
+                    self.info = message.info
+            elif not self._engine_alive():
+                await self.close()
+                raise EngineUnavailable("engine exited during start-up")
+        self._last_heartbeat = time.monotonic()
+        self._reader = asyncio.create_task(self._read_outputs(), name="cadenza-engine-reader")
+
+    async def close(self) -> None:
+        """Stop the engine and release every socket; pending streams fail ``unavailable``."""
+        if self._closed:
+            return
+        self._closed = True
+        self._fail_all("engine is shutting down")
+        with contextlib.suppress(zmq.ZMQError):
+            self._to_engine.send(messages.encode(messages.Shutdown()), flags=zmq.NOBLOCK)
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        if self._process is not None:
+            await asyncio.to_thread(self._stop_process, self._process)
+        if self._thread is not None:
+            self._thread_stop.set()
+            await asyncio.to_thread(self._thread.join, 30)
+        self._to_engine.close(linger=0)
+        self._from_engine.close(linger=0)
+        self._context.term()
+        if self._socket_dir is not None:
+            self._socket_dir.cleanup()
+
+    def is_ready(self) -> bool:
+        """Loaded, alive, and heard from within the heartbeat timeout."""
+        return (
+            self.info is not None
+            and not self._closed
+            and self._failure is None
+            and self._engine_alive()
+            and time.monotonic() - self._last_heartbeat < HEARTBEAT_TIMEOUT_S
+        )
+
+    def require_ready(self) -> EngineInfo:
+        """The engine's info; raises :class:`EngineUnavailable` unless it can take work now.
+        The one readiness check every route and transport uses."""
+        if not self.is_ready() or self.info is None:
+            raise EngineUnavailable(
+                f"engine is not ready: {self._failure}" if self._failure else "engine is not ready"
+            )
+        return self.info
+
+    @property
+    def num_streams(self) -> int:
+        return len(self._streams)
+
+    @property
+    def engine_pid(self) -> int | None:
+        """The engine's process id, or ``None`` when it runs in a thread."""
+        return self._process.pid if self._process is not None else None
+
+    # -- streams ----------------------------------------------------------------------------
+
+    async def generate(self, request: SynthesisRequest) -> AsyncGenerator[StreamOutput, None]:
+        """Submit ``request`` and yield its outputs until the finished one.
+
+        Raises :class:`EngineError` when the request is refused, fails, or loses its engine.
+        """
+        self.require_ready()
+        if request.request_id in self._streams:
+            raise EngineError(f"duplicate request id {request.request_id!r}", "rejected")
+        queue: asyncio.Queue[_Delivery] = asyncio.Queue(self.config.server.max_queued_chunks)
+        self._streams[request.request_id] = queue
+        finished = False
+        try:
+            self._send(messages.AddRequest(request))
+            while True:
+                item = await queue.get()
+                if isinstance(item, EngineError):
+                    finished = item.code != "slow_consumer"
+                    raise item
+                finished = item.finished
+                if item.finish_reason is FinishReason.ERROR:
+                    rejected = item.error_code == "rejected"
+                    raise EngineError(
+                        item.error or "request failed", "rejected" if rejected else "internal"
+                    )
+                yield item
+                if finished:
+                    return
+        finally:
+            self._streams.pop(request.request_id, None)
+            if not finished:
+                self.abort(request.request_id)
+
+    def abort(self, request_id: str) -> None:
+        """Cancel a stream in the engine (no-op if it already ended)."""
+        self._streams.pop(request_id, None)
+        if not self._closed:
+            with contextlib.suppress(zmq.ZMQError, EngineError):
+                self._send(messages.AbortRequest(request_id))
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _bind(self) -> tuple[str, str]:
+        if self.config.engine.mode == "process":
+            self._socket_dir = tempfile.TemporaryDirectory(prefix="cadenza-")
+            inbound = f"ipc://{self._socket_dir.name}/to-engine"
+            outbound = f"ipc://{self._socket_dir.name}/from-engine"
+        else:
+            tag = uuid.uuid4().hex
+            inbound, outbound = f"inproc://{tag}-to-engine", f"inproc://{tag}-from-engine"
+        self._to_engine.bind(inbound)
+        self._from_engine.bind(outbound)
+        return inbound, outbound
+
+    def _run_in_thread(self, inbound: str, outbound: str) -> None:
+        # In-process mode only: the engine (and torch) load into this process on purpose.
+        from cadenza.ipc.engine_loop import run_engine_loop
+
+        run_engine_loop(self.config, self._sync_context, inbound, outbound, self._thread_stop)
+
+    def _send(self, message: messages.EdgeMessage) -> None:
+        try:
+            self._to_engine.send(messages.encode(message), flags=zmq.NOBLOCK)
+        except zmq.Again as exc:
+            raise EngineUnavailable("engine input queue is full") from exc
+
+    def _engine_alive(self) -> bool:
+        if self._process is not None:
+            return self._process.poll() is None
+        if self._thread is not None:
+            return self._thread.is_alive()
+        return False
+
+    @staticmethod
+    def _decode(data: bytes) -> messages.Message | None:
+        try:
+            return messages.decode(data)
+        except messages.WireError as exc:
+            log.error("dropping a message from the engine: %s", exc)
+            return None
+
+    async def _read_outputs(self) -> None:
+        while True:
+            if not await self._from_engine.poll(250):
+                if not self._engine_alive():
+                    self._lose_engine("engine process exited")
+                    return
+                continue
+            message = self._decode(await self._from_engine.recv())
+            if isinstance(message, messages.Output):
+                self._deliver(message)
+            elif isinstance(message, messages.Stats):
+                self._last_heartbeat = time.monotonic()
+                self.last_stats = message
+                if self.on_stats is not None:
+                    self.on_stats(message)
+            elif isinstance(message, messages.Fatal):
+                self._lose_engine(message.message)
+
+    def _deliver(self, message: messages.Output) -> None:
+        queue = self._streams.get(message.request_id)
+        if queue is None:
+            return  # the stream was abandoned; its abort is on the way
+        try:
+            item: _Delivery = message.stream_output()
+        except messages.WireError as exc:
+            item = EngineError(str(exc), "internal")
+        try:
+            queue.put_nowait(item)
+        except asyncio.QueueFull:
+            self.abort(message.request_id)
+            with contextlib.suppress(asyncio.QueueEmpty):
+                queue.get_nowait()  # make room for the error
+            queue.put_nowait(EngineError("client is not reading fast enough", "slow_consumer"))
+
+    def _lose_engine(self, reason: str) -> None:
+        self._failure = reason
+        log.error("engine lost: %s", reason)
+        self._fail_all(reason)
+
+    def _fail_all(self, reason: str) -> None:
+        if self.on_failure is not None:
+            self.on_failure(reason)
+        for queue in self._streams.values():
+            while queue.full():
+                queue.get_nowait()
+            queue.put_nowait(EngineUnavailable(reason))
+
+    @staticmethod
+    def _stop_process(process: subprocess.Popen[bytes]) -> None:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.terminate()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

@@ -1,0 +1,142 @@
+"""The engine process's busy loop around a :class:`ServingEngine`, fed over ZeroMQ.
+
+Run as its own process (``python -m cadenza.ipc.engine_loop``, started by
+:class:`~cadenza.ipc.engine_client.EngineClient`) or, for tests and offline use, in a thread of
+the caller's process with ``inproc://`` sockets. The edge binds both sockets; the engine
+connects.
+
+Loop: drain every waiting message (block briefly when idle), run one engine step, send its
+outputs, and every ``STATS_INTERVAL_S`` a ``stats`` message that doubles as the heartbeat the
+edge's readiness check watches. A request the engine refuses gets a final ``output`` with
+``error_code = "rejected"``. Every message a step produces is sent before the next step
+starts, so cancellations reach the engine between steps and pages are only released when no
+step is using them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import threading
+import time
+
+import numpy as np
+import zmq
+
+from cadenza.config import CadenzaConfig
+from cadenza.contract import messages
+from cadenza.contract.errors import RequestRejected
+from cadenza.contract.request import FinishReason, StreamOutput
+from cadenza.ipc.serving_engine import ServingEngine
+from cadenza.logs import configure_logging
+
+log = logging.getLogger(__name__)
+
+STATS_INTERVAL_S = 0.5
+IDLE_POLL_MS = 100
+
+
+def run_engine_loop(
+    config: CadenzaConfig,
+    context: zmq.Context[zmq.Socket[bytes]],
+    inbound_address: str,
+    outbound_address: str,
+    stop: threading.Event | None = None,
+) -> None:
+    """Load the model, announce ``ready``, then serve until ``shutdown`` (or ``stop`` is set)."""
+    from cadenza.engine.builder import build_serving_engine  # torch: only in this process
+
+    inbound = context.socket(zmq.PULL)
+    outbound = context.socket(zmq.PUSH)
+    inbound.connect(inbound_address)
+    outbound.connect(outbound_address)
+    try:
+        try:
+            engine = build_serving_engine(config)
+        except Exception as exc:
+            log.exception("engine failed to load")
+            outbound.send(messages.encode(messages.Fatal(f"engine failed to load: {exc}")))
+            return
+        outbound.send(messages.encode(messages.Ready(engine.info)))
+        _serve(engine, inbound, outbound, stop)
+    finally:
+        inbound.close(linger=0)
+        outbound.close(linger=1000)
+
+
+def _serve(
+    engine: ServingEngine,
+    inbound: zmq.Socket[bytes],
+    outbound: zmq.Socket[bytes],
+    stop: threading.Event | None,
+) -> None:
+    parent_pid = os.getppid()
+    last_stats = time.monotonic()
+    while stop is None or not stop.is_set():
+        timeout_ms = 0 if engine.has_unfinished_requests() else IDLE_POLL_MS
+        while inbound.poll(timeout_ms):
+            timeout_ms = 0
+            if not _handle(engine, inbound.recv(), outbound):
+                return
+        if engine.has_unfinished_requests():
+            for output in engine.step():
+                outbound.send(messages.encode(messages.Output.of(output)))
+        now = time.monotonic()
+        if now - last_stats >= STATS_INTERVAL_S:
+            report = messages.Stats(engine.stats(), engine.take_report())
+            outbound.send(messages.encode(report))
+            last_stats = now
+            if stop is None and os.getppid() != parent_pid:
+                log.warning("edge process is gone; engine exits")
+                return
+
+
+def _handle(engine: ServingEngine, data: bytes, outbound: zmq.Socket[bytes]) -> bool:
+    """Apply one message from the edge; ``False`` once it says ``shutdown``."""
+    try:
+        message = messages.decode(data)
+    except messages.WireError as exc:
+        log.error("dropping an engine message: %s", exc)
+        if exc.request_id is not None:
+            _reject(exc.request_id, str(exc), outbound)
+        return True
+    if isinstance(message, messages.Shutdown):
+        return False
+    if isinstance(message, messages.AddRequest):
+        try:
+            engine.add_request(message.request)
+        except (RequestRejected, ValueError) as exc:
+            _reject(message.request.request_id, str(exc), outbound)
+    elif isinstance(message, messages.AbortRequest):
+        engine.abort_request(message.request_id)
+    else:
+        log.warning("ignoring an engine-bound %s message", message.type)
+    return True
+
+
+def _reject(request_id: str, reason: str, outbound: zmq.Socket[bytes]) -> None:
+    rejected = StreamOutput(
+        request_id, np.zeros(0, np.float32), FinishReason.ERROR, reason, error_code="rejected"
+    )
+    outbound.send(messages.encode(messages.Output.of(rejected)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="cadenza engine process (started by the edge)")
+    parser.add_argument("--config-json", required=True)
+    parser.add_argument("--inbound", required=True)
+    parser.add_argument("--outbound", required=True)
+    args = parser.parse_args()
+    config = CadenzaConfig.model_validate(json.loads(args.config_json))
+    configure_logging(config.server.log_level, process="engine")
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        run_engine_loop(config, context, args.inbound, args.outbound)
+    finally:
+        context.term()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""What the engine loop needs from an engine: the batching engine and the naive baseline both
+implement it, and the loop reads nothing else."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from cadenza.contract.engine_info import EngineInfo
+from cadenza.contract.engine_stats import EngineStats, StepReport
+from cadenza.contract.request import StreamOutput, SynthesisRequest
+
+
+class ServingEngine(Protocol):
+    @property
+    def info(self) -> EngineInfo:
+        """The model's identity and capacity, as announced in ``ready``."""
+        ...
+
+    def add_request(self, request: SynthesisRequest) -> None:
+        """Queue a stream. Raises :class:`~cadenza.contract.errors.RequestRejected` (or
+        ``ValueError``) without changing any state."""
+        ...
+
+    def abort_request(self, request_id: str) -> bool:
+        """Stop a stream; its final output (``CANCELLED``) comes from the next :meth:`step`.
+        ``False`` when the request is unknown or already finished."""
+        ...
+
+    def has_unfinished_requests(self) -> bool: ...
+
+    def step(self) -> list[StreamOutput]:
+        """Advance every stream by one step; the outputs ready now (audio chunks, endings)."""
+        ...
+
+    def stats(self) -> EngineStats: ...
+
+    def take_report(self) -> StepReport:
+        """Every step and delivered chunk since the last call (and forget them)."""
+        ...

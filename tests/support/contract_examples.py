@@ -1,0 +1,58 @@
+"""Contract objects for tests of the edge: an engine's announcement and its reports, as a
+cadenza-tiny engine would send them (no engine needed)."""
+
+from __future__ import annotations
+
+from cadenza.contract.calibration import Calibration
+from cadenza.contract.engine_info import EngineInfo
+from cadenza.contract.engine_stats import EngineStats, StepRecord, StepReport
+from cadenza.contract.kv_memory import StreamShape
+from cadenza.contract.messages import Stats
+from cadenza.contract.step_time_model import StepSample, StepTimeModel
+
+# 1 ms per decoding stream (+ nothing for context): 13.33 ms * 0.9 = 12 ms -> 12 streams.
+STEP_MODEL = StepTimeModel(0.0, 1.0, 0.0, ((1, 400, 1.0), (32, 12800, 32.0)))
+
+TINY_SHAPE = StreamShape(page_size=16, steps_per_frame=1, tail_steps=7, prompt_overhead_tokens=2)
+
+
+def engine_info(
+    kv_pages: int = 100_000, max_num_seqs: int = 64, calibrated: bool = True
+) -> EngineInfo:
+    calibration = Calibration(
+        STEP_MODEL, (StepSample(1, 400, 1.0), StepSample(32, 12800, 32.0)), 0.2, "cpu", "x", 1.0
+    )
+    return EngineInfo(
+        model_name="cadenza-tiny",
+        voices=("default",),
+        sample_rate=24000,
+        frame_rate=75.0,
+        device="cpu",
+        shape=TINY_SHAPE,
+        kv_pages_total=kv_pages,
+        max_num_seqs=max_num_seqs,
+        calibration=calibration if calibrated else None,
+    )
+
+
+def engine_stats(correction: float = 1.0, kv_pages_free: int = 1000) -> EngineStats:
+    return EngineStats(
+        num_running=4,
+        num_waiting=0,
+        max_num_seqs=64,
+        kv_pages_total=100_000,
+        kv_pages_free=kv_pages_free,
+        num_preemptions=0,
+        prefix_hit_tokens=0,
+        prefix_query_tokens=0,
+        skipped_steps=0,
+        step_correction=correction,
+    )
+
+
+def stats_message(correction: float = 1.0, slack_ms: list[float] | None = None) -> Stats:
+    report = StepReport(
+        steps=(StepRecord(0.005, 4, 4, 400),),
+        chunk_slack_s=tuple(ms / 1000.0 for ms in slack_ms or []),
+    )
+    return Stats(engine_stats(correction), report)

@@ -1,0 +1,145 @@
+"""Streaming decode equals offline decode for any chunking, with slots opening and closing
+independently, and bad input is refused without touching any stream."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from cadenza.codecs import CodecError, load_codec
+from cadenza.codecs.encodec_streaming import EncodecStreamingDecoder
+
+
+@pytest.fixture(scope="module")
+def codec():
+    return load_codec("encodec_24khz", seed=0)
+
+
+def _codes(frames, seed):
+    return torch.randint(0, 1024, (8, frames), generator=torch.Generator().manual_seed(seed))
+
+
+def _assert_matches_offline(codec, codes, pieces):
+    got = torch.cat(pieces) if pieces else torch.zeros(0)
+    expected = codec.decode(codes[None])[0]
+    assert got.shape == expected.shape
+    if not expected.numel():
+        return
+    scale = expected.abs().max().clamp(min=1e-6)
+    assert ((got - expected).abs().max() / scale) < 1e-4
+
+
+stream_plans = st.lists(
+    st.tuples(
+        st.integers(0, 4),  # the tick the stream opens at
+        st.lists(st.integers(0, 9), min_size=1, max_size=8),  # its chunk sizes (0: no frames)
+        st.booleans(),  # end with a final chunk (True) or with close() (False)
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(plans=stream_plans)
+def test_random_chunkings_of_interleaved_streams(codec, plans):
+    decoder = EncodecStreamingDecoder(codec, max_streams=len(plans))
+    codes = {n: _codes(sum(sizes), seed=n) for n, (_, sizes, _) in enumerate(plans)}
+    pieces: dict[int, list[torch.Tensor]] = {n: [] for n in codes}
+    slots: dict[int, int] = {}  # stream -> its slot
+    for tick in range(max(start + len(sizes) for start, sizes, _ in plans) + 1):
+        chunks, final = {}, set()
+        for n, (start, sizes, ends_final) in enumerate(plans):
+            if tick == start:
+                slots[n] = decoder.open()
+            index = tick - start
+            if 0 <= index < len(sizes):
+                done = sum(sizes[:index])
+                chunks[slots[n]] = codes[n][:, done : done + sizes[index]]
+                if index == len(sizes) - 1 and ends_final:
+                    final.add(slots[n])
+        streams = {slot: n for n, slot in slots.items()}
+        for slot, audio in decoder.decode(chunks, frozenset(final)).items():
+            pieces[streams[slot]].append(audio)
+        for n, (start, sizes, ends_final) in enumerate(plans):
+            if tick == start + len(sizes) and not ends_final:
+                tail = decoder.close(slots[n])
+                if tail is not None:
+                    pieces[n].append(tail)
+    assert not decoder.open_slots
+    for n, stream_codes in codes.items():
+        _assert_matches_offline(codec, stream_codes, pieces[n])
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 6, 7, 15])
+def test_fixed_chunk_sizes_including_shorter_than_the_first_context(codec, chunk):
+    decoder = EncodecStreamingDecoder(codec, max_streams=1)
+    codes = _codes(40, seed=chunk)
+    assert decoder.open() == 0
+    pieces = [decoder.decode({0: codes[:, i : i + chunk]})[0] for i in range(0, 40, chunk)]
+    first_audio = next(i for i, piece in enumerate(pieces) if piece.numel())
+    assert (first_audio + 1) * chunk >= 7  # nothing before the first conv has 7 frames
+    tail = decoder.close(0)
+    assert tail is None
+    _assert_matches_offline(codec, codes, pieces)
+
+
+@pytest.mark.parametrize("frames", [1, 3, 6])
+def test_streams_shorter_than_the_first_context_are_flushed_at_close(codec, frames):
+    decoder = EncodecStreamingDecoder(codec, max_streams=1)
+    codes = _codes(frames, seed=frames)
+    assert decoder.open() == 0
+    assert decoder.decode({0: codes})[0].numel() == 0  # held back: needs 7 frames to reflect
+    tail = decoder.close(0)
+    _assert_matches_offline(codec, codes, [tail])
+
+
+def test_a_slot_is_reusable_after_close(codec):
+    decoder = EncodecStreamingDecoder(codec, max_streams=1)
+    for seed in (1, 2):
+        codes = _codes(20, seed)
+        assert decoder.open() == 0
+        pieces = [decoder.decode({0: codes[:, :9]})[0], decoder.decode({0: codes[:, 9:]})[0]]
+        decoder.close(0)
+        _assert_matches_offline(codec, codes, pieces)
+
+
+def test_bad_input_is_refused_and_leaves_other_streams_exact(codec):
+    decoder = EncodecStreamingDecoder(codec, max_streams=2)
+    good = _codes(30, seed=3)
+    assert (decoder.open(), decoder.open()) == (0, 1)
+    pieces = [decoder.decode({0: good[:, :10]})[0]]
+    bad_inputs = [
+        torch.full((8, 5), 1024),  # out of range
+        torch.full((8, 5), -1),
+        torch.zeros(7, 5, dtype=torch.long),  # wrong codebook count
+        torch.zeros(8, dtype=torch.long),  # wrong rank
+        torch.zeros(8, 5),  # not integers
+    ]
+    for bad in bad_inputs:
+        with pytest.raises(CodecError):
+            decoder.decode({0: good[:, 10:12], 1: bad})
+    pieces.append(decoder.decode({0: good[:, 10:]})[0])
+    decoder.close(0)
+    _assert_matches_offline(codec, good, pieces)
+
+
+def test_slot_misuse_is_refused(codec):
+    decoder = EncodecStreamingDecoder(codec, max_streams=2)
+    with pytest.raises(CodecError, match="not open"):
+        decoder.decode({0: _codes(3, 0)})
+    assert (decoder.open(), decoder.open()) == (0, 1)
+    with pytest.raises(CodecError, match="in use"):
+        decoder.open()
+    decoder.release(1)
+    decoder.release(1)  # idempotent
+    with pytest.raises(CodecError, match="not open"):
+        decoder.close(1)
+    assert decoder.open() == 1  # a released slot is free again

@@ -1,0 +1,122 @@
+"""The wire: every message kind survives encode/decode exactly, and nothing else decodes."""
+
+from __future__ import annotations
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cadenza.contract import messages
+from cadenza.contract.engine_stats import StepRecord, StepReport
+from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
+from cadenza.contract.sampling import SamplingParams
+from tests.support.contract_examples import engine_info, engine_stats
+
+REQUEST = SynthesisRequest(
+    "id1",
+    "héllo",
+    "default",
+    2.5,
+    SamplingParams(0.7, 10, 0.9, 42),
+    prompt_audio=np.ones(4, "<f4").tobytes(),
+)
+
+EVERY_KIND = [
+    messages.AddRequest(REQUEST),
+    messages.AbortRequest("id1"),
+    messages.Shutdown(),
+    messages.Ready(engine_info()),
+    messages.Ready(engine_info(calibrated=False)),
+    messages.Output("id2", np.arange(3, dtype="<f4").tobytes()),
+    messages.Stats(
+        engine_stats(1.25),
+        StepReport((StepRecord(0.01, 4, 20, 4000), StepRecord(0.02, 8, 8, 800)), (0.12, -0.01)),
+    ),
+    messages.Fatal("engine failed to load: no weights"),
+]
+
+
+@pytest.mark.parametrize("message", EVERY_KIND, ids=lambda m: m.type)
+def test_every_kind_round_trips(message: messages.Message) -> None:
+    assert messages.decode(messages.encode(message)) == message
+
+
+def test_an_output_keeps_its_audio_and_codes_exact() -> None:
+    audio = np.linspace(-1, 1, 999, dtype=np.float32)
+    codes = np.arange(24, dtype=np.uint16).reshape(3, 8)
+    output = StreamOutput("id2", audio, FinishReason.ERROR, "boom", codes, error_code="internal")
+    back = messages.decode(messages.encode(messages.Output.of(output)))
+    assert isinstance(back, messages.Output)
+    restored = back.stream_output()
+    assert np.array_equal(restored.audio, audio) and np.array_equal(restored.codes, codes)
+    assert (restored.finish_reason, restored.error, restored.error_code) == (
+        FinishReason.ERROR,
+        "boom",
+        "internal",
+    )
+
+
+def test_torn_audio_is_refused() -> None:
+    with pytest.raises(messages.WireError, match="torn"):
+        messages.Output("x", b"\x00\x00\x00").stream_output()
+    with pytest.raises(messages.WireError, match="torn"):
+        messages.Output("x", b"", codes=b"\x00" * 6, num_codebooks=8).stream_output()
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\xc1",
+        b"",
+        msgpack.packb({"no": "type"}),
+        msgpack.packb([1, 2]),
+        msgpack.packb({"type": "output", "request_id": 3, "audio": b""}),
+        msgpack.packb({"type": "add", "request": {"request_id": "r", "text": 1}}),
+        msgpack.packb({"type": "stats", "stats": {}, "report": {}}),
+        msgpack.packb({"type": "nope"}),
+    ],
+)
+def test_garbage_is_refused_with_a_wire_error(garbage: bytes) -> None:
+    with pytest.raises(messages.WireError):
+        messages.decode(garbage)
+
+
+def test_a_broken_add_still_names_its_request() -> None:
+    data = msgpack.packb({"type": "add", "request": {"request_id": "r7", "text": None}})
+    with pytest.raises(messages.WireError) as refused:
+        messages.decode(data)
+    assert refused.value.request_id == "r7"
+
+
+wire_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text()
+    | st.binary(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+# Maps that name a real kind, with fields that may or may not fit it.
+typed_maps = st.builds(
+    lambda kind, fields: {**fields, "type": kind},
+    st.sampled_from(["add", "abort", "shutdown", "ready", "output", "stats", "fatal"]),
+    st.dictionaries(
+        st.sampled_from(["request", "request_id", "audio", "info", "stats", "report", "message"]),
+        wire_values,
+        max_size=4,
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200) | (wire_values | typed_maps).map(msgpack.packb))
+def test_arbitrary_bytes_decode_or_raise_a_wire_error(data: bytes) -> None:
+    try:
+        message = messages.decode(data)
+    except messages.WireError:
+        return
+    assert messages.decode(messages.encode(message)) == message

@@ -1,0 +1,75 @@
+"""The capacity model: KV and real-time limits from the engine's numbers, closing on slack."""
+
+from __future__ import annotations
+
+import pytest
+
+from cadenza.config import AdmissionConfig, EngineConfig
+from cadenza.edge.admission.capacity import CapacityModel, StreamCost
+from tests.support.contract_examples import engine_info as info
+from tests.support.contract_examples import stats_message as stats
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_realtime_limit_follows_the_model_and_its_correction() -> None:
+    model = CapacityModel(info(), EngineConfig(), AdmissionConfig())
+    assert model.step_budget_ms == pytest.approx(1000 / 75 * 0.9)
+    assert model.realtime_limit() == 12
+    assert model.max_streams() == 12
+    model.observe(stats(correction=2.0))  # steps take twice what was calibrated
+    assert model.realtime_limit() == 6
+    assert model.refusal(6, 0, StreamCost(10, 3.0)) == "realtime_budget"
+    assert model.refusal(5, 0, StreamCost(10, 3.0)) is None
+    model.observe(stats(correction=100.0))  # no stream fits the budget any more...
+    assert model.realtime_limit() == 0
+    assert model.refusal(0, 0, StreamCost(10, 3.0)) is None  # ...but an idle server admits one
+    assert model.refusal(1, 0, StreamCost(10, 3.0)) == "realtime_budget"
+
+
+def test_kv_memory_and_max_num_seqs_limit_too() -> None:
+    model = CapacityModel(info(kv_pages=200, max_num_seqs=3), EngineConfig(), AdmissionConfig())
+    nominal = model.stream_cost("x" * 64, 10.0)
+    assert model.kv_limit() == 200 // nominal.kv_pages
+    assert model.max_streams() == min(model.kv_limit(), 3)
+    assert model.refusal(0, 190, StreamCost(20, 1.0)) == "kv_memory"
+    assert model.refusal(3, 0, StreamCost(1, 1.0)) in ("max_streams", "realtime_budget")
+
+
+def test_stream_cost_counts_prompt_and_output_pages() -> None:
+    model = CapacityModel(info(), EngineConfig(), AdmissionConfig())
+    cost = model.stream_cost("a" * 100, 2.0)
+    # 100 text bytes + 2 overhead + (150 frames + 7 delay) steps = 259 tokens -> 17 pages of 16,
+    # exactly what the engine reserves for cadenza-tiny (tests/unit/engine/test_engine.py).
+    assert cost == StreamCost(17, 2.0)
+    assert model.stream_cost("a" * 100, 2.0, prompt_audio_s=1.0).kv_pages == 21  # + 75 frames
+    assert model.stream_cost("é" * 50, 2.0).kv_pages == 17  # UTF-8 bytes, not characters
+
+
+def test_slipping_deadlines_close_admission_until_slack_recovers() -> None:
+    clock = Clock()
+    config = AdmissionConfig(slack_close_ms=30.0, slack_reopen_s=2.0)
+    model = CapacityModel(info(), EngineConfig(), config, clock=clock)
+    model.observe(stats(slack_ms=[120.0, 80.0]))
+    assert model.admission_open
+    model.observe(stats(slack_ms=[120.0, 10.0]))  # one chunk nearly late
+    assert not model.admission_open
+    assert model.refusal(2, 0, StreamCost(1, 1.0)) == "deadlines_slipping"
+    assert model.refusal(0, 0, StreamCost(1, 1.0)) is None  # an idle server always admits one
+    clock.now = 1.0
+    model.observe(stats(slack_ms=[150.0]))
+    assert not model.admission_open
+    clock.now = 2.5
+    assert model.admission_open
+
+
+def test_uncalibrated_engines_admit_by_memory_and_slots_only() -> None:
+    model = CapacityModel(info(calibrated=False, max_num_seqs=7), EngineConfig(), AdmissionConfig())
+    assert model.realtime_limit() == 7
+    assert model.max_streams() == 7
+    assert model.rtf_headroom(0) == pytest.approx(1.0)

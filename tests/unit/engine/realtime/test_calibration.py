@@ -1,0 +1,62 @@
+"""Start-up calibration on the real engine: a small sweep, its cache, and the engine left idle."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cadenza.config import EngineConfig
+from cadenza.contract.calibration import CALIBRATION_ADAPTER
+from cadenza.engine.engine import Engine
+from cadenza.engine.realtime.calibration import calibration_identity, load_or_calibrate
+
+
+def _engine(cache: Path, **overrides: object) -> Engine:
+    config = EngineConfig(
+        calibration_batch_sizes=(1, 2),
+        calibration_steps=15,
+        calibration_long_context=64,
+        calibration_cache_dir=str(cache),
+        kv_cache_memory_bytes=32 << 20,
+        **overrides,  # type: ignore[arg-type]
+    )
+    return Engine.from_pretrained("cadenza-tiny", engine_config=config)
+
+
+def test_sweep_fits_a_model_caches_it_and_leaves_the_engine_idle(tmp_path: Path) -> None:
+    engine = _engine(tmp_path)
+    calibration = load_or_calibrate(engine)
+    assert calibration is not None and calibration.source == "measured"
+    assert [p[0] for p in calibration.model.decode_points] == [1, 2]
+    assert len(calibration.samples) == 3  # two batch sizes and the long-context point
+    assert all(s.ms > 0 for s in calibration.samples)
+    assert calibration.codec_ms_per_frame > 0
+    assert not engine.has_unfinished_requests()
+    assert engine.take_report().steps == ()  # the sweep's own steps are not reported
+    engine.check_integrity()
+    assert engine.kv.pool.num_free_pages == engine.kv.pool.num_pages
+    engine.apply_calibration(calibration)
+    assert engine.policy is not None and engine.policy.step_model == calibration.model
+    assert engine.info.calibration == calibration
+
+    cached = next(tmp_path.glob("calibration-*.json")).read_bytes()
+    assert json.loads(cached)["model"]["decode_points"]
+    assert CALIBRATION_ADAPTER.validate_json(cached).model == calibration.model
+    again = load_or_calibrate(_engine(tmp_path))
+    assert again is not None and again.source == "cache" and again.model == calibration.model
+
+
+def test_cache_key_changes_with_what_changes_step_time(tmp_path: Path) -> None:
+    base = calibration_identity(_engine(tmp_path), seed=0)
+    assert calibration_identity(_engine(tmp_path), seed=1) != base
+    assert calibration_identity(_engine(tmp_path, chunk_frames=10), seed=0) != base
+
+
+def test_off_and_unreadable_cache(tmp_path: Path) -> None:
+    assert load_or_calibrate(_engine(tmp_path, calibration="off")) is None
+    engine = _engine(tmp_path)
+    identity = calibration_identity(engine, seed=0)
+    (tmp_path / f"calibration-{identity}.json").write_text("{not json")
+    calibration = load_or_calibrate(engine)  # measured again, cache rewritten
+    assert calibration is not None and calibration.source == "measured"
+    json.loads((tmp_path / f"calibration-{identity}.json").read_text())

@@ -1,0 +1,101 @@
+"""Deadline scheduling: playout clocks, earliest-deadline-first order, skipping streams that are
+ahead, prefill chunks sized to the most urgent stream."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cadenza.contract.sampling import SamplingParams
+from cadenza.contract.step_time_model import StepSample, StepTimeModel
+from cadenza.engine.layouts.delay_pattern import DelayPatternLayout
+from cadenza.engine.realtime.deadline_policy import DeadlinePolicy
+from cadenza.engine.realtime.playout_clock import PlayoutClock
+from cadenza.engine.sequence import AudioProgress, Sequence
+
+FRAME_S = 1 / 75
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _policy(clock: FakeClock, model: StepTimeModel | None) -> DeadlinePolicy:
+    policy = DeadlinePolicy(
+        DelayPatternLayout(num_codebooks=2, codebook_size=16, pad_id=16, eos_id=17),
+        frame_period_s=FRAME_S,
+        first_chunk_frames=4,
+        chunk_frames=8,
+        headroom=0.1,
+        min_prefill_tokens=16,
+        clock=clock,
+    )
+    policy.step_model = model
+    return policy
+
+
+def _stream(clock: FakeClock, frames_sent: int, generated: int, ahead_s: float) -> Sequence:
+    """A decoding stream whose next chunk is due ``ahead_s`` from now."""
+    seq = Sequence("s", [[16, 16]], SamplingParams(), torch.Generator(), max_new_steps=10_000)
+    seq.token_rows += [[1, 1]] * generated
+    seq.num_computed_tokens = seq.num_tokens - 1
+    seq.target_frames = 1000
+    playout = PlayoutClock(clock.now, 0.3, FRAME_S, reserve_s=0.1)
+    playout.playout_start_s = clock.now + ahead_s - frames_sent * FRAME_S
+    seq.audio = AudioProgress(playout, codec_slot=0, frames_sent=frames_sent)
+    return seq
+
+
+def test_playout_clock_deadlines_and_slack() -> None:
+    clock = PlayoutClock(arrival_s=10.0, ttfa_target_s=0.3, frame_period_s=0.02, reserve_s=0.1)
+    assert clock.due_s(0) == pytest.approx(10.3)  # the first chunk
+    assert clock.delivered(0, now_s=10.2) == pytest.approx(0.1)  # on time, 100 ms early
+    assert clock.playout_start_s == pytest.approx(10.3)  # playing starts one reserve later
+    assert clock.due_s(5) == pytest.approx(10.4)
+    assert clock.delivered(5, now_s=10.45) == pytest.approx(-0.05)  # 50 ms late
+
+
+def test_streams_are_ordered_by_laxity() -> None:
+    clock = FakeClock()
+    policy = _policy(clock, None)
+    late = _stream(clock, 8, 20, ahead_s=0.05)
+    early = _stream(clock, 8, 20, ahead_s=2.0)
+    middle = _stream(clock, 8, 20, ahead_s=0.5)
+    kept, skipped = policy.order_and_skip([early, late, middle])
+    assert kept == [late, middle, early]
+    assert skipped == []  # no step model: no skipping
+
+
+def test_over_budget_steps_skip_only_streams_ahead_of_their_reserve() -> None:
+    clock = FakeClock()
+    # 1 ms per stream: 12 streams = 12 ms, over the 12 ms budget (13.3 ms * 0.9) by a hair.
+    model = StepTimeModel.fit([StepSample(1, 20, 1.0), StepSample(20, 400, 20.0)])
+    policy = _policy(clock, model)
+    behind = [_stream(clock, 8, 20, ahead_s=0.05) for _ in range(10)]
+    ahead = [_stream(clock, 8, 20, ahead_s=3.0) for _ in range(4)]
+    kept, skipped = policy.order_and_skip(behind + ahead)
+    assert set(skipped) <= set(ahead) and skipped
+    assert all(seq in kept for seq in behind)
+    predicted = policy.predict_s(len(kept), sum(s.num_tokens for s in kept))
+    assert predicted is not None and predicted <= policy.step_budget_s
+    # Within budget nobody skips, however far ahead.
+    kept, skipped = policy.order_and_skip(ahead)
+    assert skipped == []
+
+
+def test_prefill_is_capped_by_the_most_urgent_stream() -> None:
+    clock = FakeClock()
+    model = StepTimeModel.fit([StepSample(1, 20, 1.0), StepSample(20, 400, 20.0)])
+    policy = _policy(clock, model)
+    relaxed = [_stream(clock, 8, 20, ahead_s=5.0)]
+    assert policy.prefill_limit(relaxed, 512) == 512
+    urgent = [_stream(clock, 8, 20, ahead_s=0.2)]
+    limit = policy.prefill_limit(urgent, 512)
+    assert 16 <= limit < 512
+    assert policy.prefill_limit([], 512) == 512  # nobody decoding: the whole budget
+    late = [_stream(clock, 8, 20, ahead_s=-1.0)]
+    assert policy.prefill_limit(late, 512) == 16  # always some progress
