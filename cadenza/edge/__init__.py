@@ -14,6 +14,7 @@ module              what it does
 ``untrusted_json``  one JSON decoding policy for every surface
 ``http_io``         bounded, timed request bodies and streamed responses
 ``http_protocol``   the HTTP server protocol with a request-head timeout
+``utterance_tasks`` the utterances a session plays, one task each
 ``jitter_buffer``   WebRTC playout buffer
 ``microphone``      microphone audio for speech prompts
 ``errors``          :class:`EdgeError`, rendered by every transport

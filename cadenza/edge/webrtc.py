@@ -45,6 +45,7 @@ from cadenza.edge.speak_session import (
 )
 from cadenza.edge.state import EdgeState
 from cadenza.edge.untrusted_json import JsonRejected, parse_json
+from cadenza.edge.utterance_tasks import UtteranceTasks
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +121,8 @@ class WebRTCSession:
         self.connected = False
         self.closed = False
         self._inbox: asyncio.Queue[str | bytes] = asyncio.Queue(maxsize=256)
-        self._playing: dict[int, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._playing = UtteranceTasks(spawn=self._spawn)
         self._speak_started_at: float | None = None
 
     @property
@@ -162,8 +163,7 @@ class WebRTCSession:
             return
         self.closed = True
         self.state.webrtc_sessions.discard(self)
-        for stream_id in list(self._playing):
-            await self._stop(stream_id)
+        await self._playing.stop_all()
         current = asyncio.current_task()
         for task in list(self._tasks):
             if task is not current:
@@ -194,19 +194,12 @@ class WebRTCSession:
             if isinstance(event, Send):
                 self._send(event.text)
             elif isinstance(event, StartUtterance):
-                self._playing[event.stream_id] = self._spawn(self._play(event))
+                self._playing.start(event.stream_id, self._play(event))
             elif isinstance(event, StopUtterance):
                 self.buffer.clear()  # barge-in: nothing queued keeps playing
-                await self._stop(event.stream_id)
+                await self._playing.stop(event.stream_id)
             elif isinstance(event, CloseConnection):
                 self._spawn(self.close())
-
-    async def _stop(self, stream_id: int) -> None:
-        task = self._playing.pop(stream_id, None)
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     def _send(self, text: str) -> None:
         if self.channel is not None and self.channel.readyState == "open":
@@ -218,7 +211,6 @@ class WebRTCSession:
         try:
             await self._play_utterance(start)
         finally:
-            self._playing.pop(start.stream_id, None)
             self.session.utterance_ended(start.stream_id)
 
     async def _play_utterance(self, start: StartUtterance) -> None:

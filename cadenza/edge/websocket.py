@@ -45,6 +45,7 @@ from cadenza.edge.speak_session import (
     StopUtterance,
 )
 from cadenza.edge.state import EdgeState
+from cadenza.edge.utterance_tasks import UtteranceTasks
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class WebSocketEndpoint:
         self.config = state.config.server
         self.client = "unknown"  # identity for rate limits, set by _authenticate
         self._send_lock = asyncio.Lock()
-        self._playing: dict[int, asyncio.Task[None]] = {}
+        self._playing = UtteranceTasks()
         self._wake = asyncio.Event()  # an utterance ended, or the client was dropped
         self._dropped = False
 
@@ -123,8 +124,7 @@ class WebSocketEndpoint:
         except (WebSocketDisconnect, _ClientGone):
             pass
         finally:
-            for stream_id in list(self._playing):
-                await self._stop(stream_id)
+            await self._playing.stop_all()
 
     async def _authenticate(self) -> bool:
         """With API keys configured: a valid ``Authorization: Bearer`` header, or (with no
@@ -185,22 +185,14 @@ class WebSocketEndpoint:
             if isinstance(event, Send):
                 await self._send_text(event.text)
             elif isinstance(event, StartUtterance):
-                task = asyncio.create_task(self._play(event, session, info))
-                self._playing[event.stream_id] = task
+                self._playing.start(event.stream_id, self._play(event, session, info))
             elif isinstance(event, StopUtterance):
-                await self._stop(event.stream_id)
+                await self._playing.stop(event.stream_id)
             elif isinstance(event, CloseConnection):
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self.websocket.close(event.code), GOODBYE_TIMEOUT_S)
                 return True
         return False
-
-    async def _stop(self, stream_id: int) -> None:
-        task = self._playing.pop(stream_id, None)
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def _play(self, start: StartUtterance, session: SpeakSession, info: EngineInfo) -> None:
         stream_id = start.stream_id
@@ -209,7 +201,6 @@ class WebSocketEndpoint:
         except _ClientGone:
             pass
         finally:
-            self._playing.pop(stream_id, None)
             session.utterance_ended(stream_id)
             self._wake.set()
 

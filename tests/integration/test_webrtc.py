@@ -145,3 +145,11 @@ def test_invalid_offers_are_refused(server, body, code):
     response = httpx.post(f"{server.url}/v1/webrtc/offer", content=body)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == code
+
+
+def test_the_pacing_benchmark_reports_every_peer(server):
+    from cadenza.bench import pacing
+
+    result = pacing.run(server.url, peers=2, seconds=1.0)
+    assert [peer["outcome"] for peer in result["peers_detail"]] == ["done", "done"]
+    assert result["send_jitter_p99_ms"] is not None and result["ttfa_ms_median"] > 0

@@ -7,7 +7,6 @@ import torch
 from cadenza.contract.errors import RequestRejected
 from cadenza.contract.request import FinishReason, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
-from cadenza.contract.stream_length import derive_duration_s
 
 HOP = 320
 
@@ -137,16 +136,6 @@ def test_zero_duration_finishes_at_once(tiny_engine):
     outputs = _run(tiny_engine, SynthesisRequest("z", "hi", max_duration_s=0.001))
     assert outputs["z"][-1].finish_reason is FinishReason.LENGTH
     assert sum(len(p.audio) for p in outputs["z"]) == 0
-
-
-def test_derive_duration():
-    kwargs = {"chars_per_second": 14.0, "min_duration_s": 1.0, "server_max_duration_s": 30.0}
-    assert derive_duration_s("x" * 28, None, **kwargs) == 2.0
-    assert derive_duration_s("x", None, **kwargs) == 1.0
-    assert derive_duration_s("x" * 1400, None, **kwargs) == 30.0
-    assert derive_duration_s("x" * 1400, 5.0, **kwargs) == 5.0
-    assert derive_duration_s("x", 0.25, **kwargs) == 0.25
-    assert derive_duration_s("x" * 1400, 60.0, **kwargs) == 30.0
 
 
 def test_speech_prompt_becomes_prompt_frames(tiny_engine):

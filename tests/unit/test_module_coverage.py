@@ -1,0 +1,121 @@
+"""Every source module has a test module named after it (``test_<module>.py`` somewhere under
+``tests/``) or is listed below with the tests that cover it and why it has none of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
+    # module: (covering test module, why there is no test of its own)
+    "cadenza/bench/codec_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
+    "cadenza/bench/engine_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
+    "cadenza/bench/pacing.py": ("tests/integration/test_webrtc.py", "a benchmark"),
+    "cadenza/bench/roofline.py": ("tests/integration/test_bench.py", "a benchmark"),
+    "cadenza/client/sdk.py": ("tests/integration/test_websocket.py", "the SDK is the client"),
+    "cadenza/codecs/codec.py": ("tests/unit/codecs/test_encodec.py", "protocols only"),
+    "cadenza/codecs/registry.py": ("tests/unit/codecs/test_encodec.py", "one function"),
+    "cadenza/contract/engine_info.py": ("tests/unit/contract/test_messages.py", "a dataclass"),
+    "cadenza/contract/engine_stats.py": ("tests/unit/contract/test_messages.py", "dataclasses"),
+    "cadenza/contract/errors.py": ("tests/unit/edge/test_lease.py", "exception types"),
+    "cadenza/contract/request.py": ("tests/unit/contract/test_messages.py", "dataclasses"),
+    "cadenza/contract/sampling.py": ("tests/unit/engine/test_sampler.py", "a dataclass"),
+    "cadenza/edge/admission/priority_queues.py": (
+        "tests/unit/edge/admission/test_gate.py",
+        "the gate's ordering is the queues' ordering",
+    ),
+    "cadenza/edge/app.py": ("tests/integration/test_http_server.py", "routes over real HTTP"),
+    "cadenza/edge/errors.py": ("tests/unit/edge/test_speech_http.py", "rendered by routes"),
+    "cadenza/edge/http_io.py": ("tests/integration/test_edge_robustness.py", "ASGI I/O"),
+    "cadenza/edge/http_protocol.py": (
+        "tests/integration/test_edge_robustness.py",
+        "a socket protocol: checked with raw sockets against the server",
+    ),
+    "cadenza/edge/media/opus.py": ("tests/unit/edge/media/test_containers.py", "codec glue"),
+    "cadenza/edge/media/resampler.py": ("tests/unit/edge/media/test_containers.py", "glue"),
+    "cadenza/edge/media/tempo.py": ("tests/unit/edge/media/test_containers.py", "glue"),
+    "cadenza/edge/metrics.py": ("tests/integration/test_transport_parity.py", "counters"),
+    "cadenza/edge/state.py": ("tests/integration/test_api_keys.py", "handler wiring"),
+    "cadenza/engine/device.py": ("tests/unit/engine/test_builder.py", "device helpers"),
+    "cadenza/engine/identity.py": ("tests/unit/engine/test_builder.py", "one description"),
+    "cadenza/engine/kv/paged_kv_cache.py": ("tests/unit/engine/test_int8_kv.py", "tensors"),
+    "cadenza/engine/layouts/flat.py": ("tests/unit/engine/test_llama_checkpoints.py", "layout"),
+    "cadenza/engine/layouts/token_layout.py": (
+        "tests/unit/engine/test_scheduler.py",
+        "the protocol and the plain layout, driven through the scheduler",
+    ),
+    "cadenza/engine/models/byte_tokenizer.py": (
+        "tests/unit/engine/test_cadenza_tiny.py",
+        "two lines of UTF-8",
+    ),
+    "cadenza/engine/models/checkpoint.py": ("tests/unit/engine/test_llama_checkpoints.py", "-"),
+    "cadenza/engine/models/llama.py": ("tests/unit/engine/test_llama_exactness.py", "-"),
+    "cadenza/engine/models/llama_causal_lm.py": (
+        "tests/unit/engine/test_llama_exactness.py",
+        "checked token for token against transformers",
+    ),
+    "cadenza/engine/models/model.py": ("tests/unit/engine/test_model_runner.py", "a base"),
+    "cadenza/engine/models/registry.py": ("tests/unit/engine/test_llama_checkpoints.py", "-"),
+    "cadenza/engine/models/serving_weights.py": (
+        "tests/unit/engine/test_cadenza_tiny.py",
+        "the served (fused, packed) model equals the reference one",
+    ),
+    "cadenza/engine/offline.py": ("tests/unit/engine/test_engine.py", "Engine's offline API"),
+    "cadenza/engine/realtime/playout_clock.py": (
+        "tests/unit/engine/realtime/test_deadline_policy.py",
+        "the clock and its policy",
+    ),
+    "cadenza/engine/sequence.py": ("tests/unit/engine/test_scheduler.py", "request state"),
+    "cadenza/ipc/engine_loop.py": ("tests/integration/test_engine_client.py", "process glue"),
+    "cadenza/ipc/serving_engine.py": ("tests/unit/engine/test_naive_engine.py", "a protocol"),
+    "cadenza/kernels/attention_backends.py": ("tests/unit/engine/test_llama_exactness.py", "-"),
+    "cadenza/kernels/attention_context.py": ("tests/unit/engine/test_model_runner.py", "-"),
+    "cadenza/kernels/cpu_linear.py": ("tests/kernels/test_int8_linear.py", "packed linears"),
+    "cadenza/kernels/linear_swap.py": ("tests/kernels/test_int8_linear.py", "one function"),
+    "cadenza/kernels/torch_attention.py": ("tests/kernels/test_decode_attention.py", "-"),
+    "cadenza/kernels/triton_decode_attention.py": (
+        "tests/kernels/test_decode_attention.py",
+        "the public dispatch's Triton half",
+    ),
+    "cadenza/kernels/triton_int8_linear.py": ("tests/kernels/test_int8_linear.py", "-"),
+    "cadenza/loadtest/clients.py": ("tests/integration/test_loadtest.py", "real clients"),
+    "cadenza/loadtest/harness.py": ("tests/integration/test_loadtest.py", "the CLI run"),
+    "cadenza/loadtest/level_runner.py": ("tests/integration/test_loadtest.py", "-"),
+    "cadenza/loadtest/level_summary.py": ("tests/unit/loadtest/test_playout.py", "-"),
+    "cadenza/loadtest/report.py": ("tests/integration/test_loadtest.py", "the outputs"),
+    "cadenza/loadtest/server_metrics.py": ("tests/integration/test_loadtest.py", "-"),
+    "cadenza/loadtest/sweep.py": ("tests/integration/test_loadtest.py", "-"),
+    "cadenza/loadtest/workload.py": ("tests/integration/test_loadtest.py", "options"),
+    "cadenza/logs.py": ("tests/integration/test_edge_robustness.py", "the log is read"),
+    "cadenza/version.py": ("tests/unit/edge/test_edge_imports.py", "one constant"),
+}
+
+
+def _modules() -> list[str]:
+    return sorted(
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "cadenza").rglob("*.py")
+        if path.name not in ("__init__.py", "__main__.py")
+    )
+
+
+def test_every_module_has_tests() -> None:
+    test_names = {path.name for path in (ROOT / "tests").rglob("test_*.py")}
+    missing = [
+        module
+        for module in _modules()
+        if f"test_{Path(module).stem}.py" not in test_names and module not in COVERED_ELSEWHERE
+    ]
+    assert not missing, f"modules without tests (write them, or list them): {missing}"
+
+
+def test_the_list_names_real_modules_and_tests() -> None:
+    modules = set(_modules())
+    for module, (covering, _why) in COVERED_ELSEWHERE.items():
+        assert module in modules, f"{module} no longer exists"
+        assert (ROOT / covering).is_file(), f"{covering} (for {module}) does not exist"
+        name = Path(module).stem
+        assert f"test_{name}.py" not in {p.name for p in (ROOT / "tests").rglob("test_*.py")}, (
+            f"{module} has its own test module now: drop it from the list"
+        )
