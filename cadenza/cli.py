@@ -76,7 +76,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "plan",
         help="KV memory per token and sequence, and how many sequences fit",
         description="KV cache arithmetic: 2 x layers x kv_heads x head_dim x bytes(kv_dtype) "
-        "per token (+ one float32 scale per token, layer, head and K/V for int8). --model "
+        "per token (+ one float16 scale per token, layer, head and K/V for int8). --model "
         "takes the shape from a built-in model or a checkpoint directory instead of the flags.",
     )
     plan.add_argument("--layers", type=int)

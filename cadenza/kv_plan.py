@@ -1,13 +1,7 @@
-"""KV memory arithmetic for capacity planning (``cadenza plan``).
-
-Per token, a decoder stores a key and a value per layer and KV head::
-
-    kv_bytes_per_token = 2 * layers * kv_heads * head_dim * bytes(kv_dtype)   (+ int8 scales)
-
-INT8 caches also keep one float16 scale per token, layer, KV head and K/V, which adds
-``2 * layers * kv_heads * 2`` bytes per token (as the engine's cache does,
-:mod:`cadenza.kernels.kv_quant`). Llama 3 8B (32 layers, 8 KV heads of width 128,
-BF16) needs 131,072 bytes per token: exactly 1 GiB for an 8,192-token sequence.
+"""KV memory arithmetic for capacity planning (``cadenza plan``): bytes per token and per
+sequence, sequences that fit in a memory budget, and what full multi-head attention would cost
+instead. The per-token formula is the one the engine and admission use
+(:func:`cadenza.contract.kv_memory.kv_bytes_per_token`); this module only plans with it.
 """
 
 from __future__ import annotations
@@ -16,8 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-KV_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1, "fp8": 1}
-INT8_SCALE_BYTES = 2
+from cadenza.contract.kv_memory import KV_DTYPE_BYTES, kv_bytes_per_token
 
 _UNITS = {
     "": 1,
@@ -70,10 +63,7 @@ class KVPlan:
             raise ValueError("weights_bytes must not be negative")
 
     def bytes_per_token(self, kv_heads: int) -> int:
-        per_token = 2 * self.layers * kv_heads * self.head_dim * KV_DTYPE_BYTES[self.kv_dtype]
-        if self.kv_dtype == "int8":
-            per_token += 2 * self.layers * kv_heads * INT8_SCALE_BYTES
-        return per_token
+        return kv_bytes_per_token(self.layers, kv_heads, self.head_dim, self.kv_dtype)
 
     @property
     def kv_bytes_per_token(self) -> int:

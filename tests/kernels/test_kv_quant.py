@@ -56,3 +56,9 @@ def test_int8_paged_prefill_and_decode_follow_the_float_attention():
     )
     torch.testing.assert_close(decode_int8, exact[-1:], atol=0.02, rtol=0.02)
     torch.testing.assert_close(decode_exact, exact[-1:], atol=1e-5, rtol=1e-5)
+
+
+def test_the_contract_counts_the_scales_the_cache_stores() -> None:
+    from cadenza.contract.kv_memory import INT8_SCALE_BYTES
+
+    assert torch.empty(0, dtype=SCALE_DTYPE).element_size() == INT8_SCALE_BYTES

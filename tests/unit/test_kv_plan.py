@@ -108,7 +108,8 @@ def test_cli_with_a_model_measures_its_real_time_capacity_here(tmp_path):
     assert result.returncode == 0, result.stderr
     realtime = json.loads(result.stdout)["realtime"]
     assert realtime["calibration"] == "measured"
-    assert set(realtime["decode_step_ms"]) == {"1", "2", "4"}
+    # The sweep stops early once a point costs twice the step budget (a slow machine).
+    assert {"1", "2"} <= set(realtime["decode_step_ms"]) <= {"1", "2", "4"}
     assert 1 <= realtime["max_streams"] <= 64
     assert realtime["step_budget_ms"] < 1000 / 75
     again = json.loads(
