@@ -162,4 +162,6 @@ def _request_id_of(raw: object) -> str | None:
         return None
     request = raw.get("request")
     request_id = request.get("request_id") if isinstance(request, dict) else None
+    if request_id is None:
+        request_id = raw.get("request_id")  # abort, output
     return request_id if isinstance(request_id, str) else None

@@ -8,6 +8,7 @@ capacity, the OpenAI speech API, the WebSocket stream and WebRTC signalling.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -89,9 +90,12 @@ def create_app(config: CadenzaConfig) -> FastAPI:
         try:
             yield
         finally:
-            for session in list(state.webrtc_sessions):
-                await session.close()
-            await engine.close()
+            try:
+                for session in list(state.webrtc_sessions):
+                    with contextlib.suppress(Exception):
+                        await session.close()
+            finally:
+                await engine.close()
 
     # No generated API pages: the protocols are documented in docs/protocol.md, and an open
     # server should not advertise its routes.

@@ -4,8 +4,10 @@
   soon as it passes the limit, refuses one that stalls (408), and turns a client that hangs up
   mid-body into a quiet 499 instead of an exception.
 * :class:`StreamedBody` sends a chunked response whose every send must go through within
-  ``send_timeout_s``: a client that stops reading (or leaves) has its body generator closed at
-  once, which ends its stream and frees its slot, and its connection is dropped.
+  ``send_timeout_s``. However the response ends (finished, a client that stops reading or
+  leaves, a send that fails before the first chunk), ``on_close`` runs once: that is where the
+  stream behind the body is ended and its slot freed. A client that stopped reading has its
+  connection dropped.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -33,7 +35,8 @@ async def read_body(request: Request, *, max_bytes: int, timeout_s: float) -> by
     body = bytearray()
     while True:
         try:
-            message = await asyncio.wait_for(request.receive(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                message = await request.receive()
         except TimeoutError:
             raise EdgeError(
                 408, f"request body stalled for {timeout_s:g} s", code="body_timeout"
@@ -61,9 +64,11 @@ class StreamedBody(Response):
         media_type: str,
         headers: Mapping[str, str],
         send_timeout_s: float,
+        on_close: Callable[[], Awaitable[None]],
     ) -> None:
         super().__init__(status_code=200, media_type=media_type)
         self.chunks = chunks
+        self.on_close = on_close
         self.extra_headers = dict(headers)
         self.send_timeout_s = send_timeout_s
 
@@ -96,10 +101,14 @@ class StreamedBody(Response):
             gone.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await gone
-            await self.chunks.aclose()
+            try:
+                await self.chunks.aclose()
+            finally:
+                await self.on_close()
 
     async def _send(self, send: Send, message: Message) -> None:
-        await asyncio.wait_for(send(message), self.send_timeout_s)
+        async with asyncio.timeout(self.send_timeout_s):
+            await send(message)
 
 
 async def _wait_for_disconnect(receive: Receive) -> None:

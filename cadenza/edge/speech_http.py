@@ -109,6 +109,7 @@ async def create_speech(request: Request) -> StreamedBody:
     body = parse_speech_request(raw)
     info = state.engine_info()
     encoder = open_encoder(body.response_format, info.sample_rate)
+    tempo = TempoChanger(info.sample_rate, body.speed) if body.speed != 1.0 else None
     request_id = uuid.uuid4().hex
     synthesis = SynthesisRequest(
         request_id=request_id,
@@ -128,19 +129,25 @@ async def create_speech(request: Request) -> StreamedBody:
         ),
     )
     outputs = lease.outputs()
+
+    async def end_stream() -> None:
+        try:
+            await outputs.aclose()  # aborts the engine request if it did not finish
+        finally:
+            lease.close()
+
     try:
         first = await anext(outputs)
     except BaseException:
-        await outputs.aclose()
-        lease.close()
+        await end_stream()
         raise
-    tempo = TempoChanger(info.sample_rate, body.speed) if body.speed != 1.0 else None
-    audio = _encode(lease, outputs, first, encoder, tempo)
+    audio = _encode(outputs, first, encoder, tempo)
     return StreamedBody(
         _as_sse(audio) if body.stream_format == "sse" else audio,
         media_type="text/event-stream" if body.stream_format == "sse" else encoder.media_type,
         headers={"X-Request-Id": request_id},
         send_timeout_s=server.send_timeout_s,
+        on_close=end_stream,
     )
 
 
@@ -163,30 +170,26 @@ async def _unless_client_leaves(request: Request, admission: Awaitable[StreamLea
 
 
 async def _encode(
-    lease: StreamLease,
     outputs: AsyncGenerator[StreamOutput, None],
     first: StreamOutput,
     encoder: StreamEncoder,
     tempo: TempoChanger | None,
 ) -> AsyncGenerator[bytes, None]:
-    """The response body: every output encoded as it arrives, then the encoder's tail."""
-    try:
-        output = first
-        while True:
-            samples = output.audio if tempo is None else tempo.process(output.audio)
-            data = encoder.encode(samples)
-            if data:
-                yield data
-            if output.finished:
-                break
-            output = await anext(outputs)
-        tail = encoder.encode(tempo.flush()) if tempo is not None else b""
-        tail += encoder.finish()
-        if tail:
-            yield tail
-    finally:
-        await outputs.aclose()
-        lease.close()
+    """The response body: every output encoded as it arrives, then the encoder's tail. The
+    stream behind it is ended by the response's ``on_close``."""
+    output = first
+    while True:
+        samples = output.audio if tempo is None else tempo.process(output.audio)
+        data = encoder.encode(samples)
+        if data:
+            yield data
+        if output.finished:
+            break
+        output = await anext(outputs)
+    tail = encoder.encode(tempo.flush()) if tempo is not None else b""
+    tail += encoder.finish()
+    if tail:
+        yield tail
 
 
 async def _as_sse(audio: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, None]:

@@ -5,7 +5,6 @@ end by themselves."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -30,8 +29,7 @@ class UtteranceTasks:
         task = self._tasks.pop(stream_id, None)
         if task is not None and not task.done():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait({task})  # a cancel of the caller itself still propagates
 
     async def stop_all(self) -> None:
         for stream_id in list(self._tasks):

@@ -55,6 +55,7 @@ RTC_RATE = 48000
 FRAME_MS = 20
 MAX_SDP_BYTES = 64 * 1024
 STATS_INTERVAL_S = 0.5
+PLAY_OUT_MARGIN_S = 2.0  # how much longer than its length a last utterance may take to play
 
 
 class PacedAudioTrack(MediaStreamTrack):
@@ -219,6 +220,7 @@ class WebRTCSession:
         async def queued(position: int, wait_s: float) -> None:
             self._send(protocol.queued_message(stream_id, position, wait_s))
 
+        resampler = StreamResampler(self.sample_rate, RTC_RATE)
         try:
             lease = await self.state.admission.open(
                 transport="webrtc",
@@ -230,7 +232,6 @@ class WebRTCSession:
         except EdgeError as exc:
             self._send(protocol.error_message(exc.code, exc.message, stream_id, exc.retry_after_s))
             return
-        resampler = StreamResampler(self.sample_rate, RTC_RATE)
         self.buffer.start()
         self.track.first_audio_at = None
         started = self._speak_started_at = time.monotonic()
@@ -244,14 +245,15 @@ class WebRTCSession:
             )
         )
         try:
-            async for output in lease.outputs():
-                self.buffer.push(resampler.process(output.audio))
-                if output.finished:
-                    self.buffer.push(resampler.flush())
-                    self.buffer.end()
-                    reason = output.finish_reason.value if output.finish_reason else "eos"
-            while self.buffer.active:  # let the listener hear the end (the slot is free)
-                await asyncio.sleep(FRAME_MS / 1000)
+            async with contextlib.aclosing(lease.outputs()) as outputs:
+                async for output in outputs:
+                    self.buffer.push(resampler.process(output.audio))
+                    if output.finished:
+                        self.buffer.push(resampler.flush())
+                        self.buffer.end()
+                        reason = output.finish_reason.value if output.finish_reason else "eos"
+            lease.close()  # the engine is done: free the slot while the listener hears the end
+            await self._play_out()
             first = self.track.first_audio_at
             stats = {
                 "ttfa_ms": round(1000 * (first - started), 1) if first else None,
@@ -267,6 +269,16 @@ class WebRTCSession:
             self._send(protocol.error_message(exc.code, exc.message, stream_id, exc.retry_after_s))
         finally:
             lease.close()
+
+    async def _play_out(self) -> None:
+        """Wait until the buffered audio has played, or for as long as it should take plus a
+        margin: a track that nobody reads does not hold the utterance forever."""
+        deadline = time.monotonic() + self.buffer.depth_ms / 1000 + PLAY_OUT_MARGIN_S
+        while self.buffer.active and time.monotonic() < deadline:
+            await asyncio.sleep(FRAME_MS / 1000)
+        if self.buffer.active:
+            log.info("WebRTC track stopped being read; dropping its buffered audio")
+            self.buffer.clear()
 
     # -- background -------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
@@ -69,25 +69,43 @@ class _ClientGone(Exception):
     """The client disconnected, or was dropped for not reading."""
 
 
+class _SlowConsumer(_ClientGone):
+    """A send waited ``server.send_timeout_s``: the client is to be dropped, once whatever
+    stream was sending has released its slot."""
+
+
 @dataclass
 class ListenerEstimate:
     """What a listener who starts playing at the first audio would hear: a chunk sent after
-    its own playback time would have found the player empty (an underrun, by how late)."""
+    its own playback time would have found the player empty (an underrun, by how late).
+    Times are seconds since the utterance started."""
 
-    started_at: float | None = None
+    first_audio_s: float | None = None
     audio_s: float = 0.0
+    chunks: int = 0
     underruns: int = 0
     longest_underrun_ms: float = 0.0
-    lateness_ms: list[float] = field(default_factory=list)
 
     def sent(self, seconds: float, now: float) -> None:
-        if self.started_at is None:
-            self.started_at = now
-        late_ms = 1000 * (now - (self.started_at + self.audio_s))
+        if self.first_audio_s is None:
+            self.first_audio_s = now
+        late_ms = 1000 * (now - (self.first_audio_s + self.audio_s))
         if late_ms > 0:
             self.underruns += 1
             self.longest_underrun_ms = max(self.longest_underrun_ms, late_ms)
         self.audio_s += seconds
+        self.chunks += 1
+
+    def done_message(self, stream_id: int, reason: str) -> str:
+        """The ``done`` message, with this estimate as its ``stats``."""
+        stats = {
+            "ttfa_ms": round(1000 * (self.first_audio_s or 0.0), 1),
+            "audio_s": round(self.audio_s, 3),
+            "chunks": self.chunks,
+            "underruns": self.underruns,
+            "longest_underrun_ms": round(self.longest_underrun_ms, 1),
+        }
+        return protocol.server_message("done", stream_id=stream_id, reason=reason, stats=stats)
 
 
 class WebSocketEndpoint:
@@ -121,6 +139,9 @@ class WebSocketEndpoint:
         try:
             await self._send_text(_ready_message(info))
             await self._receive_loop(session, info)
+        except _SlowConsumer:
+            with contextlib.suppress(_ClientGone):
+                await self._drop("slow_consumer", "client is not reading fast enough")
         except (WebSocketDisconnect, _ClientGone):
             pass
         finally:
@@ -134,7 +155,8 @@ class WebSocketEndpoint:
         client = self.state.client_identity(bearer_token(header), peer)
         if client is None and header is None:
             with contextlib.suppress(TimeoutError, ProtocolError):
-                message = await asyncio.wait_for(self.websocket.receive(), HELLO_TIMEOUT_S)
+                async with asyncio.timeout(HELLO_TIMEOUT_S):
+                    message = await self.websocket.receive()
                 if message["type"] == "websocket.disconnect":
                     return False
                 hello = protocol.parse_client_message(message.get("text") or "")
@@ -153,10 +175,12 @@ class WebSocketEndpoint:
                 limit = session.idle_timeout_s()
                 self._wake.clear()
                 woken = asyncio.ensure_future(self._wake.wait())
-                done, _ = await asyncio.wait(
-                    {receiving, woken}, timeout=limit, return_when=asyncio.FIRST_COMPLETED
-                )
-                woken.cancel()
+                try:
+                    done, _ = await asyncio.wait(
+                        {receiving, woken}, timeout=limit, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    woken.cancel()
                 if self._dropped:
                     return
                 if receiving in done:
@@ -190,7 +214,8 @@ class WebSocketEndpoint:
                 await self._playing.stop(event.stream_id)
             elif isinstance(event, CloseConnection):
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.websocket.close(event.code), GOODBYE_TIMEOUT_S)
+                    async with asyncio.timeout(GOODBYE_TIMEOUT_S):
+                        await self.websocket.close(event.code)
                 return True
         return False
 
@@ -198,6 +223,9 @@ class WebSocketEndpoint:
         stream_id = start.stream_id
         try:
             await self._play_utterance(start, info)
+        except _SlowConsumer:  # its lease is closed by now: the slot is free
+            with contextlib.suppress(_ClientGone):
+                await self._drop("slow_consumer", "client is not reading fast enough", stream_id)
         except _ClientGone:
             pass
         finally:
@@ -210,6 +238,9 @@ class WebSocketEndpoint:
         async def queued(position: int, wait_s: float) -> None:
             await self._send_text(protocol.queued_message(stream_id, position, wait_s))
 
+        encode = _payload_encoder(
+            start.speak.format, info.sample_rate, start.sample_rate, info.frame_rate
+        )
         try:
             lease = await self.state.admission.open(
                 transport="websocket",
@@ -221,11 +252,7 @@ class WebSocketEndpoint:
         except EdgeError as exc:
             await self._send_error(exc, stream_id)
             return
-        encode = _payload_encoder(
-            start.speak.format, info.sample_rate, start.sample_rate, info.frame_rate
-        )
         listener = ListenerEstimate()
-        index = 0
         try:
             await self._send_text(
                 protocol.server_message(
@@ -237,28 +264,15 @@ class WebSocketEndpoint:
                 )
             )
             started = time.perf_counter()
-            ttfa_ms: float | None = None
-            async for output in lease.outputs():
-                for payload, seconds in encode(output, output.finished):
-                    await self._send_bytes(protocol.encode_audio_frame(stream_id, index, payload))
-                    now = time.perf_counter()
-                    if ttfa_ms is None:
-                        ttfa_ms = 1000 * (now - started)
-                    listener.sent(seconds, now)
-                    index += 1
-                if output.finished:
-                    reason = output.finish_reason.value if output.finish_reason else "eos"
-                    stats = {
-                        "ttfa_ms": round(ttfa_ms or 0.0, 1),
-                        "audio_s": round(listener.audio_s, 3),
-                        "chunks": index,
-                        "underruns": listener.underruns,
-                        "longest_underrun_ms": round(listener.longest_underrun_ms, 1),
-                    }
-                    done = protocol.server_message(
-                        "done", stream_id=stream_id, reason=reason, stats=stats
-                    )
-                    await self._send_text(done)
+            async with contextlib.aclosing(lease.outputs()) as outputs:
+                async for output in outputs:
+                    for payload, seconds in encode(output, output.finished):
+                        frame = protocol.encode_audio_frame(stream_id, listener.chunks, payload)
+                        await self._send_bytes(frame)
+                        listener.sent(seconds, time.perf_counter() - started)
+                    if output.finished:
+                        reason = output.finish_reason.value if output.finish_reason else "eos"
+                        await self._send_text(listener.done_message(stream_id, reason))
         except EdgeError as exc:
             lease.close()  # free the slot before telling the client anything
             if exc.code == "slow_consumer":
@@ -282,23 +296,22 @@ class WebSocketEndpoint:
         await self._send(lambda: self.websocket.send_bytes(data))
 
     async def _send(self, send: Callable[[], Awaitable[None]]) -> None:
-        """One send, waited for at most ``server.send_timeout_s``; a client that does not take
-        it is dropped (:class:`_ClientGone`)."""
+        """One send, waited for at most ``server.send_timeout_s``. Raises :class:`_ClientGone`
+        when the client has left, :class:`_SlowConsumer` when it did not take the send."""
         if self._dropped:
             raise _ClientGone
         async with self._send_lock:
             try:
-                await asyncio.wait_for(send(), self.config.send_timeout_s)
+                async with asyncio.timeout(self.config.send_timeout_s):
+                    await send()
             except TimeoutError:
                 log.warning(
                     "dropping a WebSocket client that took nothing for %.1f s",
                     self.config.send_timeout_s,
                 )
+                raise _SlowConsumer from None
             except (WebSocketDisconnect, RuntimeError, OSError) as exc:
                 raise _ClientGone from exc
-            else:
-                return
-        await self._drop("slow_consumer", "client is not reading fast enough")
 
     async def _drop(self, code: str, message: str, stream_id: int | None = None) -> None:
         """End the connection with a last ``error`` and close 4001, each given a moment at
@@ -320,9 +333,11 @@ class WebSocketEndpoint:
         """A last ``error`` and a close, neither waited for longer than a moment."""
         text = protocol.error_message(code, message, stream_id, retry_after_s)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.websocket.send_text(text), GOODBYE_TIMEOUT_S)
+            async with asyncio.timeout(GOODBYE_TIMEOUT_S):
+                await self.websocket.send_text(text)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.websocket.close(close_code), GOODBYE_TIMEOUT_S)
+            async with asyncio.timeout(GOODBYE_TIMEOUT_S):
+                await self.websocket.close(close_code)
 
 
 def _ready_message(info: EngineInfo) -> str:

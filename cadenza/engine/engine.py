@@ -128,11 +128,12 @@ class Engine:
         """Queue a stream. Raises :class:`RequestRejected` without changing any state."""
         self._check_room(request.request_id)
         seq = self.intake.speech(request)
+        self._check_fits(seq)
+        if seq.target_frames > 0:
+            self.audio.open(seq)  # CodecError (a ValueError) when no decoder slot is free
         self._submit(seq)
         if seq.target_frames == 0:
             self._end(seq, FinishReason.LENGTH)
-        else:
-            self.audio.open(seq)
 
     def add_tokens(
         self,
@@ -146,6 +147,7 @@ class Engine:
         :meth:`step`."""
         self._check_room(request_id)
         seq = self.intake.tokens(request_id, prompt, max_new_steps, sampling or SamplingParams())
+        self._check_fits(seq)
         self._submit(seq)
         return seq
 
@@ -245,12 +247,14 @@ class Engine:
         if len(self._live) >= self.config.max_pending_requests:
             raise RequestRejected("engine queue is full")
 
-    def _submit(self, seq: Sequence) -> None:
+    def _check_fits(self, seq: Sequence) -> None:
         needed = self.kv.reservation(seq)
         if needed > self.kv.pool.num_pages:
             raise RequestRejected(
                 f"request needs {needed} KV pages; the cache has {self.kv.pool.num_pages}"
             )
+
+    def _submit(self, seq: Sequence) -> None:
         self._live[seq.request_id] = seq
         self.scheduler.add(seq)
 

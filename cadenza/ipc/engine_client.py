@@ -31,12 +31,13 @@ import zmq.asyncio
 from cadenza.config import CadenzaConfig
 from cadenza.contract import messages
 from cadenza.contract.engine_info import EngineInfo
-from cadenza.contract.errors import EngineError, EngineUnavailable
+from cadenza.contract.errors import EngineError, EngineErrorCode, EngineUnavailable
 from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_TIMEOUT_S = 5.0
+STALL_TIMEOUT_S = 60.0  # an engine silent this long is hung: it is stopped and counted as lost
 _SEND_HWM = 10_000
 
 StatsCallback = Callable[[messages.Stats], None]
@@ -121,6 +122,7 @@ class EngineClient:
                 raise EngineUnavailable("engine exited during start-up")
         self._last_heartbeat = time.monotonic()
         self._reader = asyncio.create_task(self._read_outputs(), name="cadenza-engine-reader")
+        self._reader.add_done_callback(self._reader_ended)
 
     async def close(self) -> None:
         """Stop the engine and release every socket; pending streams fail ``unavailable``."""
@@ -261,35 +263,72 @@ class EngineClient:
                 if not self._engine_alive():
                     self._lose_engine("engine process exited")
                     return
+                if time.monotonic() - self._last_heartbeat > STALL_TIMEOUT_S:
+                    self._lose_engine(f"engine sent nothing for {STALL_TIMEOUT_S:g} s")
+                    if self._process is not None:
+                        self._process.kill()
+                    return
                 continue
-            message = self._decode(await self._from_engine.recv())
+            data = await self._from_engine.recv()
+            try:
+                message = messages.decode(data)
+            except messages.WireError as exc:
+                log.error("dropping a message from the engine: %s", exc)
+                if exc.request_id is not None:
+                    self._fail_stream(exc.request_id, f"invalid engine output: {exc}")
+                continue
             if isinstance(message, messages.Output):
                 self._deliver(message)
             elif isinstance(message, messages.Stats):
                 self._last_heartbeat = time.monotonic()
                 self.last_stats = message
                 if self.on_stats is not None:
-                    self.on_stats(message)
+                    try:
+                        self.on_stats(message)
+                    except Exception:
+                        log.exception("engine stats callback failed")
             elif isinstance(message, messages.Fatal):
                 self._lose_engine(message.message)
+
+    def _reader_ended(self, reader: asyncio.Task[None]) -> None:
+        if not reader.cancelled() and (exc := reader.exception()) is not None:
+            log.error("engine reader failed", exc_info=exc)
+            self._lose_engine(f"engine reader failed: {exc}")
 
     def _deliver(self, message: messages.Output) -> None:
         queue = self._streams.get(message.request_id)
         if queue is None:
             return  # the stream was abandoned; its abort is on the way
         try:
-            item: _Delivery = message.stream_output()
+            output = message.stream_output()
         except messages.WireError as exc:
-            item = EngineError(str(exc), "internal")
+            self._fail_stream(message.request_id, f"invalid engine output: {exc}")
+            return
         try:
-            queue.put_nowait(item)
+            queue.put_nowait(output)
         except asyncio.QueueFull:
-            self.abort(message.request_id)
-            with contextlib.suppress(asyncio.QueueEmpty):
-                queue.get_nowait()  # make room for the error
-            queue.put_nowait(EngineError("client is not reading fast enough", "slow_consumer"))
+            self._fail_stream(
+                message.request_id,
+                "client is not reading fast enough",
+                code="slow_consumer",
+            )
+
+    def _fail_stream(
+        self, request_id: str, reason: str, code: EngineErrorCode = "internal"
+    ) -> None:
+        """End one stream with :class:`EngineError` ``code``, the last thing its caller reads
+        (one undelivered output may make room for it), and tell the engine to abort it."""
+        queue = self._streams.get(request_id)
+        self.abort(request_id)
+        if queue is None:
+            return
+        with contextlib.suppress(asyncio.QueueEmpty):
+            queue.get_nowait()  # make room for the error
+        queue.put_nowait(EngineError(reason, code))
 
     def _lose_engine(self, reason: str) -> None:
+        if self._failure is not None:
+            return
         self._failure = reason
         log.error("engine lost: %s", reason)
         self._fail_all(reason)

@@ -7,8 +7,9 @@ connects.
 
 Loop: drain every waiting message (block briefly when idle), run one engine step, send its
 outputs, and every ``STATS_INTERVAL_S`` a ``stats`` message that doubles as the heartbeat the
-edge's readiness check watches. A request the engine refuses gets a final ``output`` with
-``error_code = "rejected"``. Every message a step produces is sent before the next step
+edge's readiness check watches. A request the engine refuses (or fails to add) gets a final
+``output`` with ``error_code = "rejected"``; a step that raises outside the engine's per-request
+isolation ends the loop with ``fatal``. Every message a step produces is sent before the next step
 starts, so cancellations reach the engine between steps and pages are only released when no
 step is using them.
 """
@@ -60,7 +61,11 @@ def run_engine_loop(
             outbound.send(messages.encode(messages.Fatal(f"engine failed to load: {exc}")))
             return
         outbound.send(messages.encode(messages.Ready(engine.info)))
-        _serve(engine, inbound, outbound, stop)
+        try:
+            _serve(engine, inbound, outbound, stop)
+        except Exception as exc:  # a step that failed outside per-request isolation
+            log.exception("engine failed")
+            outbound.send(messages.encode(messages.Fatal(f"engine failed: {exc}")))
     finally:
         inbound.close(linger=0)
         outbound.close(linger=1000)
@@ -109,6 +114,9 @@ def _handle(engine: ServingEngine, data: bytes, outbound: zmq.Socket[bytes]) -> 
             engine.add_request(message.request)
         except (RequestRejected, ValueError) as exc:
             _reject(message.request.request_id, str(exc), outbound)
+        except Exception as exc:  # a bug for this request only: refuse it, keep serving
+            log.exception("could not add request %s", message.request.request_id)
+            _reject(message.request.request_id, f"could not start the stream: {exc}", outbound)
     elif isinstance(message, messages.AbortRequest):
         engine.abort_request(message.request_id)
     else:

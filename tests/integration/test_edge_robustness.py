@@ -89,6 +89,14 @@ def raw_connection(server: RunningServer, receive_buffer: int | None = None) -> 
     return sock
 
 
+def read_until(sock: socket.socket, marker: bytes) -> bytes:
+    """Read until `marker` arrives or the server closes: a response may come in several packets."""
+    data = b""
+    while marker not in data and (chunk := sock.recv(65536)):
+        data += chunk
+    return data
+
+
 def read_until_closed(sock: socket.socket) -> bytes:
     data = b""
     while chunk := sock.recv(65536):
@@ -180,7 +188,7 @@ def test_a_stalled_body_gets_408(server) -> None:
         b'Content-Length: 100\r\n\r\n{"model": '
     )
     started = time.monotonic()
-    response = sock.recv(65536)
+    response = read_until(sock, b"body_timeout")
     assert response.startswith(b"HTTP/1.1 408"), response
     assert b"body_timeout" in response
     assert time.monotonic() - started < BODY_TIMEOUT_S + 2.0
@@ -196,9 +204,7 @@ def test_a_huge_body_is_refused_before_it_is_read(server, path) -> None:
         "Content-Length: 100000000\r\n\r\n".encode()
         + b"x" * 1000
     )
-    response = sock.recv(65536)  # answered at once: the other 99.99 MB are never sent
-    while b"body_too_large" not in response and (more := sock.recv(65536)):
-        response += more
+    response = read_until(sock, b"body_too_large")  # answered at once: 99.99 MB never sent
     assert response.startswith(b"HTTP/1.1 413"), response
     assert b"body_too_large" in response
     sock.close()

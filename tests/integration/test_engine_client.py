@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+import msgpack
 import pytest
+import zmq
 
 from cadenza.config import load_config
 from cadenza.contract.request import FinishReason, SynthesisRequest
@@ -14,12 +16,12 @@ from cadenza.ipc.engine_client import EngineClient, EngineError
 HOP = 320
 
 
-def _run(scenario):
+def _run(scenario, **client_options):
     async def main():
         config = load_config(
             overrides={"engine": {"mode": "inprocess"}, "model": {"device": "cpu"}}
         )
-        client = EngineClient(config)
+        client = EngineClient(config, **client_options)
         await client.start()
         try:
             return await scenario(client)
@@ -110,3 +112,35 @@ def test_engine_that_cannot_load_fails_start():
             await client.start()
 
     asyncio.run(main())
+
+
+def test_an_invalid_output_fails_its_stream_and_the_engine_serves_on():
+    async def scenario(client):
+        stream = client.generate(SynthesisRequest("torn", "x" * 3000))
+        await anext(stream)
+        forger = client._sync_context.socket(zmq.PUSH)
+        forger.connect(client._from_engine.getsockopt(zmq.LAST_ENDPOINT).decode())
+        forger.send(msgpack.packb({"type": "output", "request_id": "torn", "audio": 5}))
+        forger.close(linger=1000)
+        with pytest.raises(EngineError) as failed:
+            async for _ in stream:
+                pass
+        assert failed.value.code == "internal"
+        assert client.num_streams == 0 and client.is_ready()
+        after = await _collect(client, SynthesisRequest("next", "hello"))
+        assert after[-1].finish_reason is FinishReason.LENGTH
+
+    _run(scenario)
+
+
+def test_a_failing_stats_callback_does_not_stop_the_reader():
+    def broken(stats):
+        raise RuntimeError("metrics bug")
+
+    async def scenario(client):
+        await asyncio.sleep(1.2)  # two stats messages or more
+        outputs = await _collect(client, SynthesisRequest("r", "hello"))
+        assert outputs[-1].finish_reason is FinishReason.LENGTH
+        assert client.is_ready()
+
+    _run(scenario, on_stats=broken)

@@ -65,7 +65,6 @@ class CapacityModel:
         self.kv_pages_free = info.kv_pages_total
         self._recent_steps: deque[float] = deque(maxlen=512)  # ms of steps with decodes
         self._closed_until = 0.0
-        self.min_recent_slack_ms: float | None = None
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -77,7 +76,6 @@ class CapacityModel:
             if step.decodes > 0:
                 self._recent_steps.append(1000.0 * step.seconds)
         slacks_ms = [1000.0 * s for s in message.report.chunk_slack_s]
-        self.min_recent_slack_ms = min(slacks_ms) if slacks_ms else None
         if slacks_ms and min(slacks_ms) < self.config.slack_close_ms:
             self._closed_until = self.clock() + self.config.slack_reopen_s
 

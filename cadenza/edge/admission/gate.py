@@ -108,7 +108,8 @@ class AdmissionGate:
             if not waiter.admitted.done() and on_queued is not None:
                 position = self.queues.position(waiter, now)
                 await on_queued(position, self._retry_after_s(position))
-            await asyncio.wait_for(asyncio.shield(waiter.admitted), self._max_wait[priority])
+            async with asyncio.timeout(self._max_wait[priority]):
+                await asyncio.shield(waiter.admitted)
         except TimeoutError:
             if not waiter.admitted.done():
                 self.queues.remove(waiter)
@@ -130,6 +131,7 @@ class AdmissionGate:
                 waiter.admitted.cancel()
             self._dispatch()
             raise
+        waiter.admitted.result()  # the refusal, if the gate failed it as the wait timed out
         ticket = self._granted.pop(waiter)
         self.metrics.queue_wait.labels(priority=priority).observe(ticket.waited_s)
         return ticket

@@ -30,3 +30,26 @@ def test_stop_cancels_and_waits_and_finished_ones_are_forgotten() -> None:
         assert released == [2, 1, 3] and len(playing) == 0
 
     asyncio.run(scenario())
+
+
+def test_a_caller_cancelled_while_stopping_is_still_cancelled() -> None:
+    async def scenario() -> None:
+        async def stubborn() -> None:
+            try:
+                await asyncio.sleep(60)
+            finally:
+                await asyncio.sleep(0.2)  # takes a while to let go
+
+        playing = UtteranceTasks()
+        playing.start(1, stubborn())
+        await asyncio.sleep(0.01)
+        stopper = asyncio.create_task(playing.stop(1))
+        await asyncio.sleep(0.05)
+        stopper.cancel()
+        try:
+            await stopper
+        except asyncio.CancelledError:
+            return
+        raise AssertionError("the caller's own cancellation was swallowed")
+
+    asyncio.run(scenario())

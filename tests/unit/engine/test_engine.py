@@ -169,3 +169,17 @@ def test_bad_speech_prompts_are_refused(tiny_engine, audio, rate, message):
     with pytest.raises(RequestRejected, match=message):
         tiny_engine.add_request(request)
     assert tiny_engine.num_requests == 0
+
+
+def test_a_request_without_a_decoder_slot_leaves_no_trace(tiny_engine, monkeypatch):
+    from cadenza.codecs.codec import CodecError
+
+    def no_slot(seq):
+        raise CodecError("no free streaming slot")
+
+    monkeypatch.setattr(tiny_engine.audio, "open", no_slot)
+    with pytest.raises(CodecError):
+        tiny_engine.add_request(SynthesisRequest("r1", "hello"))
+    assert tiny_engine.sequence("r1") is None
+    assert not tiny_engine.has_unfinished_requests()
+    tiny_engine.check_integrity()
