@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from torch.nn.utils import parametrize
 from transformers import EncodecConfig, EncodecModel
 
 from cadenza.codecs.codec import CodecError
+from cadenza.codecs.weight_norm import fold_weight_norm
 
 if TYPE_CHECKING:
     from cadenza.codecs.encodec_streaming import EncodecStreamingDecoder
@@ -125,14 +125,3 @@ def build_random_encodec(seed: int) -> Any:
                 buffer.copy_(torch.randn(buffer.shape, generator=generator))
     model.eval()
     return model
-
-
-def fold_weight_norm(model: Any) -> int:
-    """Replace weight-norm parametrisations by the plain weights they compute (same outputs,
-    no per-call recomputation); returns how many were folded."""
-    folded = 0
-    for module in model.modules():
-        if parametrize.is_parametrized(module, "weight"):
-            parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
-            folded += 1
-    return folded

@@ -36,22 +36,8 @@ from torch.nn.utils import parametrize
 
 from cadenza.codecs.codec import CodecError
 from cadenza.codecs.encodec import EncodecCodec
-
-Lengths = list[int]
-
-
-def _pad_batch(pieces: list[torch.Tensor], channels: int, like: torch.Tensor) -> torch.Tensor:
-    longest = max((p.shape[-1] for p in pieces), default=0)
-    out = like.new_zeros(len(pieces), channels, longest)
-    for index, piece in enumerate(pieces):
-        out[index, :, : piece.shape[-1]] = piece
-    return out
-
-
-def _gather_windows(full: torch.Tensor, starts: torch.Tensor, width: int) -> torch.Tensor:
-    """``full[b, :, starts[b] : starts[b] + width]`` for every ``b``, as one tensor."""
-    index = starts[:, None] + torch.arange(width, device=full.device)[None, :]
-    return full.gather(2, index[:, None, :].expand(-1, full.shape[1], -1))
+from cadenza.codecs.ragged import Lengths, gather_windows, pad_batch
+from cadenza.codecs.slot_decoder import SlotDecoder
 
 
 def _plain_weight(module: nn.Module) -> torch.Tensor:
@@ -105,7 +91,7 @@ class _CausalConv(_Stage):
         full = torch.cat([self.history[slots], x], dim=-1)
         out = F.conv1d(full, self.weight, self.bias, dilation=self.dilation)
         starts = torch.tensor(lengths, device=x.device)
-        self.history[slots] = _gather_windows(full, starts, self.pad)
+        self.history[slots] = gather_windows(full, starts, self.pad)
         return out, lengths
 
     def _start_slots(
@@ -128,7 +114,7 @@ class _CausalConv(_Stage):
                     piece = piece[:, :0]
             pieces.append(piece)
             new_lengths.append(piece.shape[-1])
-        return _pad_batch(pieces, self.in_channels, x), new_lengths
+        return pad_batch(pieces, self.in_channels, x), new_lengths
 
 
 class _CausalConvTranspose(_Stage):
@@ -161,7 +147,7 @@ class _CausalConvTranspose(_Stage):
         full = torch.cat([self.history[slots], x], dim=-1)
         phases = F.conv1d(full, self.weight, self.bias)  # [B, C_out * stride, T]
         starts = torch.tensor(lengths, device=x.device)
-        self.history[slots] = _gather_windows(full, starts, 1)
+        self.history[slots] = gather_windows(full, starts, 1)
         out = phases.view(batch, self.out_channels, self.stride, steps).transpose(2, 3)
         return out.reshape(batch, self.out_channels, steps * self.stride), [
             n * self.stride for n in lengths
@@ -257,8 +243,10 @@ def _stage_for(layer: nn.Module, max_streams: int, inplace: bool = True) -> _Sta
     raise CodecError(f"no streaming version of decoder layer {kind}")
 
 
-class EncodecStreamingDecoder:
-    """Per-slot streaming decode of one :class:`EncodecCodec`, batched across slots."""
+class EncodecStreamingDecoder(SlotDecoder):
+    """Per-slot streaming decode of one :class:`EncodecCodec`, batched across slots. A
+    stream's first samples appear when its first conv has enough context (7 frames), all at
+    once; after that each chunk of ``n`` frames gives ``n * hop_length`` samples."""
 
     def __init__(self, codec: EncodecCodec, max_streams: int) -> None:
         if not codec.model.config.use_causal_conv:
@@ -266,79 +254,18 @@ class EncodecStreamingDecoder:
         if codec.model.config.norm_type != "weight_norm":
             raise CodecError("streaming decode supports weight-normalised EnCodec only")
         self.codec = codec
-        self.max_streams = max_streams
         self.hop_length = codec.hop_length
         self._stages = [_stage_for(layer, max_streams) for layer in codec.model.decoder.layers]
-        self._free = list(range(max_streams - 1, -1, -1))  # lowest slot first
-        self._open: set[int] = set()
+        super().__init__(codec, max_streams)
 
-    @property
-    def open_slots(self) -> frozenset[int]:
-        return frozenset(self._open)
-
-    def open(self) -> int:
-        """Start a new stream in a free slot and return it. Raises :class:`CodecError` when
-        all ``max_streams`` slots are taken."""
-        if not self._free:
-            raise CodecError(f"all {self.max_streams} streaming slots are in use")
-        slot = self._free.pop()
-        for stage in self._stages:
-            stage.reset(slot)
-        self._open.add(slot)
-        return slot
-
-    @torch.inference_mode()
-    def decode(
-        self, chunks: dict[int, torch.Tensor], final: frozenset[int] = frozenset()
-    ) -> dict[int, torch.Tensor]:
-        """New codes ``{slot: [K, n]}`` -> new audio ``{slot: float32 [m]}``, one batched pass.
-
-        ``m`` is ``n * hop_length`` once a stream has started; a stream's first samples appear
-        when its first conv has enough context (7 frames), all at once. Slots in ``final``
-        end with this chunk: everything they hold back is flushed and they are closed. Bad
-        codes raise :class:`CodecError` and change no slot's state.
-        """
-        slot_ids = sorted(chunks)
-        for slot in slot_ids:
-            if slot not in self._open:
-                raise CodecError(f"slot {slot} is not open")
-            codes = chunks[slot]
-            if codes.dim() != 2:
-                raise CodecError(f"codes for slot {slot} must be [codebooks, frames]")
-            self.codec.check_codes(codes[None])
-        if not slot_ids:
-            return {}
-        device = self.codec.device
-        lengths = [chunks[s].shape[-1] for s in slot_ids]
-        codes = torch.zeros(
-            len(slot_ids), self.codec.num_codebooks, max(lengths), dtype=torch.long, device=device
-        )
-        for index, slot in enumerate(slot_ids):
-            codes[index, :, : lengths[index]] = chunks[slot]
+    def decode_batch(
+        self, codes: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+    ) -> tuple[torch.Tensor, Lengths]:
         x = self.codec.model.quantizer.decode(codes.transpose(0, 1))
-        slots = torch.tensor(slot_ids, device=device)
-        is_final = [slot in final for slot in slot_ids]
         for stage in self._stages:
-            x, lengths = stage.forward(x, lengths, slots, is_final)
-        audio = {slot: x[i, 0, : lengths[i]].float() for i, slot in enumerate(slot_ids)}
-        for slot in final & set(slot_ids):
-            self.release(slot)
-        return audio
+            x, lengths = stage.forward(x, lengths, slots, final)
+        return x[:, 0], lengths
 
-    def close(self, slot: int) -> torch.Tensor | None:
-        """End the stream in ``slot`` and free it; returns audio still held back (only for
-        streams shorter than the first conv's context), else ``None``."""
-        if slot not in self._open:
-            raise CodecError(f"slot {slot} is not open")
-        empty = torch.zeros(self.codec.num_codebooks, 0, dtype=torch.long)
-        tail = self.decode({slot: empty}, final=frozenset({slot}))[slot]
-        return tail if tail.numel() else None
-
-    def release(self, slot: int) -> None:
-        """Free ``slot`` without flushing (the stream was cancelled). Idempotent."""
-        if slot not in self._open:
-            return
-        self._open.discard(slot)
-        self._free.append(slot)
+    def reset(self, slot: int) -> None:
         for stage in self._stages:
             stage.reset(slot)

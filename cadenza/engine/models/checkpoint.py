@@ -1,9 +1,11 @@
 """Loading a local Hugging Face-format checkpoint directory (config.json + safetensors).
 
 Supported: ``model_type: "llama"`` (``LlamaForCausalLM``), tied or untied embeddings, rotary
-scaling ``default`` or ``llama3``, single-file or sharded safetensors, and an optional
-``cadenza.json`` that declares an audio token layout. Anything else is refused with a message
-that names what is unsupported.
+scaling ``default`` or ``llama3``, single-file or sharded safetensors. How its tokens spell
+audio comes from, in order: a ``cadenza.json`` beside ``config.json`` (a full declaration, or
+``{"preset": "orpheus", ...}`` with overrides), else recognition of a known family from the
+checkpoint's own files (Orpheus: :mod:`~cadenza.engine.models.orpheus`), else none (a text
+LM). Anything else is refused with a message that names what is unsupported.
 """
 
 from __future__ import annotations
@@ -16,30 +18,62 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from safetensors.torch import load_file
 
+from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.layouts.flat import FlatLayout
 from cadenza.engine.models.llama import Llama3RopeScaling, LlamaBackboneConfig
-from cadenza.engine.models.llama_causal_lm import LlamaForCausalLM, TextEncoder
+from cadenza.engine.models.llama_causal_lm import LlamaForCausalLM
+from cadenza.engine.models.orpheus import is_orpheus_checkpoint, orpheus_audio_config
+from cadenza.engine.models.prompt_format import (
+    PromptFormat,
+    TemplatePrompt,
+    TextEncoder,
+    TokenPrompt,
+)
 
 
 class CheckpointError(ValueError):
     """The directory is not a checkpoint this version can load; the message says why."""
 
 
-class AudioLayoutConfig(BaseModel):
-    """``cadenza.json``: how a Llama checkpoint's tokens spell codec frames."""
+class SamplingDefaults(BaseModel):
+    """A model's own sampling defaults (each unset one keeps the library's)."""
 
     model_config = ConfigDict(extra="forbid")
 
+    temperature: float | None = Field(None, ge=0)
+    top_k: int | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    min_p: float | None = Field(None, ge=0, lt=1)
+    repetition_penalty: float | None = Field(None, gt=0)
+
+    def params(self) -> SamplingParams:
+        return SamplingParams(**self.model_dump(exclude_none=True))
+
+
+class AudioLayoutConfig(BaseModel):
+    """``cadenza.json``: how a Llama checkpoint's tokens spell codec frames.
+
+    ``prompt_template`` (say ``"{voice}: {text}"``) writes voice and text into one string
+    tokenized together; ``voices`` is then a list of names. Without it each voice is a list of
+    token ids placed before the text."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    family: str = "custom"
     layout: Literal["flat"]
     codec: str = "encodec_24khz"
     num_codebooks: int = Field(ge=1)
     codebook_size: int = Field(ge=2)
     audio_token_offset: int = Field(ge=0)
     audio_eos_id: int = Field(ge=0)
+    frame_order: list[int] | None = None
     text_tokenizer: Literal["bytes", "tokenizer.json"] = "bytes"
+    add_special_tokens: bool = False
+    prompt_template: str | None = None
     prompt_prefix_ids: list[int] = []
     prompt_suffix_ids: list[int] = []
-    voices: dict[str, list[int]] = {"default": []}
+    voices: dict[str, list[int]] | list[str] = {"default": []}
+    sampling: SamplingDefaults = SamplingDefaults()
 
 
 def load_checkpoint(path: str | Path, device: torch.device, dtype: torch.dtype) -> LlamaForCausalLM:
@@ -56,7 +90,7 @@ def load_checkpoint(path: str | Path, device: torch.device, dtype: torch.dtype) 
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{directory}: invalid vocab_size: {exc!r}") from exc
     tied = bool(config.get("tie_word_embeddings", False))
-    layout_kwargs = _audio_layout(directory, vocab_size)
+    layout_kwargs = _audio_layout(directory, config, vocab_size)
     with torch.device("meta"):
         model = LlamaForCausalLM(
             backbone, vocab_size, tie_word_embeddings=tied, eos_ids=eos_ids, **layout_kwargs
@@ -124,16 +158,33 @@ def _llama_backbone_config(config: dict[str, Any], directory: Path) -> LlamaBack
         raise CheckpointError(f"{directory}: invalid Llama config: {exc!r}") from exc
 
 
-def _audio_layout(directory: Path, vocab_size: int) -> dict[str, Any]:
+def read_audio_layout_config(directory: Path, config: dict[str, Any]) -> AudioLayoutConfig | None:
+    """The checkpoint's audio declaration (see the module docstring); ``None``: a text LM."""
     path = directory / "cadenza.json"
-    if not path.exists():
-        return {}
+    declared: dict[str, Any] | None = None
+    if path.exists():
+        declared = _read_json(path)
+        preset = declared.pop("preset", None)
+        if preset == "orpheus":
+            declared = {**orpheus_audio_config(directory), **declared}
+        elif preset is not None:
+            raise CheckpointError(f"{path}: unknown preset {preset!r} (known: orpheus)")
+    elif is_orpheus_checkpoint(directory, config):
+        declared = orpheus_audio_config(directory)
+    if declared is None:
+        return None
     try:
-        layout = AudioLayoutConfig.model_validate(_read_json(path))
+        return AudioLayoutConfig.model_validate(declared)
     except ValidationError as exc:
         raise CheckpointError(
             f"{path}: {exc.errors()[0]['msg']} at {exc.errors()[0]['loc']}"
         ) from exc
+
+
+def _audio_layout(directory: Path, config: dict[str, Any], vocab_size: int) -> dict[str, Any]:
+    layout = read_audio_layout_config(directory, config)
+    if layout is None:
+        return {}
     try:
         flat = FlatLayout(
             layout.num_codebooks,
@@ -141,26 +192,44 @@ def _audio_layout(directory: Path, vocab_size: int) -> dict[str, Any]:
             layout.audio_token_offset,
             layout.audio_eos_id,
             vocab_size,
+            frame_order=layout.frame_order,
         )
-    except ValueError as exc:
-        raise CheckpointError(f"{path}: {exc}") from exc
+        encode_text = _text_encoder(directory, layout.text_tokenizer, layout.add_special_tokens)
+        prompt: PromptFormat
+        if layout.prompt_template is not None:
+            voices = tuple(layout.voices)
+            prompt = TemplatePrompt(
+                encode_text,
+                layout.prompt_template,
+                voices,
+                layout.prompt_prefix_ids,
+                layout.prompt_suffix_ids,
+            )
+        elif isinstance(layout.voices, dict):
+            prompt = TokenPrompt(
+                encode_text, layout.voices, layout.prompt_prefix_ids, layout.prompt_suffix_ids
+            )
+        else:
+            raise ValueError("voices without ids need a prompt_template")
+        sampling = layout.sampling.params()
+    except (ValueError, OSError) as exc:
+        raise CheckpointError(f"{directory}: {exc}") from exc
     return {
         "layout": flat,
-        "encode_text": _text_encoder(directory, layout.text_tokenizer),
-        "voice_prompts": layout.voices,
-        "prompt_prefix_ids": layout.prompt_prefix_ids,
-        "prompt_suffix_ids": layout.prompt_suffix_ids,
+        "prompt": prompt,
         "codec_name": layout.codec,
+        "family": layout.family,
+        "default_sampling": sampling,
     }
 
 
-def _text_encoder(directory: Path, kind: str) -> TextEncoder:
+def _text_encoder(directory: Path, kind: str, add_special_tokens: bool) -> TextEncoder:
     if kind == "bytes":
         return lambda text: list(text.encode("utf-8"))
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
-    return lambda text: list(tokenizer.encode(text, add_special_tokens=False).ids)
+    return lambda text: list(tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
 
 
 def _load_weights(directory: Path) -> dict[str, torch.Tensor]:

@@ -8,19 +8,17 @@ model synthesizes speech through the same engine as ``cadenza-tiny``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import nn
 
+from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache
 from cadenza.engine.layouts.flat import FlatLayout
 from cadenza.engine.layouts.token_layout import PlainLayout, TokenLayout
 from cadenza.engine.models.llama import LlamaBackbone, LlamaBackboneConfig
 from cadenza.engine.models.model import AudioTokenModel
+from cadenza.engine.models.prompt_format import PromptFormat
 from cadenza.kernels.attention_context import AttentionContext
-
-TextEncoder = Callable[[str], list[int]]
 
 
 class LlamaForCausalLM(AudioTokenModel):
@@ -36,11 +34,10 @@ class LlamaForCausalLM(AudioTokenModel):
         tie_word_embeddings: bool,
         eos_ids: frozenset[int],
         layout: TokenLayout | None = None,
-        encode_text: TextEncoder | None = None,
-        voice_prompts: dict[str, list[int]] | None = None,
-        prompt_prefix_ids: list[int] | None = None,
-        prompt_suffix_ids: list[int] | None = None,
+        prompt: PromptFormat | None = None,
         codec_name: str | None = None,
+        family: str = "llama",
+        default_sampling: SamplingParams | None = None,
     ) -> None:
         super().__init__()
         self.config = config
@@ -49,11 +46,11 @@ class LlamaForCausalLM(AudioTokenModel):
         self.eos_ids = eos_ids
         self.layout = layout or PlainLayout()
         self.codec_name = codec_name
-        self._encode_text = encode_text
-        self._voice_prompts = voice_prompts or {"default": []}
-        self.voices = tuple(self._voice_prompts)
-        self._prefix = prompt_prefix_ids or []
-        self._suffix = prompt_suffix_ids or []
+        self.family = family
+        self.default_sampling = default_sampling or SamplingParams()
+        self.prompt = prompt
+        if prompt is not None:
+            self.voices = prompt.voices
         self.embed_tokens = nn.Embedding(vocab_size, config.hidden_size)
         self.model = LlamaBackbone(config)
         self.lm_head = nn.Linear(config.hidden_size, vocab_size, bias=False)
@@ -74,19 +71,7 @@ class LlamaForCausalLM(AudioTokenModel):
     def build_prompt(
         self, text: str, voice: str, prompt_codes: list[list[int]] | None = None
     ) -> list[list[int]]:
-        if self._encode_text is None or not isinstance(self.layout, FlatLayout):
+        if self.prompt is None or not isinstance(self.layout, FlatLayout):
             return super().build_prompt(text, voice, prompt_codes)
-        layout = self.layout
-        audio = [
-            layout.offset + k * layout.codebook_size + code
-            for frame in prompt_codes or []
-            for k, code in enumerate(frame)
-        ]
-        ids = [
-            *self._prefix,
-            *self._voice_prompts[voice],
-            *audio,
-            *self._encode_text(text),
-            *self._suffix,
-        ]
-        return [[token] for token in ids]
+        audio = [token for frame in prompt_codes or [] for token in self.layout.tokens_of(frame)]
+        return [[token] for token in self.prompt.token_ids(text, voice, audio)]
