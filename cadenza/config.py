@@ -87,7 +87,16 @@ class ModelConfig(_Section):
 
     name: str = Field(
         "cadenza-tiny",
-        description="a built-in model name or a local checkpoint directory",
+        description="a built-in model name, a local checkpoint directory, or a hub id "
+        "(owner/name) in the local Hugging Face cache",
+    )
+    codec: str | None = Field(
+        None,
+        description="the codec to decode with instead of the one the model names (a built-in "
+        "name: encodec_24khz, snac_24khz; a directory; or a hub id in the local cache)",
+    )
+    codec_noise: bool = Field(
+        True, description="SNAC's noise layers (off: reproducible audio for the same tokens)"
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto picks cuda when available, else cpu"

@@ -3,13 +3,12 @@ when its config says so, else EnCodec)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from cadenza.codecs.codec import AudioCodec
 from cadenza.codecs.encodec import ENCODEC_24KHZ, load_encodec
 from cadenza.codecs.snac import SNAC_24KHZ, is_snac_directory, load_snac
+from cadenza.hub_cache import resolve_checkpoint
 
 BUILT_IN_CODECS = (ENCODEC_24KHZ, SNAC_24KHZ)
 
@@ -20,12 +19,14 @@ def load_codec(
     seed: int = 0,
     noise: bool = True,
 ) -> AudioCodec:
-    """``"encodec_24khz"`` or ``"snac_24khz"`` (random weights from ``seed``), or a local
-    checkpoint directory of either. ``noise``: SNAC's noise layers on (the model's behaviour)
-    or off (reproducible audio). Raises :class:`~cadenza.codecs.codec.CodecError` for anything
-    else."""
-    if name_or_path == SNAC_24KHZ or (
-        Path(name_or_path).is_dir() and is_snac_directory(Path(name_or_path))
-    ):
-        return load_snac(name_or_path, device=device, seed=seed, noise=noise)
-    return load_encodec(name_or_path, device=device, seed=seed)
+    """``"encodec_24khz"`` or ``"snac_24khz"`` (random weights from ``seed``), or a checkpoint
+    of either: a directory or a hub id in the local hub cache. ``noise``: SNAC's noise layers
+    on (the model's behaviour) or off (reproducible audio). Raises
+    :class:`~cadenza.codecs.codec.CodecError` for anything else."""
+    if name_or_path in BUILT_IN_CODECS:
+        directory = None
+    else:
+        directory = resolve_checkpoint(name_or_path, ("config.json",))
+    if name_or_path == SNAC_24KHZ or (directory is not None and is_snac_directory(directory)):
+        return load_snac(str(directory or name_or_path), device=device, seed=seed, noise=noise)
+    return load_encodec(str(directory or name_or_path), device=device, seed=seed)

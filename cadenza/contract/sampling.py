@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
 class SamplingParams:
     """How a request's tokens are drawn.
 
-    ``temperature == 0`` is greedy. ``top_k == 0`` and ``top_p == 1`` disable those filters.
+    ``temperature == 0`` is greedy. ``top_k == 0``, ``top_p == 1`` and ``min_p == 0`` disable
+    those filters; ``min_p`` keeps the ids at least that fraction as likely as the best one.
     ``repetition_penalty`` > 1 discourages ids a codebook has already seen (prompt included),
     as Hugging Face applies it: positive logits divided, negative ones multiplied. ``seed``
     makes a request reproducible on its own, whatever else is in the batch; ``None`` draws a
@@ -21,6 +22,7 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None
     repetition_penalty: float = 1.0
+    min_p: float = 0.0
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -31,6 +33,13 @@ class SamplingParams:
             raise ValueError("top_p must be in (0, 1]")
         if self.repetition_penalty <= 0:
             raise ValueError("repetition_penalty must be > 0")
+        if not 0 <= self.min_p < 1:
+            raise ValueError("min_p must be in [0, 1)")
+
+    def with_overrides(self, **values: float | int | None) -> SamplingParams:
+        """These settings with every given (non-``None``) value replaced: a model's defaults
+        under a request's own choices. Raises ``ValueError`` for an invalid value."""
+        return replace(self, **{k: v for k, v in values.items() if v is not None})
 
     @property
     def greedy(self) -> bool:

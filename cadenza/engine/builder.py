@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from cadenza.codecs import load_codec
+from cadenza.codecs.codec import AudioCodec
 from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
 from cadenza.engine.audio_stage import AudioStage, TokenOutputs
 from cadenza.engine.device import resolve_device, resolve_dtype, resolve_kv_dtype
@@ -15,7 +16,7 @@ from cadenza.engine.engine import Engine
 from cadenza.engine.kv.kv_cache_manager import KVCacheManager
 from cadenza.engine.kv.page_pool import PagePool
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache, kv_budget_bytes
-from cadenza.engine.models.registry import load_model
+from cadenza.engine.models.registry import checkpoint_identity, load_model
 from cadenza.engine.realtime.deadline_policy import DeadlinePolicy
 from cadenza.engine.realtime.step_telemetry import StepTelemetry
 from cadenza.engine.request_intake import RequestIntake
@@ -37,9 +38,13 @@ def build_engine(
     engine_config: EngineConfig | None = None,
     limits: LimitsConfig | None = None,
     weights_dtype: str = "auto",
+    codec: str | None = None,
+    codec_noise: bool = True,
 ) -> Engine:
-    """An engine for a built-in model name or a checkpoint directory on ``device``.
-    ``weights_dtype="int8"`` makes every linear layer weight-only int8 (W8A16). Keyword
+    """An engine for a built-in model name, a checkpoint directory or a hub id in the local
+    hub cache, on ``device``. ``weights_dtype="int8"`` makes every linear layer weight-only
+    int8 (W8A16). ``codec`` replaces the codec the model names (a built-in name, directory or
+    hub id); ``codec_noise`` switches a codec's noise layers (SNAC's) off when false. Keyword
     arguments given here override the same fields of ``engine_config``."""
     overrides = {
         key: value
@@ -78,15 +83,16 @@ def build_engine(
         config.page_size,
         config.reserve_max_output,
     )
-    codec = None
+    codec_model: AudioCodec | None = None
     policy = None
     if layout.produces_audio:
-        if model.codec_name is None:
+        codec_name = codec or model.codec_name
+        if codec_name is None:
             raise ValueError(f"{name_or_path} produces audio but names no codec")
-        codec = load_codec(model.codec_name, device=torch_device, seed=seed)
+        codec_model = load_codec(codec_name, device=torch_device, seed=seed, noise=codec_noise)
         policy = DeadlinePolicy(
             layout,
-            frame_period_s=1.0 / codec.frame_rate,
+            frame_period_s=1.0 / codec_model.frame_rate,
             first_chunk_frames=config.first_chunk_frames,
             chunk_frames=config.chunk_frames,
             headroom=config.realtime_headroom,
@@ -94,9 +100,9 @@ def build_engine(
         )
     telemetry = StepTelemetry(policy)
     audio: AudioStage | TokenOutputs = TokenOutputs()
-    if codec is not None:
+    if codec_model is not None:
         audio = AudioStage(
-            codec,
+            codec_model,
             layout,
             max_streams=config.max_pending_requests,
             first_chunk_frames=config.first_chunk_frames,
@@ -104,7 +110,13 @@ def build_engine(
             telemetry=telemetry,
         )
     # Prefix-cache keys: equal token rows mean equal KV only for the same weights and dtypes.
-    extra_keys = (name_or_path, str(model_dtype), f"kv={kv_dtype}", f"w={weights_dtype}")
+    extra_keys = (
+        checkpoint_identity(name_or_path),
+        f"codec={codec or model.codec_name}",
+        str(model_dtype),
+        f"kv={kv_dtype}",
+        f"w={weights_dtype}",
+    )
     return Engine(
         model,
         model_name=name_or_path,
@@ -113,7 +125,9 @@ def build_engine(
         kv_cache=kv_cache,
         kv=kv,
         scheduler=Scheduler(kv, layout, config.max_num_batched_tokens, config.max_num_seqs, policy),
-        intake=RequestIntake(model, codec, extra_keys=extra_keys, config=config, limits=limits),
+        intake=RequestIntake(
+            model, codec_model, extra_keys=extra_keys, config=config, limits=limits
+        ),
         audio=audio,
         policy=policy,
         telemetry=telemetry,
@@ -132,6 +146,8 @@ def engine_from_config(config: CadenzaConfig) -> Engine:
         engine_config=config.engine,
         limits=config.limits,
         weights_dtype=config.model.weights_dtype,
+        codec=config.model.codec,
+        codec_noise=config.model.codec_noise,
     )
 
 

@@ -58,7 +58,7 @@ def synthesize(
     ``RuntimeError`` if synthesis fails."""
     request_id = f"offline-{secrets.token_hex(6)}"
     request = SynthesisRequest(
-        request_id, text, voice, max_duration_s, sampling or SamplingParams()
+        request_id, text, voice, max_duration_s, sampling or engine.model.default_sampling
     )
     engine.add_request(request)
     pieces: list[np.ndarray] = []

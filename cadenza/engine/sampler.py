@@ -65,6 +65,11 @@ def _draw(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
     logits = logits / temperature.view(-1, 1, 1)
     top_k = [min(s.sampling.top_k or vocab, vocab) for s in seqs]
     top_p = [s.sampling.top_p for s in seqs]
+    min_p = [s.sampling.min_p for s in seqs]
+    # Ids a mask excluded (-inf) are never candidates: no need to rank past a sequence's
+    # allowed ones (counted per sequence, so its draws still do not depend on the batch).
+    allowed = torch.isfinite(logits).sum(dim=-1).amax(dim=-1).clamp(min=1).tolist()
+    top_k = [min(k, n) for k, n in zip(top_k, allowed, strict=True)]
     width = max(top_k)
     # Candidates, best first: top-k needs only the best ``width`` ids, not a full sort. The
     # order is also what makes a sequence's draw independent of the batch: its i-th uniform
@@ -82,6 +87,9 @@ def _draw(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
         drop = mass_before >= torch.tensor(top_p, device=device).view(-1, 1, 1)
         drop[..., 0] = False  # the best id always stays
         values = values.masked_fill(drop, -torch.inf)
+    if max(min_p) > 0.0:  # relative to the best id, so the filters' order does not matter
+        floor = values[..., :1] + torch.tensor(min_p, device=device).log().view(-1, 1, 1)
+        values = values.masked_fill(values < floor, -torch.inf)
     probs = values.softmax(dim=-1)
     # Each sequence draws exactly top_k uniforms per codebook from its own generator, so its
     # choice does not depend on what else is in the batch. -log(1 - u) is Exp(1); the padding

@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch import nn
 
+from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.kv.paged_kv_cache import KVSpec, PagedKVCache
 from cadenza.engine.layouts.token_layout import TokenLayout
 from cadenza.kernels.attention_context import AttentionContext
@@ -26,6 +27,8 @@ class AudioTokenModel(nn.Module, ABC):
     voices: tuple[str, ...] = ("default",)
     codec_name: str | None = None
     eos_ids: frozenset[int] = frozenset()
+    family: str = "custom"
+    default_sampling: SamplingParams = SamplingParams()
 
     @abstractmethod
     def forward(

@@ -84,7 +84,7 @@ def test_offline_decode_equals_the_snac_package(checkpoint, codec) -> None:
 
 
 def test_old_style_weight_norm_keys_load_the_same(checkpoint, codec, tmp_path) -> None:
-    directory, reference = checkpoint
+    directory, _ = checkpoint
     state = torch.load(directory / "pytorch_model.bin", weights_only=True)
     renamed = {
         key.replace(".parametrizations.weight.original0", ".weight_g").replace(

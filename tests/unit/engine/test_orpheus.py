@@ -1,0 +1,153 @@
+"""Orpheus checkpoints against transformers (and the ``snac`` package for the audio):
+recognised from their own files, the exact prompt, greedy tokens identical with and without
+repetition penalty under batching, chunked prefill and prefix caching, and the whole pipeline
+equal to transformers' generate followed by SNAC's offline decode."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from cadenza.config import EngineConfig
+from cadenza.contract.request import SynthesisRequest
+from cadenza.contract.sampling import SamplingParams
+from cadenza.engine.engine import Engine
+from cadenza.engine.models import orpheus
+from cadenza.engine.models.checkpoint import CheckpointError
+from cadenza.engine.models.registry import load_model
+from tests.unit.codecs.test_snac import SMALL, _reference, _silence_noise
+from tests.unit.engine.orpheus_checkpoints import (
+    reference_frames,
+    reference_prompt,
+    reference_tokens,
+    save_tiny_orpheus,
+)
+
+snac = pytest.importorskip("snac")
+
+FRAMES = 4  # max_duration_s 0.35 at 11.72 frames/s
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("orpheus")
+    model = save_tiny_orpheus(directory)
+    from transformers import PreTrainedTokenizerFast
+
+    return directory, model, PreTrainedTokenizerFast.from_pretrained(directory)
+
+
+@pytest.fixture(scope="module")
+def snac_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("snac")
+    reference = _reference(SMALL, seed=5)
+    (directory / "config.json").write_text(json.dumps(SMALL))
+    torch.save(reference.state_dict(), directory / "pytorch_model.bin")
+    _silence_noise(reference)
+    return directory, reference
+
+
+def _engine(directory, codec, **config) -> Engine:
+    defaults = {"page_size": 8, "kv_cache_memory_bytes": 8 << 20}
+    return Engine.from_pretrained(
+        str(directory),
+        codec=str(codec),
+        codec_noise=False,
+        engine_config=EngineConfig(**{**defaults, **config}),
+    )
+
+
+def _greedy(penalty: float) -> SamplingParams:
+    return SamplingParams(temperature=0.0, top_k=0, repetition_penalty=penalty)
+
+
+def test_recognised_from_its_own_files(checkpoint) -> None:
+    directory, _, tokenizer = checkpoint
+    model = load_model(str(directory), seed=0, device=torch.device("cpu"), dtype=torch.float32)
+    assert model.family == "orpheus" and model.codec_name == orpheus.SNAC_CODEC
+    assert model.voices == tuple(orpheus.VOICES)
+    assert model.default_sampling == SamplingParams(
+        temperature=0.6, top_p=0.8, repetition_penalty=1.3
+    )
+    prompt = [row[0] for row in model.build_prompt("Hello there, friend.", "leo")]
+    assert prompt == reference_prompt(tokenizer, "leo", "Hello there, friend.")
+    assert prompt[1] == 128000  # the tokenizer's BOS, after start-of-human
+
+
+def test_explicit_declaration_overrides_recognition(checkpoint, tmp_path) -> None:
+    directory, _, _ = checkpoint
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (tmp_path / name).write_bytes((directory / name).read_bytes())
+    (tmp_path / "cadenza.json").write_text(json.dumps({"preset": "orpheus", "voices": ["ava"]}))
+    model = load_model(str(tmp_path), seed=0, device=torch.device("cpu"), dtype=torch.float32)
+    assert model.voices == ("ava",) and model.family == "orpheus"
+    (tmp_path / "cadenza.json").write_text(json.dumps({"preset": "bark"}))
+    with pytest.raises(CheckpointError, match="unknown preset"):
+        load_model(str(tmp_path), seed=0, device=torch.device("cpu"), dtype=torch.float32)
+
+
+def _run(engine: Engine, requests: list[SynthesisRequest]) -> dict[str, list[int]]:
+    seqs = {}
+    for request in requests:
+        engine.add_request(request)
+        seqs[request.request_id] = engine.sequence(request.request_id)
+    while engine.has_unfinished_requests():
+        engine.step()
+    engine.check_integrity()
+    return {rid: [row[0] for row in seq.output_rows] for rid, seq in seqs.items()}
+
+
+@pytest.mark.parametrize("penalty", [1.0, 1.3])
+def test_greedy_tokens_equal_transformers_batched_chunked_and_prefix_cached(
+    checkpoint, snac_dir, penalty
+) -> None:
+    directory, reference, tokenizer = checkpoint
+    texts = [("tara", "Hi."), ("leo", "Good morning to you all."), ("tara", "Hi there.")]
+    engine = _engine(
+        directory,
+        snac_dir[0],
+        max_num_batched_tokens=16,
+        max_num_seqs=4,
+        enable_prefix_caching=True,
+    )
+    requests = [
+        SynthesisRequest(f"r{i}", text, voice, 0.35, _greedy(penalty))
+        for i, (voice, text) in enumerate(texts)
+    ]
+    first = _run(engine, requests[:1])
+    rest = _run(engine, requests[1:])  # the second "tara" prompt starts from cached pages
+    got = {**first, **rest}
+    for i, (voice, text) in enumerate(texts):
+        prompt = reference_prompt(tokenizer, voice, text)
+        assert got[f"r{i}"] == reference_tokens(reference, prompt, FRAMES * 7, penalty)
+    assert engine.stats().prefix_hit_tokens > 0
+
+
+def test_text_to_audio_equals_transformers_then_snac(checkpoint, snac_dir) -> None:
+    directory, reference, tokenizer = checkpoint
+    snac_dir, snac_reference = snac_dir
+    engine = _engine(directory, snac_dir)
+    audio = engine.synthesize(
+        "Good morning.", voice="mia", max_duration_s=0.35, sampling=_greedy(1.1)
+    )
+    tokens = reference_tokens(
+        reference, reference_prompt(tokenizer, "mia", "Good morning."), FRAMES * 7, 1.1
+    )
+    codes = reference_frames(tokens)
+    with torch.no_grad():
+        levels = [codes[:, 0], codes[:, 1:3].transpose(1, 2).reshape(1, -1)]
+        levels.append(codes[:, 3:7].transpose(1, 2).reshape(1, -1))
+        expected = snac_reference.decode(levels)[0, 0].numpy()
+    assert audio.shape == expected.shape == (len(tokens) // 7 * 2048,)  # to its end of speech
+    np.testing.assert_allclose(audio, expected, atol=5e-5, rtol=1e-4)
+
+
+def test_unknown_voice_is_refused_with_the_list(checkpoint, snac_dir) -> None:
+    directory, _, _ = checkpoint
+    engine = _engine(directory, snac_dir[0])
+    with pytest.raises(Exception, match="tara"):
+        engine.add_request(SynthesisRequest("r", "Hello.", "nobody", 0.35))
+    engine.check_integrity()
