@@ -70,6 +70,16 @@ def _build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--voice", default="default")
     generate.add_argument("--seed", type=int, help="sampling seed (same seed, same audio)")
     generate.add_argument("--max-duration-s", type=float, help="cap on the audio length")
+    generate.add_argument("--temperature", type=float, help="0: greedy (default: the model's)")
+    generate.add_argument("--top-k", type=int, help="0: off (default: the model's)")
+    generate.add_argument("--top-p", type=float, help="1: off (default: the model's)")
+    generate.add_argument("--min-p", type=float, help="0: off (default: the model's)")
+    generate.add_argument("--repetition-penalty", type=float, help="1: off (default: the model's)")
+    generate.add_argument(
+        "--codec-noise",
+        choices=["on", "off"],
+        help="SNAC's noise layers (off: the same tokens always give the same audio)",
+    )
     _add_model_flags(generate)
 
     plan = commands.add_parser(
@@ -146,7 +156,12 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _add_model_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="built-in model name or checkpoint directory")
+    parser.add_argument(
+        "--model", help="built-in model name, checkpoint directory or cached hub id"
+    )
+    parser.add_argument(
+        "--codec", help="codec instead of the model's (encodec_24khz, snac_24khz, a directory)"
+    )
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"])
     parser.add_argument(
         "--kv-dtype",
@@ -169,6 +184,10 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         },
         "model": {
             "name": getattr(args, "model", None),
+            "codec": getattr(args, "codec", None),
+            "codec_noise": None
+            if getattr(args, "codec_noise", None) is None
+            else args.codec_noise == "on",
             "device": getattr(args, "device", None),
             "weights_dtype": getattr(args, "weights_dtype", None),
         },
@@ -209,16 +228,24 @@ def _serve(config: CadenzaConfig, _: argparse.Namespace) -> int:
 
 
 def _generate(config: CadenzaConfig, args: argparse.Namespace) -> int:
-    from cadenza.contract.sampling import SamplingParams
     from cadenza.edge.admission.validation import InvalidRequest, validate_synthesis
     from cadenza.edge.media.wav import wav_file_bytes
     from cadenza.engine.engine import Engine
     from cadenza.engine.models.checkpoint import CheckpointError
     from cadenza.engine.models.registry import UnknownModelError
+    from cadenza.hub_cache import NotInHubCache
 
     started = time.perf_counter()
     try:
         engine = Engine.from_config(config)
+        sampling = engine.model.default_sampling.with_overrides(
+            seed=args.seed,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            min_p=args.min_p,
+            repetition_penalty=args.repetition_penalty,
+        )
         validate_synthesis(
             model=config.model.name,
             text=args.text,
@@ -228,7 +255,7 @@ def _generate(config: CadenzaConfig, args: argparse.Namespace) -> int:
             voices=engine.voices,
             limits=config.limits,
         )
-    except (UnknownModelError, CheckpointError, InvalidRequest, ValueError) as exc:
+    except (UnknownModelError, CheckpointError, InvalidRequest, ValueError, NotInHubCache) as exc:
         print(f"cadenza: {exc}", file=sys.stderr)
         return 2
     loaded = time.perf_counter()
@@ -236,7 +263,7 @@ def _generate(config: CadenzaConfig, args: argparse.Namespace) -> int:
         args.text,
         voice=args.voice,
         max_duration_s=args.max_duration_s,
-        sampling=SamplingParams(seed=args.seed),
+        sampling=sampling,
     )
     done = time.perf_counter()
     args.out.write_bytes(wav_file_bytes(audio, engine.sample_rate))

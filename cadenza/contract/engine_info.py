@@ -3,10 +3,11 @@ streams use memory and time, and how much it holds."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cadenza.contract.calibration import Calibration
 from cadenza.contract.kv_memory import StreamShape
+from cadenza.contract.sampling import SamplingParams
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class EngineInfo:
     kv_pages_total: int
     max_num_seqs: int
     calibration: Calibration | None = None
+    default_sampling: SamplingParams = field(default_factory=SamplingParams)
 
     @property
     def frame_period_s(self) -> float:

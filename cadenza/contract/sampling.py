@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,8 @@ class SamplingParams:
     def with_overrides(self, **values: float | int | None) -> SamplingParams:
         """These settings with every given (non-``None``) value replaced: a model's defaults
         under a request's own choices. Raises ``ValueError`` for an invalid value."""
-        return replace(self, **{k: v for k, v in values.items() if v is not None})
+        given: dict[str, Any] = {k: v for k, v in values.items() if v is not None}
+        return replace(self, **given)
 
     @property
     def greedy(self) -> bool:

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from cadenza.edge.sampling_fields import SamplingFields
 from cadenza.edge.untrusted_json import JsonRejected, dump_json, parse_json
 
 PROTOCOL_VERSION = 1
@@ -46,14 +47,13 @@ class _Message(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class Speak(_Message):
+class Speak(_Message, SamplingFields):
     type: Literal["speak"]
     text: str
     voice: str = "default"
     format: Literal["pcm", "opus", "encodec"] = "pcm"
     sample_rate: int | None = None
     max_duration_s: float | None = None
-    seed: Annotated[int, Field(ge=0, lt=2**63)] | None = None
     priority: Literal["realtime", "standard", "batch"] = "realtime"
     use_audio_prompt: bool = False
 

@@ -56,13 +56,14 @@ class StartUtterance:
     prompt_audio: bytes | None = None  # float32 at the codec's rate, when use_audio_prompt
     prompt_sample_rate: int = 24000
 
-    def synthesis_request(self) -> SynthesisRequest:
+    def synthesis_request(self, default_sampling: SamplingParams) -> SynthesisRequest:
+        """The engine request, unset sampling settings taken from ``default_sampling``."""
         return SynthesisRequest(
             request_id=uuid.uuid4().hex,
             text=self.speak.text,
             voice=self.speak.voice,
             max_duration_s=self.speak.max_duration_s,
-            sampling=SamplingParams(seed=self.speak.seed),
+            sampling=self.speak.sampling(default_sampling),
             prompt_audio=self.prompt_audio,
             prompt_sample_rate=self.prompt_sample_rate,
         )

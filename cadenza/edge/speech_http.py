@@ -20,15 +20,15 @@ from collections.abc import AsyncGenerator, Awaitable
 from typing import Literal, TypeVar
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from cadenza.contract.request import StreamOutput, SynthesisRequest
-from cadenza.contract.sampling import SamplingParams
 from cadenza.edge.errors import EdgeError
 from cadenza.edge.http_io import StreamedBody, read_body
 from cadenza.edge.lease import StreamLease
 from cadenza.edge.media.containers import StreamEncoder, open_encoder
 from cadenza.edge.media.tempo import TempoChanger
+from cadenza.edge.sampling_fields import SamplingFields
 from cadenza.edge.state import EdgeState
 from cadenza.edge.untrusted_json import JsonRejected, dump_json, parse_json
 
@@ -40,11 +40,12 @@ router = APIRouter()
 T = TypeVar("T")
 
 
-class SpeechRequest(BaseModel):
-    """OpenAI's speech request, plus the extensions ``seed``, ``max_duration_s`` and
-    ``priority``: the admission class (``realtime``, ``standard``, ``batch``; see
-    docs/capacity.md). Over capacity a request waits in its class's queue or gets 503 with
-    ``Retry-After``."""
+class SpeechRequest(SamplingFields):
+    """OpenAI's speech request, plus the extensions ``max_duration_s``, the sampling settings
+    (``seed``, ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``repetition_penalty``; unset
+    ones take the model's defaults) and ``priority``: the admission class (``realtime``,
+    ``standard``, ``batch``; see docs/capacity.md). Over capacity a request waits in its
+    class's queue or gets 503 with ``Retry-After``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -54,7 +55,6 @@ class SpeechRequest(BaseModel):
     response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
     speed: float = Field(1.0, ge=0.25, le=4.0)
     stream_format: Literal["audio", "sse"] = "audio"
-    seed: int | None = Field(None, ge=0, lt=2**63)
     max_duration_s: float | None = None
     priority: Literal["realtime", "standard", "batch"] = "standard"
 
@@ -116,7 +116,7 @@ async def create_speech(request: Request) -> StreamedBody:
         text=body.input,
         voice=body.voice,
         max_duration_s=body.max_duration_s,
-        sampling=SamplingParams(seed=body.seed),
+        sampling=body.sampling(info.default_sampling),
     )
     lease = await _unless_client_leaves(
         request,

@@ -110,6 +110,7 @@ class WebRTCSession:
         self.state = state
         self.client = client  # identity for rate limits
         self.sample_rate = info.sample_rate
+        self.default_sampling = info.default_sampling
         self.buffer = JitterBuffer(RTC_RATE, FRAME_MS, state.config.server.jitter_reserve_ms)
         self.track = PacedAudioTrack(self.buffer)
         self.session = SpeakSession(
@@ -225,7 +226,7 @@ class WebRTCSession:
             lease = await self.state.admission.open(
                 transport="webrtc",
                 client=self.client,
-                request=start.synthesis_request(),
+                request=start.synthesis_request(self.default_sampling),
                 priority=start.speak.priority,
                 on_queued=queued,
             )

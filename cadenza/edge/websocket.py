@@ -245,7 +245,7 @@ class WebSocketEndpoint:
             lease = await self.state.admission.open(
                 transport="websocket",
                 client=self.client,
-                request=start.synthesis_request(),
+                request=start.synthesis_request(info.default_sampling),
                 priority=start.speak.priority,
                 on_queued=queued,
             )

@@ -37,4 +37,5 @@ def describe(engine: Engine) -> EngineInfo:
         kv_pages_total=engine.kv.pool.num_pages,
         max_num_seqs=engine.scheduler.max_num_seqs,
         calibration=engine.calibration,
+        default_sampling=engine.model.default_sampling,
     )

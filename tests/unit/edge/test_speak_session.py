@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cadenza.contract.request import SynthesisRequest
+from cadenza.contract.sampling import SamplingParams
 from cadenza.edge import protocol
 from cadenza.edge.protocol import ProtocolError, Speak
 from cadenza.edge.speak_session import (
@@ -397,22 +398,32 @@ def test_start_utterance_builds_a_synthesis_request_with_a_fresh_id() -> None:
     session = new_session()
     session.receive_text(text(type="audio_in"))
     session.receive_bytes(pcm(0.2, 16000))
-    message = speak("Say this.", voice="alto", max_duration_s=3.5, seed=42, use_audio_prompt=True)
+    message = speak(
+        "Say this.",
+        voice="alto",
+        max_duration_s=3.5,
+        seed=42,
+        top_p=0.9,
+        use_audio_prompt=True,
+    )
     utterance = start(session, message)
-    request = utterance.synthesis_request()
+    model_defaults = SamplingParams(temperature=0.6, top_p=0.8, repetition_penalty=1.3)
+    request = utterance.synthesis_request(model_defaults)
     assert isinstance(request, SynthesisRequest)
     assert (request.text, request.voice, request.max_duration_s) == ("Say this.", "alto", 3.5)
-    assert request.sampling.seed == 42
+    assert request.sampling == SamplingParams(  # the client's choices over the model's
+        temperature=0.6, top_p=0.9, repetition_penalty=1.3, seed=42
+    )
     assert request.prompt_audio == utterance.prompt_audio
     assert request.prompt_sample_rate == CODEC_RATE
     assert request.prompt_audio_samples == len(utterance.prompt_audio or b"") // 4
-    again = utterance.synthesis_request()
+    again = utterance.synthesis_request(model_defaults)
     assert again.request_id != request.request_id
     assert len(request.request_id) == 32 and int(request.request_id, 16) >= 0
 
 
 def test_a_plain_speak_builds_a_request_without_prompt_or_seed() -> None:
-    request = start(new_session()).synthesis_request()
+    request = start(new_session()).synthesis_request(SamplingParams())
     assert request.prompt_audio is None and request.prompt_audio_samples == 0
     assert request.sampling.seed is None and request.max_duration_s is None
 

@@ -153,6 +153,13 @@ def test_an_unknown_field_is_named(field: str) -> None:
         ({"seed": 1.5}, "seed"),
         ({"max_duration_s": "forever"}, "max_duration_s"),
         ({"priority": "urgent"}, "priority"),
+        ({"temperature": -0.1}, "temperature"),
+        ({"temperature": "hot"}, "temperature"),
+        ({"top_k": -1}, "top_k"),
+        ({"top_p": 0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"min_p": 1}, "min_p"),
+        ({"repetition_penalty": 0}, "repetition_penalty"),
     ],
 )
 def test_bad_values_are_invalid_value_with_their_param(fields: dict[str, Any], param: str) -> None:
