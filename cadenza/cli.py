@@ -303,7 +303,12 @@ def _plan(config: CadenzaConfig, args: argparse.Namespace) -> int:
         return 2
     result = plan.to_dict()
     if args.model is not None and not args.no_measure:
-        result["realtime"] = _measured_capacity(config, args.model)
+        from cadenza.hub_cache import NotInHubCache
+
+        try:
+            result["realtime"] = _measured_capacity(config, args.model)
+        except (ValueError, NotInHubCache) as exc:  # a config without weights plans, unmeasured
+            result["realtime"] = f"not measured: {exc}"
     if args.json:
         print(json.dumps(result))
     else:

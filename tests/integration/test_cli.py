@@ -67,3 +67,44 @@ def test_unusable_api_key_file_stops_serve(tmp_path):
     keys.write_text("sha256:not-hex\n")
     result = _cadenza("serve", "--api-keys-file", str(keys), "--port", "0")
     assert result.returncode == 2 and "64 hex digits" in result.stderr
+
+
+ORPHEUS_3B_CONFIG = {
+    "model_type": "llama",
+    "hidden_size": 3072,
+    "intermediate_size": 8192,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 24,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "rope_scaling": {
+        "rope_type": "llama3",
+        "factor": 32.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
+    "tie_word_embeddings": True,
+    "vocab_size": 156940,
+}
+
+
+def test_plan_sizes_a_3b_checkpoint_from_its_config_alone(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(ORPHEUS_3B_CONFIG))
+    result = _cadenza(
+        "plan", "--model", str(tmp_path), "--context", "2048", "--kv-dtype", "bf16", "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["kv_bytes_per_token"] == 114_688
+    assert plan["realtime"].startswith("not measured")
+
+
+def test_generate_refuses_bad_sampling_and_uncached_hub_ids(tmp_path):
+    out = str(tmp_path / "x.wav")
+    result = _cadenza("generate", "--text", "hi", "--out", out, "--top-p", "2", "--device", "cpu")
+    assert result.returncode == 2 and "top_p" in result.stderr
+    result = _cadenza("generate", "--text", "hi", "--out", out, "--model", "nobody/nothing")
+    assert result.returncode == 2 and "hf download nobody/nothing" in result.stderr
