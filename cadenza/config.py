@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -98,6 +98,10 @@ class ModelConfig(_Section):
     codec_noise: bool = Field(
         True, description="SNAC's noise layers (off: reproducible audio for the same tokens)"
     )
+    served_name: str | None = Field(
+        None, description="the name clients ask for this model by (default: name)"
+    )
+
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto picks cuda when available, else cpu"
     )
@@ -112,6 +116,18 @@ class ModelConfig(_Section):
     torch_threads: int = Field(
         0, ge=0, description="intra-op threads for torch in the engine (0: torch's default)"
     )
+
+    @property
+    def public_name(self) -> str:
+        return self.served_name or self.name
+
+
+class ServedModel(_Section):
+    """One ``[[models]]`` entry: a model this server serves, in its own engine process."""
+
+    name: str = Field(min_length=1, max_length=128, description="the name clients use")
+    path: str = Field(min_length=1, description="built-in name, checkpoint directory or hub id")
+    codec: str | None = Field(None, description="codec instead of the one the model names")
 
 
 class EngineConfig(_Section):
@@ -289,6 +305,40 @@ class CadenzaConfig(BaseSettings):
     limits: LimitsConfig = LimitsConfig()
     guard: GuardConfig = GuardConfig()
     admission: AdmissionConfig = AdmissionConfig()
+    models: list[ServedModel] = Field(
+        default_factory=list,
+        description="several models per server: [[models]] entries (name, path, codec); "
+        "empty: the one [model]",
+    )
+
+    @field_validator("models")
+    @classmethod
+    def _unique_names(cls, models: list[ServedModel]) -> list[ServedModel]:
+        names = [m.name for m in models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"model names must be unique, got {names}")
+        return models
+
+    def served_models(self) -> list[CadenzaConfig]:
+        """One configuration per served model (its ``[model]`` section filled from its
+        ``[[models]]`` entry), the first the default; ``[self]`` without entries."""
+        if not self.models:
+            return [self]
+        return [
+            self.model_copy(
+                update={
+                    "model": self.model.model_copy(
+                        update={
+                            "name": entry.path,
+                            "served_name": entry.name,
+                            "codec": entry.codec or self.model.codec,
+                        }
+                    ),
+                    "models": [],
+                }
+            )
+            for entry in self.models
+        ]
 
     @classmethod
     def settings_customise_sources(
@@ -335,6 +385,9 @@ def config_reference() -> str:
     """Every configuration key with its environment variable, default and meaning (for --help)."""
     lines = []
     for section_name, section_field in CadenzaConfig.model_fields.items():
+        if section_name == "models":
+            lines.append(f"  [[models]] (config file only): {section_field.description}")
+            continue
         section_type = section_field.annotation
         assert isinstance(section_type, type) and issubclass(section_type, BaseModel)
         for key, field in section_type.model_fields.items():

@@ -57,8 +57,13 @@ class Session:
         seed: int | None = None,
         priority: str = "realtime",
         use_audio_prompt: bool = False,
+        model: str | None = None,
+        **sampling: float | int,
     ) -> AsyncGenerator[AudioChunk, None]:
-        """Audio chunks as the server streams them. Raises :class:`StreamError`."""
+        """Audio chunks as the server streams them. ``model``: one of the server's models
+        (``None``: its default); ``sampling``: ``temperature``, ``top_k``, ``top_p``,
+        ``min_p``, ``repetition_penalty`` (unset: the model's defaults). Raises
+        :class:`StreamError`."""
         request: dict[str, Any] = {
             "type": "speak",
             "text": text,
@@ -71,6 +76,8 @@ class Session:
             ("sample_rate", sample_rate),
             ("max_duration_s", max_duration_s),
             ("seed", seed),
+            ("model", model),
+            *sampling.items(),
         ):
             if value is not None:
                 request[key] = value

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,14 +22,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cadenza.config import CadenzaConfig
 from cadenza.contract.errors import ENGINE_RETRY_AFTER_S
-from cadenza.contract.messages import Stats
 from cadenza.edge import speech_http, webrtc, websocket
 from cadenza.edge.admission.api_keys import ApiKeys
 from cadenza.edge.admission.guard import build_guard
+from cadenza.edge.admission.rate_limit import RateLimiter
 from cadenza.edge.errors import install_error_handlers
 from cadenza.edge.metrics import Metrics
+from cadenza.edge.model_service import ModelService
 from cadenza.edge.state import EdgeState
-from cadenza.ipc.engine_client import EngineClient
 from cadenza.version import __version__
 
 log = logging.getLogger(__name__)
@@ -49,53 +48,30 @@ def create_app(config: CadenzaConfig) -> FastAPI:
     else:
         log.warning("no API key file: every client may use this server")
 
-    edge: EdgeState | None = None
-
-    def on_stats(message: Stats) -> None:
-        if edge is not None:
-            edge.on_engine_stats(message)
-        else:
-            metrics.observe_engine_stats(message)
-
-    def on_failure(reason: str) -> None:
-        if edge is not None:
-            edge.on_engine_failure(reason)
-
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        nonlocal edge
-        engine = EngineClient(config, on_stats=on_stats, on_failure=on_failure)
-        started = time.perf_counter()
-        await engine.start()
-        info = engine.info
-        assert info is not None
-        log.info(
-            "engine ready: model %s on %s, %d voice(s), %.1f s to load",
-            info.model_name,
-            info.device,
-            len(info.voices),
-            time.perf_counter() - started,
+        rate_limiter = RateLimiter(
+            config.limits.requests_per_minute, config.limits.audio_seconds_per_minute
         )
-        app.state.edge = state = edge = EdgeState(
-            config=config, engine=engine, metrics=metrics, api_keys=api_keys, guard=guard
-        )
-        capacity = state.gate.snapshot()
-        log.info(
-            "capacity: %d real-time streams (real-time limit %d, KV limit %d), step budget %.2f ms",
-            capacity["max_streams"],
-            capacity["limits"]["realtime"],
-            capacity["limits"]["kv_memory"],
-            capacity["step_budget_ms"],
-        )
+        services: dict[str, ModelService] = {}
+        state: EdgeState | None = None
         try:
+            for served in config.served_models():  # one at a time: loading is CPU-bound
+                service = await ModelService.start(served, metrics, rate_limiter, guard)
+                services[service.name] = service
+                _log_ready(service)
+            app.state.edge = state = EdgeState(
+                config=config, services=services, metrics=metrics, api_keys=api_keys, guard=guard
+            )
             yield
         finally:
             try:
-                for session in list(state.webrtc_sessions):
+                for session in list(state.webrtc_sessions if state is not None else ()):
                     with contextlib.suppress(Exception):
                         await session.close()
             finally:
-                await engine.close()
+                for service in services.values():
+                    await service.engine.close()
 
     # No generated API pages: the protocols are documented in docs/protocol.md, and an open
     # server should not advertise its routes.
@@ -124,10 +100,16 @@ def create_app(config: CadenzaConfig) -> FastAPI:
 
     @app.get("/readyz")
     async def readyz(request: Request) -> JSONResponse:
+        """Ready while every served model's engine can take work."""
         state: EdgeState = request.app.state.edge
-        ready = state.engine.is_ready()
-        metrics.engine_ready.set(1 if ready else 0)
-        body = {"status": "ready" if ready else "not ready", "streams": state.engine.num_streams}
+        models = {name: service.engine.is_ready() for name, service in state.services.items()}
+        ready = all(models.values())
+        body: dict[str, object] = {
+            "status": "ready" if ready else "not ready",
+            "streams": sum(service.engine.num_streams for service in state.services.values()),
+        }
+        if len(models) > 1:
+            body["models"] = {name: "ready" if ok else "not ready" for name, ok in models.items()}
         if ready:
             return JSONResponse(body)
         retry = {"Retry-After": str(math.ceil(ENGINE_RETRY_AFTER_S))}
@@ -137,20 +119,45 @@ def create_app(config: CadenzaConfig) -> FastAPI:
     async def capacity(request: Request) -> JSONResponse:
         """What this server can hold now (see docs/capacity.md)."""
         state: EdgeState = request.app.state.edge
-        return JSONResponse(state.gate.snapshot())
+        body = state.default.gate.snapshot()
+        if len(state.services) > 1:
+            body["models"] = {name: s.gate.snapshot() for name, s in state.services.items()}
+        return JSONResponse(body)
 
     @app.get("/metrics")
     async def prometheus_metrics(request: Request) -> Response:
         state: EdgeState = request.app.state.edge
-        metrics.engine_ready.set(1 if state.engine.is_ready() else 0)
+        for service in state.services.values():
+            service.update_gauges()
         metrics.edge_tasks.set(len(asyncio.all_tasks()))
         pending = sum(session.pending for session in state.webrtc_sessions)
         metrics.webrtc_peers.labels(state="pending").set(pending)
         metrics.webrtc_peers.labels(state="connected").set(len(state.webrtc_sessions) - pending)
-        state.gate.update_gauges()
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _log_ready(service: ModelService) -> None:
+    info = service.engine.info
+    assert info is not None
+    log.info(
+        "engine ready: model %s on %s, %d voice(s), %.1f s to load",
+        info.model_name,
+        info.device,
+        len(info.voices),
+        service.load_s,
+    )
+    capacity = service.gate.snapshot()
+    log.info(
+        "capacity of %s: %d real-time streams (real-time limit %d, KV limit %d), "
+        "step budget %.2f ms",
+        info.model_name,
+        capacity["max_streams"],
+        capacity["limits"]["realtime"],
+        capacity["limits"]["kv_memory"],
+        capacity["step_budget_ms"],
+    )
 
 
 class _CountRequests:

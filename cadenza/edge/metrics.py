@@ -1,7 +1,13 @@
 """Prometheus metrics of the edge process. The engine reports its step times and counters to
-the edge in ``stats`` messages, so one ``/metrics`` endpoint shows both sides."""
+the edge in ``stats`` messages, so one ``/metrics`` endpoint shows both sides.
+
+Engine and admission metrics carry a ``model`` label (each served model has its own engine
+and admission); :class:`ModelMetrics` is one model's view of them. Stream and transport
+metrics are the edge's, across models."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -61,42 +67,66 @@ class Metrics:
             "cadenza_engine_step_seconds",
             "engine step time",
             buckets=_STEP_BUCKETS_S,
+            labelnames=["model"],
             registry=r,
         )
         self.engine_requests = Gauge(
             "cadenza_engine_requests",
             "requests held by the engine (running + waiting)",
+            labelnames=["model"],
             registry=r,
         )
         self.engine_ready = Gauge(
-            "cadenza_engine_ready", "1 while the engine is loaded and answering", registry=r
+            "cadenza_engine_ready",
+            "1 while the engine is loaded and answering",
+            labelnames=["model"],
+            registry=r,
         )
         self.engine_running = Gauge(
-            "cadenza_engine_running", "sequences in the engine's running batch", registry=r
+            "cadenza_engine_running",
+            "sequences in the engine's running batch",
+            labelnames=["model"],
+            registry=r,
         )
         self.engine_waiting = Gauge(
-            "cadenza_engine_waiting", "sequences waiting for admission", registry=r
+            "cadenza_engine_waiting",
+            "sequences waiting for admission",
+            labelnames=["model"],
+            registry=r,
         )
         self.decode_occupancy = Gauge(
             "cadenza_engine_decode_occupancy",
             "running sequences / max_num_seqs, at the last stats report",
+            labelnames=["model"],
             registry=r,
         )
         self.step_decodes = Histogram(
             "cadenza_engine_step_decode_tokens",
             "decode tokens per engine step (how many streams one forward pass served)",
             buckets=(0, 1, 2, 4, 8, 16, 32, 64, 128, 256),
+            labelnames=["model"],
             registry=r,
         )
-        self.kv_pages_total = Gauge("cadenza_kv_pages_total", "KV cache pages", registry=r)
+        self.kv_pages_total = Gauge(
+            "cadenza_kv_pages_total", "KV cache pages", labelnames=["model"], registry=r
+        )
         self.kv_pages_free = Gauge(
-            "cadenza_kv_pages_free", "KV cache pages free or cached", registry=r
+            "cadenza_kv_pages_free",
+            "KV cache pages free or cached",
+            labelnames=["model"],
+            registry=r,
         )
         self.preemptions = Counter(
-            "cadenza_engine_preemptions", "sequences preempted (recomputed)", registry=r
+            "cadenza_engine_preemptions",
+            "sequences preempted (recomputed)",
+            labelnames=["model"],
+            registry=r,
         )
         self.prefix_hit_tokens = Counter(
-            "cadenza_prefix_hit_tokens", "prompt tokens served from the prefix cache", registry=r
+            "cadenza_prefix_hit_tokens",
+            "prompt tokens served from the prefix cache",
+            labelnames=["model"],
+            registry=r,
         )
         self.edge_tasks = Gauge(
             "cadenza_edge_asyncio_tasks", "asyncio tasks alive in the edge process", registry=r
@@ -110,54 +140,105 @@ class Metrics:
         self.admission_decisions = Counter(
             "cadenza_admission_decisions",
             "admission outcomes by priority, decision (admitted, queued, refused) and reason",
-            ["priority", "decision", "reason"],
+            labelnames=["model", "priority", "decision", "reason"],
             registry=r,
         )
         self.queue_depth = Gauge(
-            "cadenza_queue_depth", "requests waiting for capacity", ["priority"], registry=r
+            "cadenza_queue_depth",
+            "requests waiting for capacity",
+            labelnames=["model", "priority"],
+            registry=r,
         )
         self.queue_oldest_age = Gauge(
             "cadenza_queue_oldest_age_seconds",
             "how long the oldest waiting request has waited",
-            ["priority"],
+            labelnames=["model", "priority"],
             registry=r,
         )
         self.queue_wait = Histogram(
             "cadenza_queue_wait_seconds",
             "time admitted requests waited for capacity",
-            ["priority"],
+            labelnames=["model", "priority"],
             buckets=(*_LATENCY_BUCKETS_S, 30.0, 60.0, 120.0),
             registry=r,
         )
         self.streams_admitted = Gauge(
-            "cadenza_streams_admitted", "streams holding an admission slot", registry=r
+            "cadenza_streams_admitted",
+            "streams holding an admission slot",
+            labelnames=["model"],
+            registry=r,
         )
         self.max_streams = Gauge(
             "cadenza_capacity_max_streams",
             "current estimate of concurrent real-time streams this server holds",
+            labelnames=["model"],
             registry=r,
         )
         self.admission_open = Gauge(
             "cadenza_admission_open",
             "0 while admission is closed because chunks lost their slack",
+            labelnames=["model"],
             registry=r,
         )
         self.deadline_slack = Histogram(
             "cadenza_chunk_deadline_slack_seconds",
             "time each audio chunk left the engine before its playout deadline (negative: late)",
             buckets=(-0.5, -0.2, -0.1, -0.05, 0.0, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0),
+            labelnames=["model"],
             registry=r,
         )
         self.skipped_steps = Counter(
             "cadenza_engine_skipped_steps",
             "sequence-steps skipped by streams ahead of their playout clock",
+            labelnames=["model"],
             registry=r,
         )
         self.step_correction = Gauge(
             "cadenza_engine_step_correction",
             "measured / calibrated step time (online correction of the capacity model)",
+            labelnames=["model"],
             registry=r,
         )
+
+
+class _ForModel:
+    """A labelled family seen by one model: ``labels(...)`` adds ``model``."""
+
+    def __init__(self, family: Any, model: str) -> None:
+        self.family = family
+        self.model = model
+
+    def labels(self, **labels: str) -> Any:
+        return self.family.labels(model=self.model, **labels)
+
+
+class ModelMetrics:
+    """One served model's engine and admission metrics (the families of :class:`Metrics`
+    with the ``model`` label bound)."""
+
+    def __init__(self, metrics: Metrics, model: str) -> None:
+        self.model = model
+        self.engine_step = metrics.engine_step.labels(model=model)
+        self.engine_requests = metrics.engine_requests.labels(model=model)
+        self.engine_ready = metrics.engine_ready.labels(model=model)
+        self.engine_running = metrics.engine_running.labels(model=model)
+        self.engine_waiting = metrics.engine_waiting.labels(model=model)
+        self.decode_occupancy = metrics.decode_occupancy.labels(model=model)
+        self.step_decodes = metrics.step_decodes.labels(model=model)
+        self.kv_pages_total = metrics.kv_pages_total.labels(model=model)
+        self.kv_pages_free = metrics.kv_pages_free.labels(model=model)
+        self.preemptions = metrics.preemptions.labels(model=model)
+        self.prefix_hit_tokens = metrics.prefix_hit_tokens.labels(model=model)
+        self.admission_decisions = _ForModel(metrics.admission_decisions, model)
+        self.queue_depth = _ForModel(metrics.queue_depth, model)
+        self.queue_oldest_age = _ForModel(metrics.queue_oldest_age, model)
+        self.queue_wait = _ForModel(metrics.queue_wait, model)
+        self.streams_admitted = metrics.streams_admitted.labels(model=model)
+        self.max_streams = metrics.max_streams.labels(model=model)
+        self.admission_open = metrics.admission_open.labels(model=model)
+        self.deadline_slack = metrics.deadline_slack.labels(model=model)
+        self.skipped_steps = metrics.skipped_steps.labels(model=model)
+        self.step_correction = metrics.step_correction.labels(model=model)
         self._engine_totals: dict[str, int] = {}
 
     def observe_engine_stats(self, message: Stats) -> None:

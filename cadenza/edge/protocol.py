@@ -50,6 +50,7 @@ class _Message(BaseModel):
 class Speak(_Message, SamplingFields):
     type: Literal["speak"]
     text: str
+    model: str | None = None  # a served model's name; None: the server's default
     voice: str = "default"
     format: Literal["pcm", "opus", "encodec"] = "pcm"
     sample_rate: int | None = None

@@ -82,7 +82,12 @@ def parse_speech_request(raw: bytes) -> SpeechRequest:
 async def list_models(request: Request) -> dict[str, object]:
     state: EdgeState = request.app.state.edge
     state.authenticate(request.headers.get("authorization"), _peer(request))
-    info = state.engine_info()
+    # The models that can take work now; none: 503 with Retry-After, as every route.
+    infos = [
+        s.engine.info for s in state.services.values() if s.engine.is_ready() and s.engine.info
+    ]
+    if not infos:
+        state.default.info()
     return {
         "object": "list",
         "data": [
@@ -94,6 +99,7 @@ async def list_models(request: Request) -> dict[str, object]:
                 "voices": list(info.voices),
                 "sample_rate": info.sample_rate,
             }
+            for info in infos
         ],
     }
 
@@ -107,7 +113,8 @@ async def create_speech(request: Request) -> StreamedBody:
         request, max_bytes=MAX_BODY_BYTES, timeout_s=server.request_body_timeout_s
     )
     body = parse_speech_request(raw)
-    info = state.engine_info()
+    service = state.service(body.model, transport="http")
+    info = service.info()
     encoder = open_encoder(body.response_format, info.sample_rate)
     tempo = TempoChanger(info.sample_rate, body.speed) if body.speed != 1.0 else None
     request_id = uuid.uuid4().hex
@@ -120,12 +127,8 @@ async def create_speech(request: Request) -> StreamedBody:
     )
     lease = await _unless_client_leaves(
         request,
-        state.admission.open(
-            transport="http",
-            client=client,
-            request=synthesis,
-            priority=body.priority,
-            model=body.model,
+        service.admission.open(
+            transport="http", client=client, request=synthesis, priority=body.priority
         ),
     )
     outputs = lease.outputs()

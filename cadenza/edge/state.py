@@ -1,5 +1,5 @@
-"""What the edge's request handlers share: the configuration, the engine client, the metrics,
-who may connect, and the admission every stream goes through."""
+"""What the edge's request handlers share: the configuration, the served models (each with
+its engine and admission), the metrics, and who may connect."""
 
 from __future__ import annotations
 
@@ -9,17 +9,12 @@ from typing import TYPE_CHECKING
 
 from cadenza.config import CadenzaConfig
 from cadenza.contract.engine_info import EngineInfo
-from cadenza.contract.errors import EngineError
-from cadenza.contract.messages import Stats
 from cadenza.edge.admission.api_keys import ApiKeys, bearer_token
-from cadenza.edge.admission.capacity import CapacityModel
-from cadenza.edge.admission.gate import AdmissionGate
 from cadenza.edge.admission.guard import TextGuard
-from cadenza.edge.admission.rate_limit import RateLimiter
 from cadenza.edge.errors import EdgeError
-from cadenza.edge.lease import Admission
+from cadenza.edge.lease import Transport
 from cadenza.edge.metrics import Metrics
-from cadenza.ipc.engine_client import EngineClient
+from cadenza.edge.model_service import ModelService
 
 if TYPE_CHECKING:
     from cadenza.edge.webrtc import WebRTCSession
@@ -27,30 +22,42 @@ if TYPE_CHECKING:
 
 @dataclass
 class EdgeState:
-    """Built once the engine is ready (its info sizes the capacity model)."""
+    """What every handler shares. ``services``: the served models by name, the first the
+    default (for requests that name none)."""
 
     config: CadenzaConfig
-    engine: EngineClient
+    services: dict[str, ModelService]
     metrics: Metrics
     api_keys: ApiKeys | None = None  # None: the server is open
     guard: TextGuard | None = None
     started_at: int = field(default_factory=lambda: int(time.time()))
     webrtc_sessions: set[WebRTCSession] = field(default_factory=set)
 
-    def __post_init__(self) -> None:
-        info = self.engine.info
-        assert info is not None, "the edge state needs a ready engine"
-        limits = self.config.limits
-        capacity = CapacityModel(info, self.config.engine, self.config.admission)
-        self.gate = AdmissionGate(self.config.admission, capacity, self.metrics)
-        self.admission = Admission(
-            self.config,
-            self.engine,
-            self.gate,
-            RateLimiter(limits.requests_per_minute, limits.audio_seconds_per_minute),
-            self.guard,
-            self.metrics,
-        )
+    @property
+    def default(self) -> ModelService:
+        return next(iter(self.services.values()))
+
+    def service(self, model: str | None, transport: Transport | None = None) -> ModelService:
+        """The service for ``model`` (``None``: the default); :class:`EdgeError` 404
+        ``model_not_found`` (OpenAI's status) naming the models served. With ``transport``,
+        a refusal counts as a refused stream request, as admission counts its own."""
+        if model is None:
+            return self.default
+        service = self.services.get(model)
+        if service is None:
+            available = ", ".join(repr(name) for name in self.services)
+            if transport is not None:
+                self.metrics.stream_requests.labels(transport=transport).inc()
+                self.metrics.stream_refusals.labels(
+                    transport=transport, code="model_not_found"
+                ).inc()
+            raise EdgeError(
+                404,
+                f"model {model!r} is not served here; available: {available}",
+                code="model_not_found",
+                param="model",
+            )
+        return service
 
     # -- who is asking ----------------------------------------------------------------------
 
@@ -75,21 +82,7 @@ class EdgeState:
             )
         return client
 
-    def engine_info(self) -> EngineInfo:
-        """The loaded model's identity; :class:`EdgeError` 503 (with ``Retry-After``) while
-        no engine can take work."""
-        try:
-            return self.engine.require_ready()
-        except EngineError as exc:
-            raise EdgeError.from_engine(exc) from exc
-
-    # -- what the engine says ---------------------------------------------------------------
-
-    def on_engine_stats(self, message: Stats) -> None:
-        """Engine reports feed the metrics and the capacity model."""
-        self.metrics.observe_engine_stats(message)
-        self.gate.on_engine_stats(message)
-
-    def on_engine_failure(self, reason: str) -> None:
-        """The engine is gone: requests waiting for a slot are refused now, not at timeout."""
-        self.gate.fail_waiting(f"engine unavailable: {reason}")
+    def engine_info(self, model: str | None = None) -> EngineInfo:
+        """The model's identity (see :meth:`service`); :class:`EdgeError` 503 (with
+        ``Retry-After``) while its engine cannot take work."""
+        return self.service(model).info()

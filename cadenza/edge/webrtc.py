@@ -105,12 +105,10 @@ def check_webrtc_speak(speak: Speak) -> int:
 
 class WebRTCSession:
     def __init__(self, pc: RTCPeerConnection, state: EdgeState, client: str) -> None:
-        info = state.engine.require_ready()
+        info = state.default.engine.require_ready()
         self.pc = pc
         self.state = state
         self.client = client  # identity for rate limits
-        self.sample_rate = info.sample_rate
-        self.default_sampling = info.default_sampling
         self.buffer = JitterBuffer(RTC_RATE, FRAME_MS, state.config.server.jitter_reserve_ms)
         self.track = PacedAudioTrack(self.buffer)
         self.session = SpeakSession(
@@ -221,12 +219,14 @@ class WebRTCSession:
         async def queued(position: int, wait_s: float) -> None:
             self._send(protocol.queued_message(stream_id, position, wait_s))
 
-        resampler = StreamResampler(self.sample_rate, RTC_RATE)
         try:
-            lease = await self.state.admission.open(
+            service = self.state.service(start.speak.model, transport="webrtc")
+            info = service.info()
+            resampler = StreamResampler(info.sample_rate, RTC_RATE)
+            lease = await service.admission.open(
                 transport="webrtc",
                 client=self.client,
-                request=start.synthesis_request(self.default_sampling),
+                request=start.synthesis_request(info.default_sampling),
                 priority=start.speak.priority,
                 on_queued=queued,
             )

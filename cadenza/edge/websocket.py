@@ -122,7 +122,7 @@ class WebSocketEndpoint:
     async def run(self) -> None:
         await self.websocket.accept()
         try:
-            info = self.state.engine.require_ready()
+            info = self.state.default.engine.require_ready()
         except EngineError as exc:
             error = EdgeError.from_engine(exc)
             await self._goodbye(CLOSE_UNAVAILABLE, error.code, error.message, error.retry_after_s)
@@ -137,8 +137,8 @@ class WebSocketEndpoint:
             idle_timeout_s=self.config.ws_idle_timeout_s,
         )
         try:
-            await self._send_text(_ready_message(info))
-            await self._receive_loop(session, info)
+            await self._send_text(_ready_message(info, self.state))
+            await self._receive_loop(session)
         except _SlowConsumer:
             with contextlib.suppress(_ClientGone):
                 await self._drop("slow_consumer", "client is not reading fast enough")
@@ -168,7 +168,7 @@ class WebSocketEndpoint:
         self.client = client
         return True
 
-    async def _receive_loop(self, session: SpeakSession, info: EngineInfo) -> None:
+    async def _receive_loop(self, session: SpeakSession) -> None:
         receiving = asyncio.ensure_future(self.websocket.receive())
         try:
             while True:
@@ -196,20 +196,20 @@ class WebSocketEndpoint:
                     continue  # an utterance ended: the idle clock starts now
                 else:
                     events = session.timed_out()
-                if await self._execute(events, session, info):
+                if await self._execute(events, session):
                     return
         finally:
             receiving.cancel()
             with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, RuntimeError):
                 await receiving
 
-    async def _execute(self, events: list[Event], session: SpeakSession, info: EngineInfo) -> bool:
+    async def _execute(self, events: list[Event], session: SpeakSession) -> bool:
         """Carry out the session's events in order; ``True`` once the connection is closed."""
         for event in events:
             if isinstance(event, Send):
                 await self._send_text(event.text)
             elif isinstance(event, StartUtterance):
-                self._playing.start(event.stream_id, self._play(event, session, info))
+                self._playing.start(event.stream_id, self._play(event, session))
             elif isinstance(event, StopUtterance):
                 await self._playing.stop(event.stream_id)
             elif isinstance(event, CloseConnection):
@@ -219,10 +219,10 @@ class WebSocketEndpoint:
                 return True
         return False
 
-    async def _play(self, start: StartUtterance, session: SpeakSession, info: EngineInfo) -> None:
+    async def _play(self, start: StartUtterance, session: SpeakSession) -> None:
         stream_id = start.stream_id
         try:
-            await self._play_utterance(start, info)
+            await self._play_utterance(start)
         except _SlowConsumer:  # its lease is closed by now: the slot is free
             with contextlib.suppress(_ClientGone):
                 await self._drop("slow_consumer", "client is not reading fast enough", stream_id)
@@ -232,17 +232,19 @@ class WebSocketEndpoint:
             session.utterance_ended(stream_id)
             self._wake.set()
 
-    async def _play_utterance(self, start: StartUtterance, info: EngineInfo) -> None:
+    async def _play_utterance(self, start: StartUtterance) -> None:
         stream_id = start.stream_id
 
         async def queued(position: int, wait_s: float) -> None:
             await self._send_text(protocol.queued_message(stream_id, position, wait_s))
 
-        encode = _payload_encoder(
-            start.speak.format, info.sample_rate, start.sample_rate, info.frame_rate
-        )
         try:
-            lease = await self.state.admission.open(
+            service = self.state.service(start.speak.model, transport="websocket")
+            info = service.info()
+            encode = _payload_encoder(
+                start.speak.format, info.sample_rate, start.sample_rate, info.frame_rate
+            )
+            lease = await service.admission.open(
                 transport="websocket",
                 client=self.client,
                 request=start.synthesis_request(info.default_sampling),
@@ -340,13 +342,21 @@ class WebSocketEndpoint:
                 await self.websocket.close(close_code)
 
 
-def _ready_message(info: EngineInfo) -> str:
+def _ready_message(info: EngineInfo, state: EdgeState) -> str:
+    """``model``, ``voices`` and ``sample_rate``: the default model's; ``models``: every
+    served model with its voices."""
+    models = [
+        {"name": s.engine.info.model_name, "voices": list(s.engine.info.voices)}
+        for s in state.services.values()
+        if s.engine.info is not None
+    ]
     return protocol.server_message(
         "ready",
         protocol=protocol.PROTOCOL_VERSION,
         session=uuid.uuid4().hex,
         model=info.model_name,
         voices=list(info.voices),
+        models=models,
         formats=list(protocol.FORMATS),
         sample_rate=info.sample_rate,
     )

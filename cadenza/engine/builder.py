@@ -40,12 +40,14 @@ def build_engine(
     weights_dtype: str = "auto",
     codec: str | None = None,
     codec_noise: bool = True,
+    served_name: str | None = None,
 ) -> Engine:
     """An engine for a built-in model name, a checkpoint directory or a hub id in the local
     hub cache, on ``device``. ``weights_dtype="int8"`` makes every linear layer weight-only
     int8 (W8A16). ``codec`` replaces the codec the model names (a built-in name, directory or
     hub id); ``codec_noise`` switches a codec's noise layers (SNAC's) off when false. Keyword
-    arguments given here override the same fields of ``engine_config``."""
+    arguments given here override the same fields of ``engine_config``. ``served_name``: the
+    name clients know the model by (default: ``name_or_path``)."""
     overrides = {
         key: value
         for key, value in {
@@ -119,7 +121,7 @@ def build_engine(
     )
     return Engine(
         model,
-        model_name=name_or_path,
+        model_name=served_name or name_or_path,
         config=config,
         limits=limits,
         kv_cache=kv_cache,
@@ -148,6 +150,7 @@ def engine_from_config(config: CadenzaConfig) -> Engine:
         weights_dtype=config.model.weights_dtype,
         codec=config.model.codec,
         codec_noise=config.model.codec_noise,
+        served_name=config.model.served_name,
     )
 
 

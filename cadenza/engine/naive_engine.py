@@ -98,7 +98,11 @@ class NaiveEngine:
         if config.model.torch_threads:
             torch.set_num_threads(config.model.torch_threads)
         model = CadenzaTinyModel.from_seed(config.model.seed)
-        return cls(model, seed=config.model.seed, engine_config=config.engine, limits=config.limits)
+        engine = cls(
+            model, seed=config.model.seed, engine_config=config.engine, limits=config.limits
+        )
+        engine.model_name = config.model.public_name
+        return engine
 
     @property
     def sample_rate(self) -> int:

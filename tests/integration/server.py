@@ -21,13 +21,25 @@ def free_port() -> int:
 
 
 class RunningServer:
-    def __init__(self, log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, log_path: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "cadenza", "serve", "--port", str(self.port), "--device", "cpu"],
+            [
+                sys.executable,
+                "-m",
+                "cadenza",
+                "serve",
+                "--port",
+                str(self.port),
+                "--device",
+                "cpu",
+                *args,
+            ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
@@ -79,7 +91,11 @@ class RunningServer:
 
 @contextmanager
 def serving(
-    log_path: Path, env: dict[str, str] | None = None, *, calibrated: bool = False
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    *,
+    calibrated: bool = False,
+    args: tuple[str, ...] = (),
 ) -> Iterator[RunningServer]:
     """A ready server for the duration of the block (the body of a module fixture).
 
@@ -93,7 +109,7 @@ def serving(
             "CADENZA_ADMISSION__SLACK_CLOSE_MS": "-1e9",
         }
         env = {**deterministic, **(env or {})}
-    running = RunningServer(log_path, env)
+    running = RunningServer(log_path, env, args)
     try:
         running.wait_ready()
         yield running

@@ -251,7 +251,9 @@ def test_a_websocket_client_that_stops_reading_is_dropped_and_frees_its_slot(ser
             while server.metric("cadenza_streams_active") > 0:
                 assert time.monotonic() < deadline, "the stalled client kept its slot"
                 await asyncio.sleep(0.5)
-            assert server.metric("cadenza_engine_requests") == 0
+            while server.metric("cadenza_engine_requests") > 0:  # its next stats report
+                assert time.monotonic() < deadline, "the engine kept the stalled stream"
+                await asyncio.sleep(0.2)
             with pytest.raises(websockets.ConnectionClosed):
                 while True:  # what was buffered, then the end of the connection
                     await asyncio.wait_for(ws.recv(), 10)

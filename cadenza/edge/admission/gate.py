@@ -27,7 +27,7 @@ from cadenza.contract.errors import ENGINE_RETRY_AFTER_S
 from cadenza.contract.messages import Stats
 from cadenza.edge.admission.capacity import CapacityModel, StreamCost
 from cadenza.edge.admission.priority_queues import PRIORITIES, Priority, PriorityQueues, Waiter
-from cadenza.edge.metrics import Metrics
+from cadenza.edge.metrics import ModelMetrics
 
 QueuedCallback = Callable[[int, float], Awaitable[None]]
 """Awaited once when a request has to wait, with its 1-based position and estimated wait (s)."""
@@ -57,7 +57,7 @@ class AdmissionGate:
         self,
         config: AdmissionConfig,
         capacity: CapacityModel,
-        metrics: Metrics,
+        metrics: ModelMetrics,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config

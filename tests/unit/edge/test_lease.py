@@ -26,7 +26,7 @@ from cadenza.edge.admission.guard import GuardVerdict, PhraseListGuard, TextGuar
 from cadenza.edge.admission.rate_limit import RateLimiter
 from cadenza.edge.errors import EdgeError
 from cadenza.edge.lease import Admission, StreamLease, Transport
-from cadenza.edge.metrics import Metrics
+from cadenza.edge.metrics import Metrics, ModelMetrics
 from tests.support.contract_examples import engine_info
 
 RATE = 24000  # engine_info()'s sample rate
@@ -115,7 +115,7 @@ def build(
     engine.info = engine_info(kv_pages=kv_pages, max_num_seqs=max_num_seqs, calibrated=False)
     metrics = Metrics()
     capacity = CapacityModel(engine.info, config.engine, config.admission)
-    gate = AdmissionGate(config.admission, capacity, metrics)
+    gate = AdmissionGate(config.admission, capacity, ModelMetrics(metrics, "cadenza-tiny"))
     limiter = RateLimiter(requests_per_minute, audio_seconds_per_minute, clock=lambda: 0.0)
     return Admission(config, engine, gate, limiter, guard, metrics)  # type: ignore[arg-type]
 

@@ -11,7 +11,7 @@ from cadenza.config import AdmissionConfig, EngineConfig
 from cadenza.edge.admission.capacity import CapacityModel, StreamCost
 from cadenza.edge.admission.gate import AdmissionGate, AdmissionRefused
 from cadenza.edge.admission.priority_queues import PriorityQueues, Waiter
-from cadenza.edge.metrics import Metrics
+from cadenza.edge.metrics import Metrics, ModelMetrics
 from tests.support.contract_examples import engine_info as info
 
 COST = StreamCost(10, 4.0)
@@ -20,7 +20,7 @@ COST = StreamCost(10, 4.0)
 def gate(max_streams: int = 2, **admission: float) -> AdmissionGate:
     config = AdmissionConfig(**admission)  # type: ignore[arg-type]
     capacity = CapacityModel(info(max_num_seqs=max_streams), EngineConfig(), config)
-    return AdmissionGate(config, capacity, Metrics())
+    return AdmissionGate(config, capacity, ModelMetrics(Metrics(), "cadenza-tiny"))
 
 
 def test_admits_at_once_while_capacity_lasts_then_queues() -> None:
