@@ -73,6 +73,15 @@ def _wait(predicate, timeout_s: float, what: str) -> None:
 
 
 @pytest.mark.browser
+def test_the_page_offers_the_served_models_and_their_voices(page):
+    _wait(lambda: page.eval_on_selector_all("#model option", "o => o.length") > 0, 10, "models")
+    assert page.eval_on_selector_all("#model option", "o => o.map(x => x.value)") == [
+        "cadenza-tiny"
+    ]
+    assert page.eval_on_selector_all("#voice option", "o => o.map(x => x.value)") == ["default"]
+
+
+@pytest.mark.browser
 def test_audio_plays_then_stop_silences_it(page):
     page.fill("#text", "x" * 400)
     page.click("#speak")
