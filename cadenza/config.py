@@ -143,10 +143,18 @@ class EngineConfig(_Section):
         description="process: engine in its own process over ZeroMQ; inprocess: a thread (tests)",
     )
     chunk_frames: int = Field(
-        15, ge=1, le=750, description="codec frames per audio chunk sent to the edge"
+        15,
+        ge=1,
+        le=750,
+        description="audio per chunk sent to the edge, in 75 Hz codec frames (13.3 ms); a "
+        "codec at another frame rate gets the nearest whole number of its own frames (>= 1)",
     )
     first_chunk_frames: int = Field(
-        8, ge=1, le=750, description="codec frames in a stream's first chunk (small: fast TTFA)"
+        8,
+        ge=1,
+        le=750,
+        description="audio in a stream's first chunk (small: fast TTFA), in 75 Hz codec "
+        "frames, converted like chunk_frames",
     )
     startup_timeout_s: float = Field(
         180.0, gt=0, description="how long the edge waits for the engine to load"

@@ -11,6 +11,7 @@ from cadenza.codecs import load_codec
 from cadenza.codecs.codec import AudioCodec
 from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
 from cadenza.engine.audio_stage import AudioStage, TokenOutputs
+from cadenza.engine.chunk_policy import codec_chunk_frames
 from cadenza.engine.device import resolve_device, resolve_dtype, resolve_kv_dtype
 from cadenza.engine.engine import Engine
 from cadenza.engine.kv.kv_cache_manager import KVCacheManager
@@ -92,6 +93,14 @@ def build_engine(
         if codec_name is None:
             raise ValueError(f"{name_or_path} produces audio but names no codec")
         codec_model = load_codec(codec_name, device=torch_device, seed=seed, noise=codec_noise)
+        config = config.model_copy(
+            update={
+                "chunk_frames": codec_chunk_frames(config.chunk_frames, codec_model.frame_rate),
+                "first_chunk_frames": codec_chunk_frames(
+                    config.first_chunk_frames, codec_model.frame_rate
+                ),
+            }
+        )
         policy = DeadlinePolicy(
             layout,
             frame_period_s=1.0 / codec_model.frame_rate,

@@ -15,6 +15,15 @@ from collections.abc import Collection, Mapping
 
 from cadenza.engine.sequence import Sequence
 
+CHUNK_FRAME_RATE = 75.0
+"""The frame rate the configuration's chunk sizes are counted in (EnCodec 24 kHz)."""
+
+
+def codec_chunk_frames(frames_at_75hz: int, frame_rate: float) -> int:
+    """A configured chunk size in the codec's own frames: the same duration, rounded, at
+    least one frame (SNAC at 11.7 Hz: 15 -> 2, 8 -> 1)."""
+    return max(1, round(frames_at_75hz * frame_rate / CHUNK_FRAME_RATE))
+
 
 def streams_to_decode(
     pending_frames: Mapping[Sequence, int],

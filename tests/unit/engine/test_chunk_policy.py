@@ -108,3 +108,11 @@ def test_the_choice_follows_the_rules(entries, first, chunk) -> None:
     for seq in seqs:
         joins = seq.frames_sent > 0 and pending[seq] >= max(1, chunk // 3)
         assert (seq in chosen) == (due(seq) or joins)
+
+
+def test_chunk_sizes_keep_their_duration_at_other_frame_rates() -> None:
+    from cadenza.engine.chunk_policy import codec_chunk_frames
+
+    assert codec_chunk_frames(15, 75.0) == 15 and codec_chunk_frames(8, 75.0) == 8
+    assert codec_chunk_frames(15, 24000 / 2048) == 2  # SNAC: 171 ms of 200
+    assert codec_chunk_frames(8, 24000 / 2048) == 1  # never zero

@@ -151,3 +151,8 @@ def test_unknown_voice_is_refused_with_the_list(checkpoint, snac_dir) -> None:
     with pytest.raises(Exception, match="tara"):
         engine.add_request(SynthesisRequest("r", "Hello.", "nobody", 0.35))
     engine.check_integrity()
+
+
+def test_chunks_are_sized_in_snac_frames(checkpoint, snac_dir) -> None:
+    engine = _engine(checkpoint[0], snac_dir[0])
+    assert (engine.config.first_chunk_frames, engine.config.chunk_frames) == (1, 2)
