@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +142,9 @@ def _build_parser() -> argparse.ArgumentParser:
     loadtest.add_argument("--config", type=Path, help=argparse.SUPPRESS)
 
     bench = commands.add_parser("bench", help="benchmarks, side by side in one run")
-    bench.add_argument("target", choices=["engine", "codec", "pacing"], help="what to measure")
+    bench.add_argument(
+        "target", choices=["engine", "codec", "snac", "pacing"], help="what to measure"
+    )
     bench.add_argument("--url", default="http://127.0.0.1:8000", help="server (pacing)")
     bench.add_argument("--peers", type=int, default=8, help="WebRTC peers at once (pacing)")
     bench.add_argument("--seconds", type=float, default=10.0, help="audio per peer (pacing)")
@@ -423,7 +426,7 @@ def _progress_line(text: str) -> None:
 
 
 def _bench(_: CadenzaConfig, args: argparse.Namespace) -> int:
-    from cadenza.bench import codec_throughput, engine_throughput
+    from cadenza.bench import codec_throughput, engine_throughput, snac_throughput
 
     if args.target == "pacing":
         from cadenza.bench import pacing
@@ -431,7 +434,7 @@ def _bench(_: CadenzaConfig, args: argparse.Namespace) -> int:
         print(json.dumps(pacing.run(args.url, args.peers, args.seconds)))
         return 0
 
-    default = "1,4,16" if args.target == "engine" else "1,4,8,16"
+    default = {"engine": "1,4,16", "snac": "1,4,8"}.get(args.target, "1,4,8,16")
     try:
         sizes = tuple(int(b) for b in (args.batch_sizes or default).split(","))
     except ValueError:
@@ -440,7 +443,12 @@ def _bench(_: CadenzaConfig, args: argparse.Namespace) -> int:
     if not sizes or min(sizes) < 1 or args.repeats < 1:
         print("cadenza: batch sizes and --repeats must be positive", file=sys.stderr)
         return 2
-    runner = engine_throughput.run if args.target == "engine" else codec_throughput.run
+    runners: dict[str, Callable[..., dict[str, Any]]] = {
+        "engine": engine_throughput.run,
+        "codec": codec_throughput.run,
+        "snac": snac_throughput.run,
+    }
+    runner = runners[args.target]
     result = runner(sizes, repeats=args.repeats, progress=not args.json)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0

@@ -19,7 +19,7 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("target", ["engine", "codec"])
+@pytest.mark.parametrize("target", ["engine", "codec", "snac"])
 def test_the_smallest_run_prints_side_by_side_results(target) -> None:
     done = _bench(target, "--batch-sizes", "1", "--repeats", "1", "--json")
     assert done.returncode == 0, done.stderr
@@ -28,6 +28,8 @@ def test_the_smallest_run_prints_side_by_side_results(target) -> None:
     assert result["results"][0]["speedup"] > 0
     if target == "engine":
         assert result["roofline"]["gemm_gflops_2048"] > 0
+    if target == "snac":
+        assert result["error_vs_offline"]["cadenza_max_abs"] < 1e-4
 
 
 @pytest.mark.parametrize("options", [["--batch-sizes", "x"], ["--batch-sizes", "0"]])
