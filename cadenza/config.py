@@ -154,7 +154,7 @@ class EngineConfig(_Section):
         ge=1,
         le=750,
         description="audio in a stream's first chunk (small: fast TTFA), in 75 Hz codec "
-        "frames, converted like chunk_frames",
+        "frames, converted like chunk_frames, plus the frames a codec looks ahead (SNAC: 3)",
     )
     startup_timeout_s: float = Field(
         180.0, gt=0, description="how long the edge waits for the engine to load"

@@ -44,6 +44,7 @@ class AudioCodec(Protocol):
     frame_rate: float
     num_codebooks: int
     codebook_size: int
+    lookahead_frames: int  # frames after a frame its streamed audio waits for (0: causal)
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """``codes [B, K, T]`` -> float32 audio ``[B, samples]`` (offline, the reference)."""

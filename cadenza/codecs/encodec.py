@@ -43,6 +43,7 @@ class EncodecCodec:
         bits_per_codebook = self.frame_rate * torch.tensor(config.codebook_size).log2().item()
         self.num_codebooks: int = round(bandwidth_kbps * 1000 / bits_per_codebook)
         self.codebook_size: int = config.codebook_size
+        self.lookahead_frames = 0  # causal: a frame's audio needs no later frame
 
     @property
     def device(self) -> torch.device:

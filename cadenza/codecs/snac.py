@@ -252,6 +252,8 @@ class SnacCodec:
         self.num_codebooks = sum(self.level_codes)
         self.codebook_size = config.codebook_size
         self.noise_blocks = [m for m in model.modules() if isinstance(m, NoiseBlock)]
+        lookahead = self.streaming_decoder(max_streams=1).lookahead_samples
+        self.lookahead_frames = math.ceil(lookahead / self.hop_length)  # 24 kHz: 3
 
     @property
     def device(self) -> torch.device:

@@ -96,9 +96,12 @@ def build_engine(
         config = config.model_copy(
             update={
                 "chunk_frames": codec_chunk_frames(config.chunk_frames, codec_model.frame_rate),
+                # A codec that looks ahead holds a chunk's last frames back: the first chunk
+                # waits for them, so that it brings its full duration of audio.
                 "first_chunk_frames": codec_chunk_frames(
                     config.first_chunk_frames, codec_model.frame_rate
-                ),
+                )
+                + codec_model.lookahead_frames,
             }
         )
         policy = DeadlinePolicy(

@@ -23,29 +23,43 @@ def sample_rows(
     """``logits [S, K, V]`` -> one row of ``K`` ids per sequence.
 
     ``masks [M, K, V]`` bool (``None``: no restriction) with ``constraints[i] = (mask index,
-    forced ids or None)`` for sequence ``i``. Forced ids replace the sampled ones.
+    forced ids or None)`` for sequence ``i``. Forced ids replace the sampled ones. When the
+    masks leave at most half the vocabulary, everything works on the allowed ids only (same
+    result: an excluded id can never be drawn).
     """
     logits = logits.float()
     num_seqs, _, vocab = logits.shape
     device = logits.device
+    allowed: torch.Tensor | None = None
+    columns: torch.Tensor | None = None  # the ids sampled over, when masks leave few
+    if masks is not None:
+        index = torch.tensor([c[0] for c in constraints], device=masks.device)
+        allowed = masks[index].to(device)
+        used = allowed.any(dim=1).any(dim=0).nonzero().squeeze(1)
+        if used.numel() <= vocab // 2:  # e.g. one frame position's codes out of a text vocab
+            columns = used
+            logits = logits.index_select(-1, columns)
+            allowed = allowed.index_select(-1, columns)
     penalized = [i for i, s in enumerate(seqs) if s.sampling.repetition_penalty != 1.0]
     if penalized:
         seen = torch.stack([seqs[i].seen_mask(vocab) for i in penalized]).to(device)
+        if columns is not None:
+            seen = seen.index_select(-1, columns)
         penalty = torch.tensor(
             [seqs[i].sampling.repetition_penalty for i in penalized], device=device
         ).view(-1, 1, 1)
         sub = logits[penalized]
         scaled = torch.where(sub > 0, sub / penalty, sub * penalty)
         logits[penalized] = torch.where(seen, scaled, sub)
-    if masks is not None:
-        index = torch.tensor([c[0] for c in constraints], device=masks.device)
-        allowed = masks[index].to(device)
+    if allowed is not None:
         logits = logits.masked_fill(~allowed, float("-inf"))
 
     chosen = logits.argmax(dim=-1)
     random = [i for i, s in enumerate(seqs) if not s.sampling.greedy]
     if random:
         chosen[random] = _draw([seqs[i] for i in random], logits[random])
+    if columns is not None:
+        chosen = columns[chosen]
 
     rows: list[list[int]] = chosen.tolist()
     for row, (_, forced) in zip(rows, constraints, strict=True):

@@ -155,4 +155,5 @@ def test_unknown_voice_is_refused_with_the_list(checkpoint, snac_dir) -> None:
 
 def test_chunks_are_sized_in_snac_frames(checkpoint, snac_dir) -> None:
     engine = _engine(checkpoint[0], snac_dir[0])
-    assert (engine.config.first_chunk_frames, engine.config.chunk_frames) == (1, 2)
+    # the first chunk waits for SNAC's 3 frames of lookahead, then brings one frame of audio
+    assert (engine.config.first_chunk_frames, engine.config.chunk_frames) == (4, 2)
