@@ -3,6 +3,8 @@ each optional, validated at the edge, and unset ones taking the served model's d
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, Field
 
 from cadenza.contract.sampling import SamplingParams
@@ -15,6 +17,7 @@ class SamplingFields(BaseModel):
     top_p: float | None = Field(None, gt=0, le=1)
     min_p: float | None = Field(None, ge=0, lt=1)
     repetition_penalty: float | None = Field(None, gt=0, le=10)
+    stop_token_ids: list[Annotated[int, Field(ge=0, lt=2**31)]] | None = Field(None, max_length=16)
 
     def sampling(self, defaults: SamplingParams) -> SamplingParams:
         """The model's ``defaults`` with this request's own choices."""
@@ -25,4 +28,5 @@ class SamplingFields(BaseModel):
             top_p=self.top_p,
             min_p=self.min_p,
             repetition_penalty=self.repetition_penalty,
+            stop_ids=None if self.stop_token_ids is None else tuple(self.stop_token_ids),
         )

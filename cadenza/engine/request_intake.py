@@ -86,7 +86,7 @@ class RequestIntake:
         if self.layout.num_codebooks == 1 and any(not 0 <= row[0] < vocab for row in prompt if row):
             raise RequestRejected(f"prompt ids must lie in [0, {vocab})")
         seq = self._sequence(request_id, prompt, sampling, max_new_steps)
-        seq.eos_ids = self.model.eos_ids
+        seq.eos_ids = self.model.eos_ids | frozenset(sampling.stop_ids)
         frames = max_new_steps
         while frames > 0 and layout_steps_for_frames(self.layout, frames) > max_new_steps:
             frames -= 1

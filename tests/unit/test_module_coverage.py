@@ -13,6 +13,7 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "cadenza/bench/engine_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/bench/pacing.py": ("tests/integration/test_webrtc.py", "a benchmark"),
     "cadenza/bench/roofline.py": ("tests/integration/test_bench.py", "a benchmark"),
+    "cadenza/bench/snac_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/client/sdk.py": ("tests/integration/test_websocket.py", "the SDK is the client"),
     "cadenza/codecs/codec.py": ("tests/unit/codecs/test_encodec.py", "protocols only"),
     "cadenza/codecs/registry.py": ("tests/unit/codecs/test_snac.py", "one function"),

@@ -59,7 +59,8 @@ class FlatLayout:
         return seq.num_generated % self.codebooks_per_frame, None
 
     def on_row(self, seq: Sequence, row: list[int]) -> RowOutcome:
-        if row[0] == self.eos_id:
+        at_boundary = (seq.num_generated - 1) % self.codebooks_per_frame == 0
+        if row[0] == self.eos_id or (at_boundary and row[0] in seq.sampling.stop_ids):
             return (seq.num_generated - 1) // self.codebooks_per_frame, FinishReason.EOS
         if seq.num_generated >= seq.target_frames * self.codebooks_per_frame:
             return seq.target_frames, FinishReason.LENGTH

@@ -160,6 +160,9 @@ def test_an_unknown_field_is_named(field: str) -> None:
         ({"top_p": 1.5}, "top_p"),
         ({"min_p": 1}, "min_p"),
         ({"repetition_penalty": 0}, "repetition_penalty"),
+        ({"stop_token_ids": [-1]}, "stop_token_ids.0"),
+        ({"stop_token_ids": "128258"}, "stop_token_ids"),
+        ({"stop_token_ids": list(range(17))}, "stop_token_ids"),
     ],
 )
 def test_bad_values_are_invalid_value_with_their_param(fields: dict[str, Any], param: str) -> None:

@@ -117,3 +117,18 @@ def test_preemption_recomputes_and_still_matches(checkpoint):
     assert engine.stats().num_preemptions > 0
     assert got == [hf_greedy(reference, p, 24) for p in prompts]
     _assert_clean(engine)
+
+
+def test_stop_ids_end_a_token_request_like_eos(checkpoint):
+    directory, reference = checkpoint
+    engine = _engine(directory)
+    prompt = _prompts(1, seed=7)[0]
+    expected = hf_greedy(reference, prompt, 12)
+    stop = expected[4]
+    sampling = SamplingParams(temperature=0.0, top_k=0, stop_ids=(stop,))
+    seq = engine.add_tokens("stop", [[t] for t in prompt], 12, sampling)
+    while engine.has_unfinished_requests():
+        engine.step()
+    got = [row[0] for row in seq.output_rows]
+    assert got == expected[: expected.index(stop) + 1]
+    _assert_clean(engine)

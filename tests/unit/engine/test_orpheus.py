@@ -157,3 +157,14 @@ def test_chunks_are_sized_in_snac_frames(checkpoint, snac_dir) -> None:
     engine = _engine(checkpoint[0], snac_dir[0])
     # the first chunk waits for SNAC's 3 frames of lookahead, then brings one frame of audio
     assert (engine.config.first_chunk_frames, engine.config.chunk_frames) == (4, 2)
+
+
+def test_a_stop_id_ends_the_speech_at_a_frame_boundary(checkpoint, snac_dir) -> None:
+    directory, reference, tokenizer = checkpoint
+    prompt = reference_prompt(tokenizer, "leo", "Good morning to you all.")
+    tokens = reference_tokens(reference, prompt, FRAMES * 7, 1.0)
+    mid_frame, boundary = tokens[3], tokens[7]  # position 3 of frame 0; position 0 of frame 1
+    engine = _engine(directory, snac_dir[0])
+    sampling = SamplingParams(temperature=0.0, top_k=0, stop_ids=(mid_frame, boundary))
+    got = _run(engine, [SynthesisRequest("r", "Good morning to you all.", "leo", 0.35, sampling)])
+    assert got["r"] == tokens[:8]  # the mid-frame id did not stop it; the boundary one did
