@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cadenza.config import EngineConfig, LimitsConfig
 from cadenza.contract.request import SynthesisRequest
 from cadenza.engine.engine import Engine
-from tests.unit.engine.orpheus_checkpoints import save_tokenizer
+from tests.unit.engine.orpheus_checkpoints import orpheus_config, save_tokenizer
 
 SHAPES = {
     "3b": {"hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 28,
@@ -49,24 +49,9 @@ SHAPES = {
 
 
 def build_checkpoint(directory: Path, shape: str, device: str, dtype: torch.dtype) -> None:
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    config = LlamaConfig(
-        vocab_size=156_940,
-        max_position_embeddings=131072,
-        rope_parameters={
-            "rope_type": "llama3",
-            "rope_theta": 500000.0,
-            "factor": 32.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192,
-        },
-        tie_word_embeddings=True,
-        bos_token_id=128000,
-        eos_token_id=128009,
-        **SHAPES[shape],
-    )
+    config = orpheus_config(max_positions=131072, rope_original=8192, **SHAPES[shape])
     torch.manual_seed(0)
     with torch.device(device):
         model = LlamaForCausalLM(config).to(dtype)

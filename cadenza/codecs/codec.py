@@ -55,3 +55,16 @@ class AudioCodec(Protocol):
         ...
 
     def streaming_decoder(self, max_streams: int) -> StreamingDecoder: ...
+
+
+def check_frame_codes(codes: torch.Tensor, num_codebooks: int, codebook_size: int) -> None:
+    """Raise :class:`CodecError` unless ``codes`` is an integer ``[batch, num_codebooks,
+    frames]`` tensor of ids in ``[0, codebook_size)``."""
+    if codes.dim() != 3 or codes.shape[1] != num_codebooks:
+        raise CodecError(
+            f"codes must be [batch, {num_codebooks}, frames], got {tuple(codes.shape)}"
+        )
+    if codes.dtype not in (torch.int32, torch.int64):
+        raise CodecError(f"codes must be integers, got {codes.dtype}")
+    if codes.numel() and (codes.min() < 0 or codes.max() >= codebook_size):
+        raise CodecError(f"codes must lie in [0, {codebook_size})")

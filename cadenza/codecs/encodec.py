@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from transformers import EncodecConfig, EncodecModel
 
-from cadenza.codecs.codec import CodecError
+from cadenza.codecs.codec import CodecError, check_frame_codes
 from cadenza.codecs.weight_norm import fold_weight_norm
 
 if TYPE_CHECKING:
@@ -83,14 +83,7 @@ class EncodecCodec:
         return EncodecStreamingDecoder(self, max_streams)
 
     def check_codes(self, codes: torch.Tensor) -> None:
-        if codes.dim() != 3 or codes.shape[1] != self.num_codebooks:
-            raise CodecError(
-                f"codes must be [batch, {self.num_codebooks}, frames], got {tuple(codes.shape)}"
-            )
-        if codes.dtype not in (torch.int32, torch.int64):
-            raise CodecError(f"codes must be integers, got {codes.dtype}")
-        if codes.numel() and (codes.min() < 0 or codes.max() >= self.codebook_size):
-            raise CodecError(f"codes must lie in [0, {self.codebook_size})")
+        check_frame_codes(codes, self.num_codebooks, self.codebook_size)
 
 
 def load_encodec(

@@ -36,7 +36,7 @@ from torch.nn.utils import parametrize
 
 from cadenza.codecs.codec import CodecError
 from cadenza.codecs.encodec import EncodecCodec
-from cadenza.codecs.ragged import Lengths, gather_windows, pad_batch
+from cadenza.codecs.ragged import Lengths, RaggedStage, gather_windows, pad_batch
 from cadenza.codecs.slot_decoder import SlotDecoder
 
 
@@ -49,17 +49,7 @@ def _plain_weight(module: nn.Module) -> torch.Tensor:
     return weight.detach()
 
 
-class _Stage:
-    def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
-    ) -> tuple[torch.Tensor, Lengths]:
-        raise NotImplementedError
-
-    def reset(self, slot: int) -> None:
-        """Forget a slot's state (it is about to carry a new stream)."""
-
-
-class _CausalConv(_Stage):
+class _CausalConv(RaggedStage):
     def __init__(self, layer: Any, max_streams: int) -> None:
         conv = layer.conv
         self.weight = _plain_weight(conv)
@@ -117,7 +107,7 @@ class _CausalConv(_Stage):
         return pad_batch(pieces, self.in_channels, x), new_lengths
 
 
-class _CausalConvTranspose(_Stage):
+class _CausalConvTranspose(RaggedStage):
     """A causal transposed conv with kernel ``2 * stride``, computed polyphase: output block
     ``t`` (``stride`` samples) is ``W_head · x[t] + W_tail · x[t - 1]``, one stride-1 conv of
     width 2 whose ``C_out * stride`` channels are then interleaved into time. The carried state
@@ -154,7 +144,7 @@ class _CausalConvTranspose(_Stage):
         ]
 
 
-class _StreamingLSTM(_Stage):
+class _StreamingLSTM(RaggedStage):
     """EnCodec's LSTM with its skip connection: ``y = lstm(x) + x``."""
 
     def __init__(self, layer: Any, max_streams: int) -> None:
@@ -191,7 +181,7 @@ class _StreamingLSTM(_Stage):
         return result.permute(1, 2, 0), lengths
 
 
-class _Elu(_Stage):
+class _Elu(RaggedStage):
     def __init__(self, layer: nn.ELU, inplace: bool) -> None:
         self.alpha = layer.alpha
         self.inplace = inplace  # only where no other branch reads the input
@@ -202,7 +192,7 @@ class _Elu(_Stage):
         return F.elu(x, self.alpha, inplace=self.inplace), lengths
 
 
-class _Resnet(_Stage):
+class _Resnet(RaggedStage):
     def __init__(self, layer: Any, max_streams: int) -> None:
         # The block's first ELU reads the input the shortcut also reads: not in place.
         self.block = [
@@ -228,7 +218,7 @@ class _Resnet(_Stage):
         return skip[:, :, : h.shape[-1]] + h, skip_lengths
 
 
-def _stage_for(layer: nn.Module, max_streams: int, inplace: bool = True) -> _Stage:
+def _stage_for(layer: nn.Module, max_streams: int, inplace: bool = True) -> RaggedStage:
     kind = type(layer).__name__
     if kind == "EncodecConv1d":
         return _CausalConv(layer, max_streams)

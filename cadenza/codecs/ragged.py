@@ -32,3 +32,17 @@ def zero_padding(x: torch.Tensor, lengths: Lengths) -> torch.Tensor:
         < torch.tensor(lengths, device=x.device)[:, None]
     )
     return x * valid[:, None, :]
+
+
+class RaggedStage:
+    """One layer of a streaming decoder over ragged batches, with per-slot state."""
+
+    def forward(
+        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+    ) -> tuple[torch.Tensor, Lengths]:
+        """New input for the slots ``slots`` (``final``: their streams end here) -> new
+        output and each row's length."""
+        raise NotImplementedError
+
+    def reset(self, slot: int) -> None:
+        """Forget a slot's state (it is about to carry a new stream)."""

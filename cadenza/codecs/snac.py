@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
-from cadenza.codecs.codec import CodecError
+from cadenza.codecs.codec import CodecError, check_frame_codes
 from cadenza.codecs.weight_norm import fold_weight_norm
 
 if TYPE_CHECKING:
@@ -298,14 +298,7 @@ class SnacCodec:
         return SnacStreamingDecoder(self, max_streams)
 
     def check_codes(self, codes: torch.Tensor) -> None:
-        if codes.dim() != 3 or codes.shape[1] != self.num_codebooks:
-            raise CodecError(
-                f"codes must be [batch, {self.num_codebooks}, frames], got {tuple(codes.shape)}"
-            )
-        if codes.dtype not in (torch.int32, torch.int64):
-            raise CodecError(f"codes must be integers, got {codes.dtype}")
-        if codes.numel() and (codes.min() < 0 or codes.max() >= self.codebook_size):
-            raise CodecError(f"codes must lie in [0, {self.codebook_size})")
+        check_frame_codes(codes, self.num_codebooks, self.codebook_size)
 
 
 def _without_noise(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:

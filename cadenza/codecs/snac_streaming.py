@@ -30,20 +30,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from cadenza.codecs.codec import CodecError
-from cadenza.codecs.ragged import Lengths, gather_windows, zero_padding
+from cadenza.codecs.ragged import Lengths, RaggedStage, gather_windows, zero_padding
 from cadenza.codecs.slot_decoder import SlotDecoder
 from cadenza.codecs.snac import DecoderBlock, NoiseBlock, ResidualUnit, SnacCodec, Snake, snake
 
 
-class _Stage:
-    def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
-    ) -> tuple[torch.Tensor, Lengths]:
-        raise NotImplementedError
-
-    def reset(self, slot: int) -> None:
-        """Forget a slot's state (it is about to carry a new stream)."""
-
+class _Stage(RaggedStage):
     @property
     def delay(self) -> float:
         """How far this stage's output lags its input, in its output's samples."""

@@ -39,29 +39,39 @@ def save_tokenizer(directory: Path) -> PreTrainedTokenizerFast:
     return fast
 
 
-def save_tiny_orpheus(directory: Path, seed: int = 0) -> LlamaForCausalLM:
-    config = LlamaConfig(
+def orpheus_config(
+    max_positions: int = 1024, rope_original: int = 64, **shape: int | float
+) -> LlamaConfig:
+    """An Orpheus-shaped Llama config: the real vocabulary, special ids, tied embeddings and
+    llama3 rotary scaling; ``shape`` sets the sizes (tiny by default)."""
+    sizes = {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+    }
+    return LlamaConfig(
         vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=1024,
+        max_position_embeddings=max_positions,
         rope_parameters={
             "rope_type": "llama3",
             "rope_theta": 500000.0,
             "factor": 32.0,
             "low_freq_factor": 1.0,
             "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 64,
+            "original_max_position_embeddings": rope_original,
         },
         tie_word_embeddings=True,
-        initializer_range=0.2,
         bos_token_id=FIRST_SPECIAL,
         eos_token_id=orpheus.END_OF_SPEECH,
+        **{**sizes, **shape},
     )
+
+
+def save_tiny_orpheus(directory: Path, seed: int = 0) -> LlamaForCausalLM:
+    config = orpheus_config(initializer_range=0.2)  # spread logits: no greedy ties
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).eval()
     model.save_pretrained(directory)
