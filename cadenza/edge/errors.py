@@ -47,7 +47,7 @@ class EdgeError(Exception):
 
     @classmethod
     def from_invalid(cls, exc: InvalidRequest) -> EdgeError:
-        return cls(exc.status, exc.message, code=exc.code, param=exc.param)
+        return cls(400, exc.message, code=exc.code, param=exc.param)
 
     @classmethod
     def from_refusal(cls, exc: AdmissionRefused) -> EdgeError:

@@ -38,8 +38,8 @@ class EdgeState:
         return next(iter(self.services.values()))
 
     def service(self, model: str | None, transport: Transport | None = None) -> ModelService:
-        """The service for ``model`` (``None``: the default); :class:`EdgeError` 404
-        ``model_not_found`` (OpenAI's status) naming the models served. With ``transport``,
+        """The service for ``model`` (``None``: the default); :class:`EdgeError` 400
+        ``model_not_found`` naming the models served. With ``transport``,
         a refusal counts as a refused stream request, as admission counts its own."""
         if model is None:
             return self.default
@@ -52,7 +52,7 @@ class EdgeState:
                     transport=transport, code="model_not_found"
                 ).inc()
             raise EdgeError(
-                404,
+                400,
                 f"model {model!r} is not served here; available: {available}",
                 code="model_not_found",
                 param="model",

@@ -142,7 +142,7 @@ def test_audio_streams_in_chunks(http):
         (b"[1, 2]", 400, "invalid_json"),
         (b'{"model": "cadenza-tiny"}', 400, "invalid_value"),
         (b'{"model": "cadenza-tiny", "input": 5}', 400, "invalid_value"),
-        (b'{"model": "tts-1", "input": "hi"}', 404, "model_not_found"),
+        (b'{"model": "tts-1", "input": "hi"}', 400, "model_not_found"),
         (b'{"model": "cadenza-tiny", "input": "hi", "voice": "alloy"}', 400, "voice_not_found"),
         (
             b'{"model": "cadenza-tiny", "input": "hi", "response_format": "ogg"}',

@@ -69,7 +69,7 @@ def test_http_serves_each_model(server, model) -> None:
 def test_unknown_models_and_voices_are_refused_with_what_exists(server) -> None:
     body = {"model": "orpheus-3b", "input": "Hello."}
     response = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=30)
-    assert response.status_code == 404
+    assert response.status_code == 400
     error = response.json()["error"]
     assert error["code"] == "model_not_found" and "'orpheus-tiny'" in error["message"]
     body = {"model": "orpheus-tiny", "input": "Hello.", "voice": "default"}

@@ -12,14 +12,13 @@ from cadenza.config import LimitsConfig
 
 
 class InvalidRequest(ValueError):
-    def __init__(
-        self, message: str, *, code: str, param: str | None = None, status: int = 400
-    ) -> None:
+    """A request the edge refuses with 400: ``code`` says why, ``param`` names the field."""
+
+    def __init__(self, message: str, *, code: str, param: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.param = param
-        self.status = status
 
 
 def validate_synthesis(
@@ -38,7 +37,6 @@ def validate_synthesis(
             f"model {model!r} is not served here; available: {served_model!r}",
             code="model_not_found",
             param="model",
-            status=404,
         )
     if voice not in voices:
         raise InvalidRequest(

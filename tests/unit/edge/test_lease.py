@@ -216,7 +216,7 @@ def test_an_unavailable_engine_is_refused_before_anything_else() -> None:
 @pytest.mark.parametrize(
     ("fields", "status", "code", "param"),
     [
-        ({"model": "other-model"}, 404, "model_not_found", "model"),
+        ({"model": "other-model"}, 400, "model_not_found", "model"),
         ({"voice": "nobody"}, 400, "voice_not_found", "voice"),
         ({"text": "  \n "}, 400, "empty_input", "input"),
         ({"text": "x" * 4097}, 400, "input_too_long", "input"),

@@ -20,18 +20,18 @@ def test_valid_request_passes():
 
 
 @pytest.mark.parametrize(
-    ("change", "code", "status"),
+    ("change", "code"),
     [
-        ({"model": "gpt-4o-mini-tts"}, "model_not_found", 404),
-        ({"voice": "alloy"}, "voice_not_found", 400),
-        ({"text": "   "}, "empty_input", 400),
-        ({"text": "x" * 4097}, "input_too_long", 400),
-        ({"max_duration_s": 0.0}, "invalid_duration", 400),
-        ({"max_duration_s": 301.0}, "invalid_duration", 400),
+        ({"model": "gpt-4o-mini-tts"}, "model_not_found"),
+        ({"voice": "alloy"}, "voice_not_found"),
+        ({"text": "   "}, "empty_input"),
+        ({"text": "x" * 4097}, "input_too_long"),
+        ({"max_duration_s": 0.0}, "invalid_duration"),
+        ({"max_duration_s": 301.0}, "invalid_duration"),
     ],
 )
-def test_each_problem_has_its_code(change, code, status):
+def test_each_problem_has_its_code(change, code):
     with pytest.raises(InvalidRequest) as caught:
         validate_synthesis(**{**OK, **change})
-    assert (caught.value.code, caught.value.status) == (code, status)
+    assert caught.value.code == code
     assert caught.value.message
