@@ -143,7 +143,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="benchmarks, side by side in one run")
     bench.add_argument(
-        "target", choices=["engine", "codec", "snac", "pacing"], help="what to measure"
+        "target",
+        choices=["engine", "codec", "snac", "precision", "pacing"],
+        help="what to measure",
     )
     bench.add_argument("--url", default="http://127.0.0.1:8000", help="server (pacing)")
     bench.add_argument("--peers", type=int, default=8, help="WebRTC peers at once (pacing)")
@@ -151,7 +153,8 @@ def _build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print only the JSON result")
     bench.add_argument(
         "--batch-sizes",
-        help="comma-separated batch sizes (engine: 1,4,16) or stream counts (codec: 1,4,8,16)",
+        help="comma-separated batch sizes (engine: 1,4,16), stream counts (codec: 1,4,8,16) "
+        "or rows of the linear products (precision: 1,16,32)",
     )
     bench.add_argument("--repeats", type=int, default=3, help="runs per measurement (median)")
     bench.add_argument("--config", type=Path, help=argparse.SUPPRESS)
@@ -414,6 +417,8 @@ def _loadtest(_: CadenzaConfig, args: argparse.Namespace) -> int:
     summary = {
         "capacity_streams": report["capacity_streams"],
         "ideal_streams": report["ideal_streams"],
+        "server_max_streams": report["server_max_streams"],
+        "server_max_streams_after": report["server_max_streams_after"],
         "baseline_capacity_streams": (report.get("baseline") or {}).get("capacity_streams"),
         "outputs": [str(p) for p in paths],
     }
@@ -426,7 +431,7 @@ def _progress_line(text: str) -> None:
 
 
 def _bench(_: CadenzaConfig, args: argparse.Namespace) -> int:
-    from cadenza.bench import codec_throughput, engine_throughput, snac_throughput
+    from cadenza.bench import codec_throughput, cpu_precision, engine_throughput, snac_throughput
 
     if args.target == "pacing":
         from cadenza.bench import pacing
@@ -434,7 +439,9 @@ def _bench(_: CadenzaConfig, args: argparse.Namespace) -> int:
         print(json.dumps(pacing.run(args.url, args.peers, args.seconds)))
         return 0
 
-    default = {"engine": "1,4,16", "snac": "1,4,8"}.get(args.target, "1,4,8,16")
+    default = {"engine": "1,4,16", "snac": "1,4,8", "precision": "1,16,32"}.get(
+        args.target, "1,4,8,16"
+    )
     try:
         sizes = tuple(int(b) for b in (args.batch_sizes or default).split(","))
     except ValueError:
@@ -447,6 +454,7 @@ def _bench(_: CadenzaConfig, args: argparse.Namespace) -> int:
         "engine": engine_throughput.run,
         "codec": codec_throughput.run,
         "snac": snac_throughput.run,
+        "precision": cpu_precision.run,
     }
     runner = runners[args.target]
     result = runner(sizes, repeats=args.repeats, progress=not args.json)

@@ -183,6 +183,18 @@ class EngineConfig(_Section):
     pack_cpu_weights: bool = Field(
         True, description="prepack fp32 linear weights for oneDNN on the CPU (faster decode)"
     )
+    cpu_linear_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
+        description="dtype the CPU's prepacked linears multiply in (weights stay fp32): "
+        "auto is bfloat16 where the CPU has native bf16 matrix units (AMX or AVX512-BF16), "
+        "else float32; docs/benchmarks.md states the accuracy cost",
+    )
+    codec_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
+        description="dtype the streaming codec decoder computes in on the CPU: auto is "
+        "bfloat16 where the CPU has native bf16 matrix units and the codec supports it "
+        "(EnCodec), else float32 (always float32 on a GPU)",
+    )
     kv_cache_memory_fraction: float = Field(
         0.05,
         gt=0,
@@ -215,7 +227,7 @@ class EngineConfig(_Section):
         description="decoding streams per calibration point (stops once steps are too slow)",
     )
     calibration_steps: int = Field(
-        60, ge=2, le=1000, description="steps timed per point (a multiple of chunk_frames)"
+        120, ge=2, le=1000, description="steps timed per point (a multiple of chunk_frames)"
     )
     calibration_long_context: int = Field(
         1024, ge=0, description="prompt tokens of the long-context calibration point (0: none)"
@@ -271,7 +283,11 @@ class AdmissionConfig(_Section):
     """Priority queues and the capacity check in front of the engine (``admission/``)."""
 
     realtime_max_wait_s: float = Field(
-        3.0, ge=0, description="longest a realtime request waits for capacity before refusal"
+        0.25,
+        ge=0,
+        description="longest a realtime request waits for capacity before refusal: its "
+        "listener is waiting, so past this its first audio would miss the TTFA target; a "
+        "request whose expected wait is longer is refused at once, with Retry-After",
     )
     standard_max_wait_s: float = Field(30.0, ge=0, description="same for standard requests")
     batch_max_wait_s: float = Field(120.0, ge=0, description="same for batch requests")
@@ -294,6 +310,12 @@ class AdmissionConfig(_Section):
     )
     slack_reopen_s: float = Field(
         1.0, ge=0, description="reopen once chunks have kept that slack for this long"
+    )
+    jitter_window_s: float = Field(
+        30.0,
+        gt=0,
+        description="admission scales predicted steps by the 90th percentile of how much "
+        "slower live steps ran over this window (the calibration's jitter before that)",
     )
 
 

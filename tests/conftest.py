@@ -33,7 +33,13 @@ if "CADENZA_ENGINE__CALIBRATION_CACHE_DIR" not in os.environ:
 @pytest.fixture(scope="session")
 def tiny_engine():
     from cadenza.engine.engine import Engine
+    from tests.support.float32_compute import float32_engine_config
 
+    # float32 compute: tests compare it with references (the naive engine, offline decode).
     return Engine.from_pretrained(
-        "cadenza-tiny", device="cpu", seed=0, kv_cache_memory_bytes=64 << 20
+        "cadenza-tiny",
+        engine_config=float32_engine_config(),
+        device="cpu",
+        seed=0,
+        kv_cache_memory_bytes=64 << 20,
     )

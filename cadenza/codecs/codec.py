@@ -45,6 +45,7 @@ class AudioCodec(Protocol):
     num_codebooks: int
     codebook_size: int
     lookahead_frames: int  # frames after a frame its streamed audio waits for (0: causal)
+    streaming_dtypes: tuple[torch.dtype, ...]  # what its streaming decoder can compute in
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """``codes [B, K, T]`` -> float32 audio ``[B, samples]`` (offline, the reference)."""
@@ -54,7 +55,12 @@ class AudioCodec(Protocol):
         """float32 mono audio at :attr:`sample_rate` -> codes ``[K, frames]``."""
         ...
 
-    def streaming_decoder(self, max_streams: int) -> StreamingDecoder: ...
+    def streaming_decoder(
+        self, max_streams: int, compute_dtype: torch.dtype = torch.float32
+    ) -> StreamingDecoder:
+        """A decoder of up to ``max_streams`` streams computing in ``compute_dtype`` (one of
+        :attr:`streaming_dtypes`; its output is float32 whatever it computes in)."""
+        ...
 
 
 def check_frame_codes(codes: torch.Tensor, num_codebooks: int, codebook_size: int) -> None:

@@ -44,6 +44,7 @@ class EncodecCodec:
         self.num_codebooks: int = round(bandwidth_kbps * 1000 / bits_per_codebook)
         self.codebook_size: int = config.codebook_size
         self.lookahead_frames = 0  # causal: a frame's audio needs no later frame
+        self.streaming_dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16)
 
     @property
     def device(self) -> torch.device:
@@ -77,10 +78,12 @@ class EncodecCodec:
         samples = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))
         return self.encode(samples[None])[0]
 
-    def streaming_decoder(self, max_streams: int) -> EncodecStreamingDecoder:
+    def streaming_decoder(
+        self, max_streams: int, compute_dtype: torch.dtype = torch.float32
+    ) -> EncodecStreamingDecoder:
         from cadenza.codecs.encodec_streaming import EncodecStreamingDecoder
 
-        return EncodecStreamingDecoder(self, max_streams)
+        return EncodecStreamingDecoder(self, max_streams, compute_dtype)
 
     def check_codes(self, codes: torch.Tensor) -> None:
         check_frame_codes(codes, self.num_codebooks, self.codebook_size)

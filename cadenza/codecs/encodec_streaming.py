@@ -21,12 +21,18 @@ LSTM                   ``(h, c)`` of every layer; ragged chunks go through a pac
 ELU, 1x1 convs         nothing.
 =====================  =====================================================================
 
+In ``compute_dtype = bfloat16`` (the CPU's bf16 matrix units) every layer keeps its weights and
+state in bf16 and the output is converted to float32: the audio then differs from the float32
+decode by bf16 rounding (docs/benchmarks.md measures it), and streaming equals offline decoding
+in the same dtype to that rounding.
+
 A stream shorter than the first conv's padding is finished at ``close`` exactly as the offline
 decoder treats a short input (zero-extended before reflecting).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -50,10 +56,10 @@ def _plain_weight(module: nn.Module) -> torch.Tensor:
 
 
 class _CausalConv(RaggedStage):
-    def __init__(self, layer: Any, max_streams: int) -> None:
+    def __init__(self, layer: Any, max_streams: int, dtype: torch.dtype) -> None:
         conv = layer.conv
-        self.weight = _plain_weight(conv)
-        self.bias = conv.bias.detach()
+        self.weight = _plain_weight(conv).to(dtype)
+        self.bias = conv.bias.detach().to(dtype)
         self.dilation = conv.dilation[0]
         self.pad = (conv.kernel_size[0] - 1) * self.dilation
         if conv.stride[0] != 1:
@@ -113,16 +119,16 @@ class _CausalConvTranspose(RaggedStage):
     width 2 whose ``C_out * stride`` channels are then interleaved into time. The carried state
     is the previous input frame; the offline decoder's trimmed tail is never computed."""
 
-    def __init__(self, layer: Any, max_streams: int) -> None:
+    def __init__(self, layer: Any, max_streams: int, dtype: torch.dtype) -> None:
         conv = layer.conv
-        weight = _plain_weight(conv)  # [C_in, C_out, k]
+        weight = _plain_weight(conv).to(dtype)  # [C_in, C_out, k]
         self.stride = stride = conv.stride[0]
         if conv.kernel_size[0] != 2 * stride:
             raise CodecError("streaming decode expects transposed kernels of twice the stride")
         in_channels, self.out_channels = weight.shape[0], weight.shape[1]
         taps = torch.stack([weight[:, :, stride:], weight[:, :, :stride]], dim=-1)
         self.weight = taps.permute(1, 2, 0, 3).reshape(-1, in_channels, 2).contiguous()
-        self.bias = conv.bias.detach().repeat_interleave(stride)
+        self.bias = conv.bias.detach().to(dtype).repeat_interleave(stride)
         self.history = weight.new_zeros(max_streams, in_channels, 1)
 
     def reset(self, slot: int) -> None:
@@ -147,8 +153,9 @@ class _CausalConvTranspose(RaggedStage):
 class _StreamingLSTM(RaggedStage):
     """EnCodec's LSTM with its skip connection: ``y = lstm(x) + x``."""
 
-    def __init__(self, layer: Any, max_streams: int) -> None:
-        self.lstm: nn.LSTM = layer.lstm
+    def __init__(self, layer: Any, max_streams: int, dtype: torch.dtype) -> None:
+        self.lstm: nn.LSTM = layer.lstm if dtype == torch.float32 else copy.deepcopy(layer.lstm)
+        self.lstm.to(dtype)
         size = (self.lstm.num_layers, max_streams, self.lstm.hidden_size)
         weight = self.lstm.weight_ih_l0
         self.h = weight.new_zeros(size)
@@ -193,12 +200,13 @@ class _Elu(RaggedStage):
 
 
 class _Resnet(RaggedStage):
-    def __init__(self, layer: Any, max_streams: int) -> None:
+    def __init__(self, layer: Any, max_streams: int, dtype: torch.dtype) -> None:
         # The block's first ELU reads the input the shortcut also reads: not in place.
         self.block = [
-            _stage_for(sub, max_streams, inplace=index > 0) for index, sub in enumerate(layer.block)
+            _stage_for(sub, max_streams, dtype, inplace=index > 0)
+            for index, sub in enumerate(layer.block)
         ]
-        self.shortcut = _stage_for(layer.shortcut, max_streams)
+        self.shortcut = _stage_for(layer.shortcut, max_streams, dtype)
 
     def reset(self, slot: int) -> None:
         for stage in [*self.block, self.shortcut]:
@@ -218,16 +226,18 @@ class _Resnet(RaggedStage):
         return skip[:, :, : h.shape[-1]] + h, skip_lengths
 
 
-def _stage_for(layer: nn.Module, max_streams: int, inplace: bool = True) -> RaggedStage:
+def _stage_for(
+    layer: nn.Module, max_streams: int, dtype: torch.dtype, inplace: bool = True
+) -> RaggedStage:
     kind = type(layer).__name__
     if kind == "EncodecConv1d":
-        return _CausalConv(layer, max_streams)
+        return _CausalConv(layer, max_streams, dtype)
     if kind == "EncodecConvTranspose1d":
-        return _CausalConvTranspose(layer, max_streams)
+        return _CausalConvTranspose(layer, max_streams, dtype)
     if kind == "EncodecLSTM":
-        return _StreamingLSTM(layer, max_streams)
+        return _StreamingLSTM(layer, max_streams, dtype)
     if kind == "EncodecResnetBlock":
-        return _Resnet(layer, max_streams)
+        return _Resnet(layer, max_streams, dtype)
     if isinstance(layer, nn.ELU):
         return _Elu(layer, inplace)
     raise CodecError(f"no streaming version of decoder layer {kind}")
@@ -238,20 +248,25 @@ class EncodecStreamingDecoder(SlotDecoder):
     stream's first samples appear when its first conv has enough context (7 frames), all at
     once; after that each chunk of ``n`` frames gives ``n * hop_length`` samples."""
 
-    def __init__(self, codec: EncodecCodec, max_streams: int) -> None:
+    def __init__(
+        self, codec: EncodecCodec, max_streams: int, compute_dtype: torch.dtype = torch.float32
+    ) -> None:
         if not codec.model.config.use_causal_conv:
             raise CodecError("streaming decode needs a causal EnCodec (the 24 kHz model)")
         if codec.model.config.norm_type != "weight_norm":
             raise CodecError("streaming decode supports weight-normalised EnCodec only")
         self.codec = codec
         self.hop_length = codec.hop_length
-        self._stages = [_stage_for(layer, max_streams) for layer in codec.model.decoder.layers]
+        self.compute_dtype = compute_dtype
+        self._stages = [
+            _stage_for(layer, max_streams, compute_dtype) for layer in codec.model.decoder.layers
+        ]
         super().__init__(codec, max_streams)
 
     def decode_batch(
         self, codes: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
-        x = self.codec.model.quantizer.decode(codes.transpose(0, 1))
+        x = self.codec.model.quantizer.decode(codes.transpose(0, 1)).to(self.compute_dtype)
         for stage in self._stages:
             x, lengths = stage.forward(x, lengths, slots, final)
         return x[:, 0], lengths

@@ -252,6 +252,7 @@ class SnacCodec:
         self.num_codebooks = sum(self.level_codes)
         self.codebook_size = config.codebook_size
         self.noise_blocks = [m for m in model.modules() if isinstance(m, NoiseBlock)]
+        self.streaming_dtypes: tuple[torch.dtype, ...] = (torch.float32,)
         lookahead = self.streaming_decoder(max_streams=1).lookahead_samples
         self.lookahead_frames = math.ceil(lookahead / self.hop_length)  # 24 kHz: 3
 
@@ -292,9 +293,13 @@ class SnacCodec:
     def encode_audio(self, audio: np.ndarray) -> torch.Tensor:
         raise CodecError("SNAC speech prompts need the SNAC encoder, which is not loaded")
 
-    def streaming_decoder(self, max_streams: int) -> SnacStreamingDecoder:
+    def streaming_decoder(
+        self, max_streams: int, compute_dtype: torch.dtype = torch.float32
+    ) -> SnacStreamingDecoder:
         from cadenza.codecs.snac_streaming import SnacStreamingDecoder
 
+        if compute_dtype not in self.streaming_dtypes:
+            raise CodecError(f"SNAC streams in float32 only, not {compute_dtype}")
         return SnacStreamingDecoder(self, max_streams)
 
     def check_codes(self, codes: torch.Tensor) -> None:

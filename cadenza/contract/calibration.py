@@ -22,6 +22,11 @@ class Calibration:
     ``codec_ms_per_frame``: streaming decode time per stream-frame at the largest batch;
     ``identity``: the cache key (a hash of everything that changes step time);
     ``measured_s``: how long the sweep took; ``source``: measured now or read from the cache.
+    ``jitter``: how much slower than its median a one-chunk window of steps runs at the 90th
+    percentile (pooled over the sweep's points; >= 1), what admission allows for until live
+    steps say otherwise. ``throughput_streams``: the engine's saturated throughput, codec
+    frames per second at the best measured batch over the frame rate: streams no scheduler
+    could exceed on this device (short contexts, nothing else running).
     """
 
     model: StepTimeModel
@@ -31,6 +36,8 @@ class Calibration:
     identity: str
     measured_s: float
     source: Literal["measured", "cache"] = "measured"
+    jitter: float = 1.0
+    throughput_streams: float = 0.0
 
 
 CALIBRATION_ADAPTER: TypeAdapter[Calibration] = TypeAdapter(Calibration)

@@ -53,6 +53,13 @@ class StepTimeModel:
     per_token_ms: float
     per_kilocontext_ms: float  # per 1,000 attended KV positions
     decode_points: tuple[tuple[int, int, float], ...] = ()
+    prefill_ms_per_token: float = 0.0  # measured prompt rows (0: unknown, per_token_ms)
+
+    def prefill_ms(self, tokens: int) -> float:
+        """What ``tokens`` prompt rows add to a step (a prompt row runs the layers but neither
+        sampling nor the codec, so it costs far less than a decoding stream)."""
+        per_token = self.prefill_ms_per_token or self.per_token_ms
+        return per_token * max(tokens, 0)
 
     def predict_ms(self, tokens: int, context_tokens: int) -> float:
         points = self.decode_points
@@ -76,10 +83,14 @@ class StepTimeModel:
 
     @classmethod
     def fit(
-        cls, samples: Sequence[StepSample], long_context: StepSample | None = None
+        cls,
+        samples: Sequence[StepSample],
+        long_context: StepSample | None = None,
+        prefill_ms_per_token: float = 0.0,
     ) -> StepTimeModel:
         """The model of pure-decode ``samples`` at short context (one or more batch sizes)
-        and, optionally, one ``long_context`` sample that fixes the attention term."""
+        and, optionally, one ``long_context`` sample that fixes the attention term and the
+        measured cost of a prompt row."""
         if not samples:
             raise ValueError("no step samples to fit")
         line = _least_squares(list(samples) + ([long_context] if long_context else []))
@@ -106,6 +117,7 @@ class StepTimeModel:
             per_token_ms=slope,
             per_kilocontext_ms=per_context,
             decode_points=tuple(points),
+            prefill_ms_per_token=prefill_ms_per_token,
         )
 
 

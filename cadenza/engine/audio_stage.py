@@ -70,6 +70,7 @@ class AudioStage(TokenOutputs):
         max_streams: int,
         first_chunk_frames: int,
         chunk_frames: int,
+        compute_dtype: torch.dtype = torch.float32,
         telemetry: StepTelemetry,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -79,7 +80,7 @@ class AudioStage(TokenOutputs):
                 f"the codec has {codec.num_codebooks}"
             )
         self.codec = codec
-        self.decoder = codec.streaming_decoder(max_streams)
+        self.decoder = codec.streaming_decoder(max_streams, compute_dtype)
         self.layout = layout
         self.first_chunk_frames = first_chunk_frames
         self.chunk_frames = chunk_frames

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from cadenza.codecs import load_codec
-from cadenza.codecs.codec import AudioCodec
+from cadenza.codecs.codec import AudioCodec, CodecError
 from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
 from cadenza.engine.audio_stage import AudioStage, TokenOutputs
 from cadenza.engine.chunk_policy import codec_chunk_frames
@@ -23,6 +23,7 @@ from cadenza.engine.realtime.step_telemetry import StepTelemetry
 from cadenza.engine.request_intake import RequestIntake
 from cadenza.engine.scheduler import Scheduler
 from cadenza.ipc.serving_engine import ServingEngine
+from cadenza.kernels.cpu_linear import native_bf16_matmul, resolve_cpu_linear_dtype
 
 
 def build_engine(
@@ -64,6 +65,7 @@ def build_engine(
     limits = limits or LimitsConfig()
     torch_device = resolve_device(device)
     model_dtype = resolve_dtype(dtype, torch_device)
+    linear_dtype = resolve_cpu_linear_dtype(config.cpu_linear_dtype)
     model = load_model(
         name_or_path,
         seed=seed,
@@ -71,6 +73,7 @@ def build_engine(
         dtype=model_dtype,
         weights_dtype=weights_dtype,
         pack_cpu_weights=config.pack_cpu_weights,
+        cpu_linear_dtype=linear_dtype,
     )
     layout = model.layout
     kv_dtype = resolve_kv_dtype(config.kv_dtype, model_dtype)
@@ -87,12 +90,14 @@ def build_engine(
         config.reserve_max_output,
     )
     codec_model: AudioCodec | None = None
+    codec_dtype = torch.float32
     policy = None
     if layout.produces_audio:
         codec_name = codec or model.codec_name
         if codec_name is None:
             raise ValueError(f"{name_or_path} produces audio but names no codec")
         codec_model = load_codec(codec_name, device=torch_device, seed=seed, noise=codec_noise)
+        codec_dtype = resolve_codec_dtype(config.codec_dtype, codec_model, torch_device)
         config = config.model_copy(
             update={
                 "chunk_frames": codec_chunk_frames(config.chunk_frames, codec_model.frame_rate),
@@ -119,6 +124,7 @@ def build_engine(
             codec_model,
             layout,
             max_streams=config.max_pending_requests,
+            compute_dtype=codec_dtype,
             first_chunk_frames=config.first_chunk_frames,
             chunk_frames=config.chunk_frames,
             telemetry=telemetry,
@@ -130,6 +136,8 @@ def build_engine(
         str(model_dtype),
         f"kv={kv_dtype}",
         f"w={weights_dtype}",
+        f"linear={linear_dtype}",
+        f"codec_dtype={codec_dtype}",
     )
     return Engine(
         model,
@@ -146,6 +154,21 @@ def build_engine(
         policy=policy,
         telemetry=telemetry,
     )
+
+
+def resolve_codec_dtype(setting: str, codec: AudioCodec, device: torch.device) -> torch.dtype:
+    """``engine.codec_dtype`` for ``codec`` on ``device``: ``auto`` is bf16 on a CPU with native
+    bf16 matrix units when the codec streams in bf16, else fp32 (and fp32 on a GPU). Raises
+    :class:`CodecError` when bf16 is asked of a codec that cannot stream in it."""
+    if setting == "float32":
+        return torch.float32
+    supported = torch.bfloat16 in codec.streaming_dtypes
+    if setting == "bfloat16":
+        if not supported:
+            raise CodecError(f"{type(codec).__name__} streams in float32 only")
+        return torch.bfloat16
+    native = device.type == "cpu" and native_bf16_matmul()
+    return torch.bfloat16 if native and supported else torch.float32
 
 
 def engine_from_config(config: CadenzaConfig) -> Engine:

@@ -6,6 +6,12 @@ bandwidth. Reordering the weight once into oneDNN's blocked layout (what ``torch
 does on CPU) makes the same product 2-4x faster at batch 1-16 on the development machine
 (docs/benchmarks.md). :func:`pack_linears` swaps every bias-free ``nn.Linear`` of a model for
 :class:`PackedLinear`; outputs agree with ``F.linear`` to float rounding.
+
+On a CPU with native bf16 matrix units (AMX tiles or AVX512-BF16,
+:func:`native_bf16_matmul`), the packed weight can be bf16 instead: the product then runs on
+those units, 2.5-4x faster again at 16-32 rows, with bf16's rounding of weights and
+activations (the input is rounded to bf16, accumulation and the output stay fp32). What that
+costs in accuracy is measured in docs/benchmarks.md ("CPU bf16 matrix units").
 """
 
 from __future__ import annotations
@@ -15,6 +21,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from cadenza.kernels.linear_swap import swap_linears
+
+
+def native_bf16_matmul() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (AMX tiles or AVX512-BF16), where oneDNN's
+    bf16 products beat fp32 ones; without them bf16 is emulated and slower."""
+    probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
+
+
+def resolve_cpu_linear_dtype(setting: str) -> torch.dtype:
+    """``engine.cpu_linear_dtype`` as a dtype: ``auto`` is bf16 where
+    :func:`native_bf16_matmul`, else fp32."""
+    if setting == "auto":
+        return torch.bfloat16 if native_bf16_matmul() else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[setting]
 
 
 def packing_available(device: torch.device, dtype: torch.dtype) -> bool:
@@ -28,28 +49,30 @@ def packing_available(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 class PackedLinear(nn.Module):
-    """``y = x @ weight.T`` with ``weight`` kept for reference and a packed copy for compute."""
+    """``y = x @ weight.T`` with ``weight`` kept for reference and a packed copy for compute,
+    in ``compute_dtype`` (fp32, or bf16 for the CPU's bf16 units); fp32 in, fp32 out."""
 
     packed: torch.Tensor
 
-    def __init__(self, weight: torch.Tensor) -> None:
+    def __init__(self, weight: torch.Tensor, compute_dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.out_features, self.in_features = weight.shape
+        self.compute_dtype = compute_dtype
         self.weight = nn.Parameter(weight.detach(), requires_grad=False)
         self.register_buffer(
             "packed",
-            torch.ops.mkldnn._reorder_linear_weight(self.weight.detach()),
+            torch.ops.mkldnn._reorder_linear_weight(self.weight.detach().to(compute_dtype)),
             persistent=False,
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.float32 or x.device.type != "cpu":
             return F.linear(x, self.weight)
-        flat = x.reshape(-1, self.in_features)
+        flat = x.reshape(-1, self.in_features).to(self.compute_dtype)
         out = torch.ops.mkldnn._linear_pointwise(flat, self.packed, None, "none", [], "")
-        return out.reshape(*x.shape[:-1], self.out_features)
+        return out.to(torch.float32).reshape(*x.shape[:-1], self.out_features)
 
 
-def pack_linears(module: nn.Module) -> int:
+def pack_linears(module: nn.Module, compute_dtype: torch.dtype = torch.float32) -> int:
     """Replace every bias-free ``nn.Linear`` under ``module`` in place; returns how many."""
-    return swap_linears(module, PackedLinear)
+    return swap_linears(module, lambda weight: PackedLinear(weight, compute_dtype))

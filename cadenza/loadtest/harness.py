@@ -32,8 +32,9 @@ async def run_loadtest(
     progress: Progress | None = None,
 ) -> tuple[dict[str, Any], list[Path]]:
     """Run, write the outputs, return ``(report, paths)``. ``concurrency=None`` sweeps."""
-    ideal = await _ideal_streams(options.url)
+    claim_before, ideal = await _server_capacity(options.url)
     capacity, levels = await _measure(options, concurrency, start, limit, progress)
+    claim_after, _ = await _server_capacity(options.url)
     baseline = None
     if baseline_url is not None:
         base_options = replace(options, url=baseline_url.rstrip("/"))
@@ -43,7 +44,14 @@ async def run_loadtest(
             "capacity_streams": base_capacity,
             "levels": base_levels,
         }
-    report = build_report(_options_dict(options), levels, capacity, ideal, baseline)
+    report = build_report(
+        _options_dict(options),
+        levels,
+        capacity,
+        ideal,
+        baseline,
+        server_claim=(claim_before, claim_after),
+    )
     return report, write_report(report, out_dir)
 
 
@@ -72,11 +80,21 @@ async def _check_ready(url: str) -> None:
         raise LoadTestError(f"{url}/readyz answered {response.status_code}: not ready")
 
 
-async def _ideal_streams(url: str) -> int | None:
+async def _server_capacity(url: str) -> tuple[int | None, float | None]:
+    """The server's claim (``/v1/capacity`` ``max_streams``) and the bound it does not
+    decide: the engine's saturated throughput in streams, measured in process by its
+    calibration (``calibration.throughput_streams``)."""
     async with httpx.AsyncClient() as client:
         capacity = await read_capacity(client, url)
-    value = None if capacity is None else capacity.get("max_streams")
-    return int(value) if isinstance(value, int | float) else None
+    if capacity is None:
+        return None, None
+    claim = capacity.get("max_streams")
+    calibration = capacity.get("calibration")
+    bound = calibration.get("throughput_streams") if isinstance(calibration, dict) else None
+    return (
+        int(claim) if isinstance(claim, int | float) else None,
+        float(bound) if isinstance(bound, int | float) and bound > 0 else None,
+    )
 
 
 def _options_dict(options: LoadOptions) -> dict[str, Any]:

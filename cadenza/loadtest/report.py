@@ -8,24 +8,30 @@ import json
 from pathlib import Path
 from typing import Any
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
 
 
 def build_report(
     options: dict[str, Any],
     levels: list[dict[str, Any]],
     capacity_streams: int | None,
-    ideal_streams: int | None,
+    ideal_streams: float | None,
     baseline: dict[str, Any] | None = None,
+    server_claim: tuple[int | None, int | None] = (None, None),
 ) -> dict[str, Any]:
+    """``ideal_streams``: the engine's saturated throughput in streams (a bound the server's
+    admission does not set); ``server_claim``: its ``max_streams`` before and after the run."""
+    before, after = server_claim
     report: dict[str, Any] = {
         "version": REPORT_VERSION,
         "options": options,
         "capacity_streams": capacity_streams,
         "ideal_streams": ideal_streams,
-        "capacity_vs_ideal": None
-        if not capacity_streams or not ideal_streams
-        else round(capacity_streams / ideal_streams, 3),
+        "capacity_vs_ideal": _ratio(capacity_streams, ideal_streams),
+        "server_max_streams": before,
+        "server_max_streams_after": after,
+        "claim_vs_capacity": _ratio(before, capacity_streams),
+        "claim_after_vs_capacity": _ratio(after, capacity_streams),
         "levels": levels,
     }
     if baseline is not None:
@@ -35,6 +41,12 @@ def build_report(
             None if capacity_streams is None or not base else round(capacity_streams / base, 2)
         )
     return report
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if not numerator or not denominator:
+        return None
+    return round(numerator / denominator, 3)
 
 
 def write_report(report: dict[str, Any], out_dir: Path) -> list[Path]:
@@ -58,10 +70,19 @@ def markdown(report: dict[str, Any]) -> str:
         f"{options.get('client_buffer_ms')} ms).",
         "",
         f"- **capacity at SLO: {report['capacity_streams']} streams**",
-        f"- ideal (server's `/v1/capacity` max_streams): {report['ideal_streams']}"
+        f"- ideal (the engine's saturated throughput, measured in process by its "
+        f"calibration): {report['ideal_streams']} streams"
         + (
             f" (capacity / ideal = {report['capacity_vs_ideal']})"
             if report.get("capacity_vs_ideal") is not None
+            else ""
+        ),
+        f"- server's claim (`/v1/capacity` max_streams): {report.get('server_max_streams')} "
+        f"before the run, {report.get('server_max_streams_after')} after"
+        + (
+            f" (claim / capacity = {report['claim_vs_capacity']} before, "
+            f"{report.get('claim_after_vs_capacity')} after)"
+            if report.get("claim_vs_capacity") is not None
             else ""
         ),
     ]

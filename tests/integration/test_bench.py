@@ -36,3 +36,17 @@ def test_the_smallest_run_prints_side_by_side_results(target) -> None:
 def test_bad_options_are_refused(options) -> None:
     done = _bench("codec", *options)
     assert done.returncode == 2 and "cadenza:" in done.stderr
+
+
+def test_the_precision_run_measures_speed_and_accuracy_of_every_setting() -> None:
+    done = _bench("precision", "--batch-sizes", "16", "--repeats", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["benchmark"] == "precision"
+    assert {entry["rows"] for entry in result["linear_us"]} == {16}
+    assert all(entry["bf16_packed"] > 0 for entry in result["linear_us"])
+    packed = result["backbone_accuracy"]["fp32_packed"]
+    assert packed["top1_agreement"] == 1.0  # prepacking alone changes nothing but rounding
+    bf16 = result["backbone_accuracy"]["bf16_packed"]
+    assert bf16["logits_cosine_min"] > 0.999
+    assert 40.0 < result["codec"]["bf16_snr_db"] < 200.0

@@ -56,3 +56,10 @@ def stats_message(correction: float = 1.0, slack_ms: list[float] | None = None) 
         chunk_slack_s=tuple(ms / 1000.0 for ms in slack_ms or []),
     )
     return Stats(engine_stats(correction), report)
+
+
+def timed_stats(slower: float, steps: int = 15) -> Stats:
+    """A report of ``steps`` decode steps of 4 streams that each took ``slower`` times what
+    :data:`STEP_MODEL` predicts (4 ms)."""
+    record = StepRecord(0.004 * slower, 4, 4, 400)
+    return Stats(engine_stats(), StepReport(steps=(record,) * steps))

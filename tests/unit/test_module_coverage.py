@@ -11,6 +11,7 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     # module: (covering test module, why there is no test of its own)
     "cadenza/bench/codec_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/bench/engine_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
+    "cadenza/bench/cpu_precision.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/bench/pacing.py": ("tests/integration/test_webrtc.py", "a benchmark"),
     "cadenza/bench/roofline.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/bench/snac_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),

@@ -8,12 +8,23 @@ Two budgets, both from the engine (its ``ready`` info and its ``stats`` reports)
   from the text's UTF-8 length; admission keeps the sum over admitted streams within the pool,
   so the engine never has to preempt.
 * **Real time**: one codec frame every ``1 / frame_rate`` seconds per stream, i.e. a step of at
-  most ``frame period / steps_per_frame * (1 - headroom)``. The calibrated step-time model
-  (scaled by the engine's online correction) says how many decoding streams fit that step.
-  A stream is admitted only if ``B + 1`` streams still fit.
+  most ``frame period / steps_per_frame * (1 - headroom)``. The calibrated step-time model says
+  how many decoding streams fit that step, with every prediction scaled by the *realtime
+  factor*: the 90th percentile of how much slower than predicted the engine's steps actually
+  ran, per half-second report over the last ``admission.jitter_window_s`` (before any report,
+  the calibration's own measured jitter). Admitting against a high percentile rather than the
+  mean is what lets the promise survive a noisy host: a stream is admitted only if ``B + 1``
+  streams still fit at that percentile.
+* **What admitting costs**: a new stream's prompt has to be prefilled in the spare time of
+  the steps the running streams leave, within the first half of its TTFA target, together
+  with the prompts of the streams admitted just before it that may still be prefilling. A
+  stream whose prompt would not fit waits (or is refused) rather than making a wave of new
+  prompts eat the running streams' slack.
 
 ``max_streams`` is the smaller of the two for a *nominal* stream (``admission.nominal_stream_s``
-of audio, at its full context), capped by the engine's ``max_num_seqs``.
+of audio, at its full context), capped by the engine's ``max_num_seqs``. Admission itself
+uses the streams actually admitted: a decode step pads every stream's keys to the longest, so
+``B + 1`` streams cost ``B + 1`` times the largest final context among them and the new one.
 If delivered chunks start arriving with less slack than ``admission.slack_close_ms`` before
 their deadline, admission closes (no new stream until slack has recovered for
 ``admission.slack_reopen_s``): the measurement wins over the model. An idle server always
@@ -38,14 +49,22 @@ from cadenza.contract.step_time_model import step_budget_s
 from cadenza.contract.stream_length import frames_for_duration
 
 _NOMINAL_TEXT = "x" * 64  # the text of the nominal stream max_streams is quoted for
+_MIN_REPORT_MS = 50.0  # a report with less decoding than this says little about speed
+_MIN_REPORTS = 10  # live reports needed before they replace the calibration's jitter
+_FACTOR_RANGE = (0.5, 20.0)
+_PREFILL_SHARE_OF_TTFA = 0.5  # the rest of the TTFA target is the first chunk's frames
 
 
 @dataclass(frozen=True)
 class StreamCost:
-    """What one admitted stream holds: KV pages reserved, seconds of audio it may produce."""
+    """What one admitted stream holds: KV pages reserved, seconds of audio it may produce,
+    the prompt rows the engine prefills before its first frame, and the KV positions it holds
+    at its end (what a decode step padded to it attends per stream); upper estimates."""
 
     kv_pages: int
     audio_s: float
+    prompt_tokens: int = 0
+    final_context: int = 0
 
 
 class CapacityModel:
@@ -64,6 +83,7 @@ class CapacityModel:
         self.correction = 1.0
         self.kv_pages_free = info.kv_pages_total
         self._recent_steps: deque[float] = deque(maxlen=512)  # ms of steps with decodes
+        self._ratios: deque[tuple[float, float]] = deque()  # (time, measured / predicted)
         self._closed_until = 0.0
 
     # -- inputs -------------------------------------------------------------------------------
@@ -72,9 +92,15 @@ class CapacityModel:
         """Fold one engine ``stats`` message in."""
         self.correction = message.stats.step_correction
         self.kv_pages_free = message.stats.kv_pages_free
+        measured = predicted = 0.0
         for step in message.report.steps:
             if step.decodes > 0:
                 self._recent_steps.append(1000.0 * step.seconds)
+            if self.step_model is not None and step.decodes > 0 and step.tokens <= 2 * step.decodes:
+                measured += 1000.0 * step.seconds
+                predicted += self.step_model.predict_ms(step.tokens, step.context_tokens)
+        if predicted > 0 and measured >= _MIN_REPORT_MS:
+            self._ratios.append((self.clock(), measured / predicted))
         slacks_ms = [1000.0 * s for s in message.report.chunk_slack_s]
         if slacks_ms and min(slacks_ms) < self.config.slack_close_ms:
             self._closed_until = self.clock() + self.config.slack_reopen_s
@@ -108,16 +134,52 @@ class CapacityModel:
         prompt_frames = math.ceil(prompt_audio_s * self.info.frame_rate)
         prompt_tokens = shape.max_prompt_tokens(text, prompt_frames)
         frames = frames_for_duration(audio_s, self.info.frame_rate)
-        return StreamCost(shape.pages(prompt_tokens, frames), audio_s)
+        return StreamCost(
+            shape.pages(prompt_tokens, frames),
+            audio_s,
+            prompt_tokens,
+            prompt_tokens + shape.steps_for_frames(frames),
+        )
 
-    def realtime_limit(self) -> int:
-        """Decoding streams whose step fits the real-time budget (``max_num_seqs`` without a
-        calibration)."""
+    def realtime_factor(self) -> float:
+        """What step-time predictions are multiplied by before admitting: the 90th percentile
+        of measured over predicted time, per engine report, over the last
+        ``jitter_window_s``; the calibration's jitter until enough reports are in."""
+        now = self.clock()
+        while self._ratios and now - self._ratios[0][0] > self.config.jitter_window_s:
+            self._ratios.popleft()
+        if len(self._ratios) >= _MIN_REPORTS:
+            ratios = sorted(r for _, r in self._ratios)
+            factor = ratios[min(int(0.9 * len(ratios)), len(ratios) - 1)]
+        else:
+            calibration = self.info.calibration
+            factor = 1.0 if calibration is None else calibration.jitter
+        return min(max(factor, _FACTOR_RANGE[0]), _FACTOR_RANGE[1])
+
+    def realtime_limit(self, context_per_stream: int | None = None) -> int:
+        """Decoding streams whose step fits the real-time budget at the realtime factor
+        (``max_num_seqs`` without a calibration), each attending ``context_per_stream``
+        positions (default: the nominal stream's full context)."""
         limit = self.info.max_num_seqs
         if self.step_model is None:
             return limit
-        budget = self.step_budget_ms / max(self.correction, 1e-6)
-        return self.step_model.max_batch(budget, self.nominal_context_tokens, limit)
+        budget = self.step_budget_ms / self.realtime_factor()
+        context = self.nominal_context_tokens if context_per_stream is None else context_per_stream
+        return self.step_model.max_batch(budget, context, limit)
+
+    def prefill_fits(self, active: int, prompt_tokens: int, context_per_stream: int) -> bool:
+        """Whether ``prompt_tokens`` prompt rows (the new stream's and those of streams
+        admitted just before it) can be prefilled in the spare step time ``active + 1``
+        streams of ``context_per_stream`` leave, within half the TTFA target."""
+        if self.step_model is None:
+            return True
+        factor = self.realtime_factor()
+        streams = active + 1
+        step_ms = factor * self.step_model.predict_ms(streams, streams * context_per_stream)
+        spare_ms = max(self.step_budget_ms - step_ms, 0.0)
+        window_ms = _PREFILL_SHARE_OF_TTFA * self.engine_config.ttfa_target_ms
+        steps = window_ms / (self.frame_period_ms / self.info.shape.steps_per_frame)
+        return factor * self.step_model.prefill_ms(prompt_tokens) <= spare_ms * steps
 
     def kv_limit(self) -> int:
         nominal = self.stream_cost(_NOMINAL_TEXT, self.config.nominal_stream_s)
@@ -133,12 +195,29 @@ class CapacityModel:
     def admission_open(self) -> bool:
         return self.clock() >= self._closed_until
 
-    def refusal(self, active: int, reserved_pages: int, cost: StreamCost) -> str | None:
-        """Why one more stream cannot start now (``None``: it can)."""
+    def refusal(
+        self,
+        active: int,
+        reserved_pages: int,
+        cost: StreamCost,
+        prefilling_tokens: int = 0,
+        longest_context: int | None = None,
+    ) -> str | None:
+        """Why one more stream cannot start now (``None``: it can). ``prefilling_tokens``: the
+        prompt rows of streams admitted within the last TTFA target (maybe still prefilling);
+        ``longest_context``: the largest final context among the admitted streams, which
+        every decode step pads to (``None``: the nominal stream's, for every stream)."""
+        if longest_context is None:
+            context = self.nominal_context_tokens
+        else:
+            context = max(longest_context, cost.final_context)
         if active > 0 and not self.admission_open:
             return "deadlines_slipping"
-        if active > 0 and active + 1 > self.realtime_limit():
+        if active > 0 and active + 1 > self.realtime_limit(context):
             return "realtime_budget"
+        prompt_tokens = prefilling_tokens + cost.prompt_tokens
+        if active > 0 and not self.prefill_fits(active, prompt_tokens, context):
+            return "prefill_budget"
         if active + 1 > self.info.max_num_seqs:
             return "max_streams"
         if reserved_pages + cost.kv_pages > self.info.kv_pages_total:
@@ -153,7 +232,7 @@ class CapacityModel:
             return 0.0
         streams = max(active, 1)
         predicted = self.step_model.predict_ms(streams, streams * self.nominal_context_tokens)
-        return predicted * self.correction
+        return predicted * self.realtime_factor()
 
     def rtf_headroom(self, active: int) -> float:
         """``1 - step time / step budget at zero headroom``: the share of real time still free

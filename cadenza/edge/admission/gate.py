@@ -3,8 +3,10 @@
 ``ticket = await gate.acquire(priority, cost)`` returns once the stream may start (at once when
 nobody is waiting and :class:`CapacityModel` says it fits; otherwise after waiting in its
 class's queue) and raises :class:`AdmissionRefused` with a reason and a ``Retry-After``
-estimate when it may not: its queue is full, it waited its class's maximum, or it could never
-fit. ``gate.release(ticket)`` when the stream's engine request has ended lets the next waiter in.
+estimate when it may not: its queue is full, it waited its class's maximum (or is expected to
+wait longer than that, then it is refused at once instead of after the wait), or it could
+never fit. ``gate.release(ticket)`` when the stream's engine request has ended lets the next
+waiter in.
 
 Retry-After estimates come from the admitted streams' expected ends (admission time plus their
 audio length at the real-time budget): a request ``k``-th in line can expect to start when the
@@ -100,6 +102,15 @@ class AdmissionGate:
             raise AdmissionRefused(
                 "queue_full", f"server at capacity and the {priority} queue is full", retry
             )
+        expected_wait = self._expected_wait_s(len(self.queues) + 1)
+        if expected_wait > self._max_wait[priority]:
+            self._count(priority, "refused", "queue_timeout")
+            raise AdmissionRefused(
+                "queue_timeout",
+                f"server at capacity: no {priority} slot expected within "
+                f"{self._max_wait[priority]:g} s",
+                max(expected_wait, 1.0),
+            )
         waiter = Waiter(priority, cost, now)
         self.queues.push(waiter)
         self._count(priority, "queued", self._refusal(cost) or "behind_others")
@@ -186,6 +197,7 @@ class AdmissionGate:
             },
             "step_budget_ms": round(self.capacity.step_budget_ms, 3),
             "step_correction": round(self.capacity.correction, 4),
+            "realtime_factor": round(self.capacity.realtime_factor(), 4),
             "calibration": None
             if self.capacity.info.calibration is None
             else CALIBRATION_ADAPTER.dump_python(self.capacity.info.calibration, mode="json"),
@@ -196,8 +208,20 @@ class AdmissionGate:
     def _reserved_pages(self) -> int:
         return sum(t.cost.kv_pages for t in self.active)
 
+    def _prefilling_tokens(self) -> int:
+        """Prompt rows of the streams admitted within the last TTFA target: what the engine
+        may still be prefilling."""
+        since = self.clock() - self.capacity.engine_config.ttfa_target_ms / 1000.0
+        return sum(t.cost.prompt_tokens for t in self.active if t.admitted_at >= since)
+
     def _refusal(self, cost: StreamCost) -> str | None:
-        return self.capacity.refusal(len(self.active), self._reserved_pages(), cost)
+        return self.capacity.refusal(
+            len(self.active),
+            self._reserved_pages(),
+            cost,
+            self._prefilling_tokens(),
+            max((t.cost.final_context for t in self.active), default=0),
+        )
 
     def _admit(self, priority: Priority, cost: StreamCost, enqueued_at: float | None) -> Ticket:
         """A ticket for an admitted stream (``enqueued_at``: when it started waiting, if it
@@ -231,16 +255,22 @@ class AdmissionGate:
             self.release(ticket)
 
     def _retry_after_s(self, position: int) -> float:
-        """When the ``position``-th request in line can expect to start."""
+        """When the ``position``-th request in line can expect to start (at least 1 s: what a
+        ``Retry-After`` header can say)."""
+        return max(self._expected_wait_s(position), 1.0)
+
+    def _expected_wait_s(self, position: int) -> float:
+        """Seconds until the ``position``-th request in line can expect to start, from the
+        admitted streams' expected ends (0 when nothing is admitted)."""
         now = self.clock()
         ends = sorted(max(t.expected_end - now, 0.0) for t in self.active)
         if not ends:
-            return 1.0
+            return 0.0
         if position <= len(ends):
-            return max(ends[position - 1], 1.0)
+            return ends[position - 1]
         rounds = math.ceil(position / len(ends))
         longest = max(t.cost.audio_s for t in self.active)
-        return max(ends[-1] + (rounds - 1) * longest, 1.0)
+        return ends[-1] + (rounds - 1) * longest
 
     def _count(self, priority: str, decision: str, reason: str) -> None:
         self.metrics.admission_decisions.labels(

@@ -31,6 +31,7 @@ def load_model(
     dtype: torch.dtype,
     weights_dtype: str = "auto",
     pack_cpu_weights: bool = True,
+    cpu_linear_dtype: torch.dtype = torch.float32,
 ) -> AudioTokenModel:
     """Build a built-in model from ``seed`` or load a checkpoint (a directory, or a hub id
     in the local hub cache), ready to serve.
@@ -48,7 +49,12 @@ def load_model(
             f"unknown model {name_or_path!r}: not a built-in name ({', '.join(BUILT_IN_MODELS)}), "
             "a local checkpoint directory nor a hub id (owner/name)"
         )
-    prepare_for_serving(model, weights_dtype=weights_dtype, pack_cpu_weights=pack_cpu_weights)
+    prepare_for_serving(
+        model,
+        weights_dtype=weights_dtype,
+        pack_cpu_weights=pack_cpu_weights,
+        cpu_linear_dtype=cpu_linear_dtype,
+    )
     return model
 
 

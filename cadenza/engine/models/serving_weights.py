@@ -3,11 +3,14 @@
 Llama layers get their q/k/v and gate/up projections fused into single matrices; then every
 bias-free linear is either made weight-only int8 (``weights_dtype = "int8"``; on the CPU these
 come prepacked too) or, for fp32 on the CPU, prepacked for oneDNN (2-4x faster at the row
-counts of a decode step; docs/benchmarks.md). Outputs agree with the unmodified model to float
-rounding (int8: to its quantization).
+counts of a decode step; docs/benchmarks.md), in fp32 or, with ``cpu_linear_dtype = bf16``,
+for the CPU's bf16 matrix units. Outputs agree with the unmodified model to float rounding
+(int8: to its quantization; bf16: to bf16 rounding of the products' inputs).
 """
 
 from __future__ import annotations
+
+import torch
 
 from cadenza.engine.models.llama import fuse_llama_projections
 from cadenza.engine.models.model import AudioTokenModel
@@ -16,11 +19,15 @@ from cadenza.kernels.int8_linear import quantize_linears
 
 
 def prepare_for_serving(
-    model: AudioTokenModel, *, weights_dtype: str = "auto", pack_cpu_weights: bool = True
+    model: AudioTokenModel,
+    *,
+    weights_dtype: str = "auto",
+    pack_cpu_weights: bool = True,
+    cpu_linear_dtype: torch.dtype = torch.float32,
 ) -> None:
     """Rearrange ``model``'s weights in place (call once, after loading)."""
     fuse_llama_projections(model)
     if weights_dtype == "int8":
         quantize_linears(model)
     elif pack_cpu_weights and packing_available(model.device, model.dtype):
-        pack_linears(model)
+        pack_linears(model, cpu_linear_dtype)

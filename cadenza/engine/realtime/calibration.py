@@ -9,9 +9,13 @@ as live arrivals are (so their codec decodes fall on different steps), step unti
 has delivered its first audio, then time ``engine.calibration_steps`` pure decode steps in
 windows of one chunk period (each window holds one codec decode per stream) and record the
 median of the window means, which shrugs off a burst of noise from a neighbour on a shared
-machine. The sweep stops once a point is more than twice the real-time step budget (larger
+machine; the spread of the window means (their 90th percentile over the median, pooled over
+all points) is the calibration's *jitter*, what admission allows for before live steps are
+seen. The sweep stops once a point is more than twice the real-time step budget (larger
 batches cannot be admitted anyway). One more point decodes a smaller batch at a long context
-(``engine.calibration_long_context`` prompt tokens) so attention's share is measured too.
+(``engine.calibration_long_context`` prompt tokens) so attention's share is measured too, and
+the prefill steps of those long prompts give the cost of a prompt row. The best point's
+frames per second over the frame rate is the engine's saturated throughput in streams.
 
 The result is cached as JSON under ``engine.calibration_cache_dir`` keyed by everything that
 changes step time: model, weights and KV dtypes, seed, device name, threads, torch and cadenza
@@ -28,7 +32,7 @@ import os
 import secrets
 import statistics
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,8 +52,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_FORMAT = 2  # part of the cache key: bump when the measurement changes
+CALIBRATION_FORMAT = 3  # part of the cache key: bump when the measurement changes
 _SHORT_PROMPT_CHARS = 32
+_WORDS = ("calibrate", "measure", "steady", "tempo", "voice", "step", "time", "frame")
 
 
 def calibration_identity(engine: Engine, seed: int) -> str:
@@ -110,12 +115,16 @@ def load_or_calibrate(engine: Engine, seed: int = 0) -> Calibration | None:
         except OSError as exc:
             log.warning("cannot cache the calibration at %s: %s", path, exc)
     log.info(
-        "step time (%s, %s): %s; %.3f ms per 1k context; codec %.3f ms per frame",
+        "step time (%s, %s): %s; %.3f ms per 1k context; %.4f ms per prompt row; codec %.3f ms "
+        "per frame; jitter x%.2f; saturated throughput %.1f streams",
         calibration.source,
         calibration.device_name,
         ", ".join(f"{t} streams {ms:.2f} ms" for t, _, ms in calibration.model.decode_points),
         calibration.model.per_kilocontext_ms,
+        calibration.model.prefill_ms_per_token,
         calibration.codec_ms_per_frame,
+        calibration.jitter,
+        calibration.throughput_streams,
     )
     return calibration
 
@@ -131,23 +140,31 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
         info.frame_period_s, info.shape.steps_per_frame, config.realtime_headroom
     )
     samples: list[StepSample] = []
+    spreads: list[float] = []  # window means over their point's median
     codec_ms = 0.0
     largest = 0
     for batch in sorted(set(config.calibration_batch_sizes)):
         if batch > config.max_num_seqs or not _fits(engine, batch, _SHORT_PROMPT_CHARS):
             break
-        sample, codec_ms_batch = _measure(engine, batch, _SHORT_PROMPT_CHARS)
-        samples.append(sample)
+        point = _measure(engine, batch, _SHORT_PROMPT_CHARS)
+        samples.append(point.sample)
+        spreads += [m / point.sample.ms for m in point.window_means]
         if batch >= largest:
-            largest, codec_ms = batch, codec_ms_batch
-        if sample.ms > 2 * budget_ms and len(samples) >= 2:
+            largest, codec_ms = batch, point.codec_ms_per_frame
+        if point.sample.ms > 2 * budget_ms and len(samples) >= 2:
             break
     long_sample = None
+    prefill_ms_per_token = 0.0
     if config.calibration_long_context > 0 and samples:
         batch = max(1, min(8, largest))
         if _fits(engine, batch, config.calibration_long_context):
-            long_sample, _ = _measure(engine, batch, config.calibration_long_context)
-    model = StepTimeModel.fit(samples, long_sample)
+            point = _measure(engine, batch, config.calibration_long_context)
+            long_sample, prefill_ms_per_token = point.sample, point.prefill_ms_per_token
+    model = StepTimeModel.fit(samples, long_sample, prefill_ms_per_token)
+    frames_per_step = 1.0 / info.shape.steps_per_frame
+    throughput = max(
+        s.tokens * frames_per_step * info.frame_period_s * 1000.0 / s.ms for s in samples
+    )
     if long_sample is not None:
         samples.append(long_sample)
     return Calibration(
@@ -157,7 +174,22 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
         device_name=device_name(engine.model.device),
         identity=identity,
         measured_s=time.perf_counter() - started,
+        jitter=max(_percentile(spreads, 0.9), 1.0) if spreads else 1.0,
+        throughput_streams=round(throughput, 2),
     )
+
+
+@dataclass(frozen=True)
+class _Point:
+    sample: StepSample
+    window_means: list[float]  # ms, one per chunk-period window
+    codec_ms_per_frame: float
+    prefill_ms_per_token: float  # median over the point's pure prefill steps (0: none)
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(int(share * len(ordered)), len(ordered) - 1)]
 
 
 def _steps_needed(engine: Engine) -> int:
@@ -169,7 +201,9 @@ def _steps_needed(engine: Engine) -> int:
 def _request(engine: Engine, prompt_chars: int) -> SynthesisRequest:
     info = engine.info
     frames = _steps_needed(engine) // info.shape.steps_per_frame + 2 * engine.config.chunk_frames
-    text = ("calibrate " * (prompt_chars // 10 + 1))[:prompt_chars]
+    # Distinct texts: a prefix-cache hit would skip the prefill this measures.
+    words = [secrets.choice(_WORDS) for _ in range(prompt_chars // 4 + 1)]
+    text = " ".join(words)[:prompt_chars]
     return SynthesisRequest(
         request_id=f"calibration-{secrets.token_hex(6)}",
         text=text,
@@ -193,8 +227,9 @@ def _fits(engine: Engine, batch: int, prompt_chars: int) -> bool:
     return batch * pages <= info.kv_pages_total
 
 
-def _measure(engine: Engine, batch: int, prompt_chars: int) -> tuple[StepSample, float]:
-    """Mean time of pure decode steps with ``batch`` streams; and codec ms per stream-frame."""
+def _measure(engine: Engine, batch: int, prompt_chars: int) -> _Point:
+    """Mean time of pure decode steps with ``batch`` streams; codec ms per stream-frame; and
+    what a prompt row cost in the pure prefill steps on the way."""
     requests = [_request(engine, prompt_chars) for _ in range(batch)]
     window = engine.config.chunk_frames * engine.info.shape.steps_per_frame
     heard: set[str] = set()
@@ -209,7 +244,11 @@ def _measure(engine: Engine, batch: int, prompt_chars: int) -> tuple[StepSample,
             if len(heard) == batch:
                 break
             heard.update(o.request_id for o in engine.step() if o.audio.size)
-        engine.take_report()  # measure from here
+        prefill_rates = [
+            1000.0 * s.seconds / s.tokens
+            for s in engine.take_report().steps  # measure decode steps from here
+            if s.decodes == 0 and s.tokens >= 64
+        ]
         window_means, contexts = [], []
         codec_s, codec_frames = 0.0, 0
         for _ in range(max(engine.config.calibration_steps // window, 1)):
@@ -229,7 +268,12 @@ def _measure(engine: Engine, batch: int, prompt_chars: int) -> tuple[StepSample,
             ms=statistics.median(window_means),
         )
         log.debug("calibration point: %s", sample)
-        return sample, 1000.0 * codec_s / codec_frames if codec_frames else 0.0
+        return _Point(
+            sample,
+            window_means,
+            1000.0 * codec_s / codec_frames if codec_frames else 0.0,
+            statistics.median(prefill_rates) if prefill_rates else 0.0,
+        )
     finally:
         for request in requests:
             engine.abort_request(request.request_id)

@@ -11,8 +11,10 @@ The scheduler asks three questions each step:
   sit this step out, the laxest first, until the prediction fits. They are ahead of their
   listeners; the step they skip is spent on streams that are not.
 * **Prefill size**: a prefill chunk may lengthen this step by at most the smallest laxity
-  among the streams decoding in it, so a new stream's prompt never makes a running one late.
-  At least ``min_prefill_tokens`` are allowed, so a prompt always progresses.
+  among the streams decoding in it, so a new stream's prompt never makes a running one late,
+  and by no more than what keeps the step within its budget, so a wave of new prompts is
+  spread over several steps instead of eating the running streams' slack at once. At least
+  ``min_prefill_tokens`` are allowed, so a prompt always progresses.
 
 Without a step-time model (calibration off) only the ordering applies.
 """
@@ -100,9 +102,13 @@ class DeadlinePolicy:
         now = self.clock()
         step_s = self.predict_s(len(decodes), _context(decodes)) or 0.0
         spare_s = min(self.laxity_s(seq, now, step_s) for seq in decodes)
-        per_token_s = self.step_model.per_token_ms * self.correction.factor / 1000.0
-        if not math.isfinite(spare_s) or per_token_s <= 0:
+        per_token_s = self.step_model.prefill_ms(1) * self.correction.factor / 1000.0
+        if per_token_s <= 0:
             return budget_tokens
+        if math.isfinite(spare_s):
+            spare_s = min(spare_s, self.step_budget_s - step_s)
+        else:
+            spare_s = self.step_budget_s - step_s
         allowed = int(max(spare_s, 0.0) / per_token_s)
         return max(min(allowed, budget_tokens), min(self.min_prefill_tokens, budget_tokens))
 

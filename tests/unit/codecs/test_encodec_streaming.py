@@ -143,3 +143,33 @@ def test_slot_misuse_is_refused(codec):
     with pytest.raises(CodecError, match="not open"):
         decoder.close(1)
     assert decoder.open() == 1  # a released slot is free again
+
+
+def test_bf16_streaming_is_within_bf16_rounding_of_float32(codec) -> None:
+    """The CPU's bf16 decoder: float32 audio out, chunking still immaterial (to bf16
+    rounding), and close to the float32 decode (docs/benchmarks.md: about 49 dB SNR)."""
+    codes = [_codes(40, seed) for seed in range(3)]
+    reference = [codec.decode(c[None])[0] for c in codes]
+    decoder = EncodecStreamingDecoder(codec, 3, torch.bfloat16)
+    slots = [decoder.open() for _ in codes]
+    pieces: dict[int, list[torch.Tensor]] = {slot: [] for slot in slots}
+    for start, stop in [(0, 9), (9, 10), (10, 25), (25, 40)]:
+        final = frozenset(slots) if stop == 40 else frozenset()
+        chunk = {s: c[:, start:stop] for s, c in zip(slots, codes, strict=True)}
+        out = decoder.decode(chunk, final)
+        for slot in slots:
+            assert out[slot].dtype == torch.float32
+            pieces[slot].append(out[slot])
+    for slot, expected in zip(slots, reference, strict=True):
+        got = torch.cat(pieces[slot])
+        assert got.shape == expected.shape
+        noise = ((got - expected) ** 2).mean()
+        snr_db = 10 * torch.log10((expected**2).mean() / noise)
+        assert snr_db > 35.0
+
+
+def test_snac_refuses_bf16_streaming() -> None:
+    snac = load_codec("snac_24khz", seed=0, noise=False)
+    assert snac.streaming_dtypes == (torch.float32,)
+    with pytest.raises(CodecError, match="float32 only"):
+        snac.streaming_decoder(1, torch.bfloat16)

@@ -109,7 +109,9 @@ def build(
             audio_seconds_per_minute=audio_seconds_per_minute,
         ),
         guard=GuardConfig(fail_open=fail_open),
-        admission=AdmissionConfig(max_queue_length=max_queue_length),
+        # Realtime requests may queue as long as a test's stream lasts (the default refuses a
+        # listener who would wait past the TTFA target; tests/unit/edge/admission covers it).
+        admission=AdmissionConfig(max_queue_length=max_queue_length, realtime_max_wait_s=30.0),
     )
     engine = engine or FakeEngine()
     engine.info = engine_info(kv_pages=kv_pages, max_num_seqs=max_num_seqs, calibrated=False)

@@ -51,3 +51,35 @@ def test_dtype_names() -> None:
     ]
     with pytest.raises(ValueError):
         kv_dtype_name(torch.int32)
+
+
+def test_cpu_precisions_follow_the_settings_and_key_the_prefix_cache() -> None:
+    from cadenza.codecs import CodecError, load_codec
+    from cadenza.config import EngineConfig
+    from cadenza.engine.builder import resolve_codec_dtype
+    from cadenza.kernels.cpu_linear import PackedLinear, native_bf16_matmul
+
+    native = torch.bfloat16 if native_bf16_matmul() else torch.float32
+    cpu = torch.device("cpu")
+    encodec = load_codec("encodec_24khz", seed=0)
+    snac = load_codec("snac_24khz", seed=0, noise=False)
+    assert resolve_codec_dtype("auto", encodec, cpu) == native
+    assert resolve_codec_dtype("auto", snac, cpu) == torch.float32  # SNAC streams in fp32
+    assert resolve_codec_dtype("float32", encodec, cpu) == torch.float32
+    with pytest.raises(CodecError):
+        resolve_codec_dtype("bfloat16", snac, cpu)
+    engines = {
+        dtype: build_engine(
+            "cadenza-tiny",
+            engine_config=EngineConfig(cpu_linear_dtype=dtype, codec_dtype=dtype),
+            kv_cache_memory_bytes=4 << 20,
+        )
+        for dtype in ("float32", "bfloat16")
+    }
+    for dtype, engine in engines.items():
+        linears = [m for m in engine.model.modules() if isinstance(m, PackedLinear)]
+        assert linears and {str(m.compute_dtype) for m in linears} == {f"torch.{dtype}"}
+        assert isinstance(engine.audio, AudioStage)
+        assert engine.audio.decoder.compute_dtype == getattr(torch, dtype)
+    # KV computed in another precision is other KV: the prefix cache keeps them apart.
+    assert engines["float32"].identity_keys != engines["bfloat16"].identity_keys

@@ -10,6 +10,7 @@ from cadenza.engine.engine import Engine
 from cadenza.engine.models.cadenza_tiny import CadenzaTinyModel, CadenzaTinySpec
 from cadenza.engine.models.llama import apply_rotary
 from cadenza.engine.sequence import Sequence
+from tests.support.float32_compute import float32_engine_config
 
 GREEDY = SamplingParams(temperature=0.0, top_k=0)
 
@@ -57,6 +58,7 @@ def test_paged_engine_matches_full_recompute():
     model = CadenzaTinyModel.from_seed(0)  # the reference; the engine builds its own (fused)
     engine = Engine.from_pretrained(
         "cadenza-tiny",
+        engine_config=float32_engine_config(),
         seed=0,
         page_size=8,
         kv_cache_memory_bytes=8 << 20,

@@ -13,6 +13,7 @@ from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
 from cadenza.engine.kv.paged_kv_cache import KVSpec
 from cadenza.engine.sequence import SequenceStatus
+from tests.support.float32_compute import FLOAT32_COMPUTE
 from tests.unit.engine.llama_checkpoints import CONFIGS, hf_greedy, save_tiny_llama
 
 GREEDY = SamplingParams(temperature=0.0, top_k=0)
@@ -26,7 +27,7 @@ def checkpoint(request, tmp_path_factory):
 
 
 def _engine(directory, **config):
-    defaults = {"page_size": 4, "kv_cache_memory_bytes": 4 << 20}
+    defaults = {"page_size": 4, "kv_cache_memory_bytes": 4 << 20, **FLOAT32_COMPUTE}
     return Engine.from_pretrained(
         str(directory), engine_config=EngineConfig(**{**defaults, **config})
     )

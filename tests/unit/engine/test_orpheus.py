@@ -18,6 +18,7 @@ from cadenza.engine.engine import Engine
 from cadenza.engine.models import orpheus
 from cadenza.engine.models.checkpoint import CheckpointError
 from cadenza.engine.models.registry import load_model
+from tests.support.float32_compute import FLOAT32_COMPUTE
 from tests.unit.codecs.test_snac import SMALL, _reference, _silence_noise
 from tests.unit.engine.orpheus_checkpoints import (
     reference_frames,
@@ -51,7 +52,7 @@ def snac_dir(tmp_path_factory):
 
 
 def _engine(directory, codec, **config) -> Engine:
-    defaults = {"page_size": 8, "kv_cache_memory_bytes": 8 << 20}
+    defaults = {"page_size": 8, "kv_cache_memory_bytes": 8 << 20, **FLOAT32_COMPUTE}
     return Engine.from_pretrained(
         str(directory),
         codec=str(codec),

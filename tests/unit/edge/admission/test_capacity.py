@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from cadenza.config import AdmissionConfig, EngineConfig
 from cadenza.edge.admission.capacity import CapacityModel, StreamCost
 from tests.support.contract_examples import engine_info as info
 from tests.support.contract_examples import stats_message as stats
+from tests.support.contract_examples import timed_stats
 
 
 class Clock:
@@ -17,19 +20,58 @@ class Clock:
         return self.now
 
 
-def test_realtime_limit_follows_the_model_and_its_correction() -> None:
-    model = CapacityModel(info(), EngineConfig(), AdmissionConfig())
+def test_realtime_limit_follows_the_model_and_the_90th_percentile_of_live_steps() -> None:
+    clock = Clock()
+    model = CapacityModel(info(), EngineConfig(), AdmissionConfig(), clock=clock)
     assert model.step_budget_ms == pytest.approx(1000 / 75 * 0.9)
     assert model.realtime_limit() == 12
     assert model.max_streams() == 12
-    model.observe(stats(correction=2.0))  # steps take twice what was calibrated
+    for _ in range(9):  # too few reports yet: the calibration's jitter (1.0) still counts
+        model.observe(timed_stats(2.0))
+    assert model.realtime_limit() == 12
+    model.observe(timed_stats(2.0))  # steps take twice what was calibrated
+    assert model.realtime_factor() == pytest.approx(2.0)
     assert model.realtime_limit() == 6
     assert model.refusal(6, 0, StreamCost(10, 3.0)) == "realtime_budget"
     assert model.refusal(5, 0, StreamCost(10, 3.0)) is None
-    model.observe(stats(correction=100.0))  # no stream fits the budget any more...
+    # A percentile, not a mean: one slow report in ten is enough to count.
+    clock.now = 31.0  # (the reports above have left the 30 s window)
+    for _ in range(9):
+        model.observe(timed_stats(1.0))
+    model.observe(timed_stats(3.0))
+    assert model.realtime_factor() == pytest.approx(3.0)
+    assert model.realtime_limit() == 4
+    for _ in range(20):
+        model.observe(timed_stats(100.0))  # no stream fits the budget any more...
     assert model.realtime_limit() == 0
     assert model.refusal(0, 0, StreamCost(10, 3.0)) is None  # ...but an idle server admits one
     assert model.refusal(1, 0, StreamCost(10, 3.0)) == "realtime_budget"
+    clock.now = 62.0  # the window has passed: back to the calibration
+    assert model.realtime_limit() == 12
+
+
+def test_the_calibrations_jitter_counts_before_live_steps_do() -> None:
+    calibrated = info()
+    assert calibrated.calibration is not None
+    jittery = replace(calibrated, calibration=replace(calibrated.calibration, jitter=1.5))
+    model = CapacityModel(jittery, EngineConfig(), AdmissionConfig())
+    assert model.realtime_limit() == 8  # 12 ms / 1.5
+
+
+def test_a_prompt_is_admitted_only_if_the_spare_step_time_can_prefill_it() -> None:
+    calibrated = info()
+    assert calibrated.calibration is not None
+    step_model = replace(calibrated.calibration.model, prefill_ms_per_token=0.01)
+    with_prefill = replace(
+        calibrated, calibration=replace(calibrated.calibration, model=step_model)
+    )
+    model = CapacityModel(with_prefill, EngineConfig(), AdmissionConfig())
+    # 5 streams running, a 6th: 6 ms of 12 spare per step, 150 ms (half the TTFA target) is
+    # 11 steps: 67 ms of prompt rows, 6,700 tokens at 0.01 ms.
+    assert model.refusal(5, 0, StreamCost(10, 3.0, prompt_tokens=2000)) is None
+    assert model.refusal(5, 0, StreamCost(10, 3.0, prompt_tokens=2000), 6000) == "prefill_budget"
+    assert model.refusal(10, 0, StreamCost(10, 3.0, prompt_tokens=2000)) == "prefill_budget"
+    assert model.refusal(0, 0, StreamCost(10, 3.0, prompt_tokens=10**6)) is None  # idle
 
 
 def test_kv_memory_and_max_num_seqs_limit_too() -> None:
@@ -46,7 +88,7 @@ def test_stream_cost_counts_prompt_and_output_pages() -> None:
     cost = model.stream_cost("a" * 100, 2.0)
     # 100 text bytes + 2 overhead + (150 frames + 7 delay) steps = 259 tokens -> 17 pages of 16,
     # exactly what the engine reserves for cadenza-tiny (tests/unit/engine/test_engine.py).
-    assert cost == StreamCost(17, 2.0)
+    assert cost == StreamCost(17, 2.0, prompt_tokens=102, final_context=259)
     assert model.stream_cost("a" * 100, 2.0, prompt_audio_s=1.0).kv_pages == 21  # + 75 frames
     assert model.stream_cost("é" * 50, 2.0).kv_pages == 17  # UTF-8 bytes, not characters
 

@@ -18,6 +18,9 @@ COST = StreamCost(10, 4.0)
 
 
 def gate(max_streams: int = 2, **admission: float) -> AdmissionGate:
+    """A gate of ``max_streams``; realtime requests may wait 30 s unless told otherwise (the
+    tests of queueing need waits longer than a stream)."""
+    admission = {"realtime_max_wait_s": 30.0, **admission}
     config = AdmissionConfig(**admission)  # type: ignore[arg-type]
     capacity = CapacityModel(info(max_num_seqs=max_streams), EngineConfig(), config)
     return AdmissionGate(config, capacity, ModelMetrics(Metrics(), "cadenza-tiny"))
@@ -51,7 +54,7 @@ def test_admits_at_once_while_capacity_lasts_then_queues() -> None:
 def test_full_queue_and_long_wait_are_refused_with_retry_after() -> None:
     async def scenario() -> None:
         g = gate(max_streams=1, max_queue_length=1, realtime_max_wait_s=0.05)
-        held = await g.acquire("realtime", COST)
+        held = await g.acquire("realtime", StreamCost(10, 0.01))  # expected to end at once
         waiting = asyncio.create_task(g.acquire("realtime", COST))
         await asyncio.sleep(0.01)
         with pytest.raises(AdmissionRefused) as full:
@@ -62,6 +65,27 @@ def test_full_queue_and_long_wait_are_refused_with_retry_after() -> None:
         assert timeout.value.code == "queue_timeout"
         assert timeout.value.retry_after_s >= 1
         g.release(held)
+        assert not g.active and not g.queues
+
+    asyncio.run(scenario())
+
+
+def test_a_wait_expected_longer_than_the_class_allows_is_refused_at_once() -> None:
+    """A realtime listener is not kept waiting for a slot that will not come in time: it is
+    refused at once, with the expected wait as Retry-After; a standard request queues."""
+
+    async def scenario() -> None:
+        g = gate(max_streams=1, realtime_max_wait_s=0.25)
+        held = await g.acquire("realtime", COST)  # 4 s of audio: ends in about 3.6 s
+        with pytest.raises(AdmissionRefused) as refused:
+            await asyncio.wait_for(g.acquire("realtime", COST), 0.1)
+        assert refused.value.code == "queue_timeout"
+        assert 3.0 <= refused.value.retry_after_s <= 4.0
+        standard = asyncio.create_task(g.acquire("standard", COST))
+        await asyncio.sleep(0.01)
+        assert not standard.done() and g.snapshot()["queued"] == 1
+        g.release(held)
+        g.release(await asyncio.wait_for(standard, 1))
         assert not g.active and not g.queues
 
     asyncio.run(scenario())

@@ -89,13 +89,27 @@ def test_over_budget_steps_skip_only_streams_ahead_of_their_reserve() -> None:
 
 def test_prefill_is_capped_by_the_most_urgent_stream() -> None:
     clock = FakeClock()
-    model = StepTimeModel.fit([StepSample(1, 20, 1.0), StepSample(20, 400, 20.0)])
+    samples = [StepSample(1, 20, 1.0), StepSample(20, 400, 20.0)]
+    model = StepTimeModel.fit(samples, prefill_ms_per_token=0.01)
     policy = _policy(clock, model)
     relaxed = [_stream(clock, 8, 20, ahead_s=5.0)]
     assert policy.prefill_limit(relaxed, 512) == 512
-    urgent = [_stream(clock, 8, 20, ahead_s=0.2)]
+    urgent = [_stream(clock, 8, 20, ahead_s=0.003)]
     limit = policy.prefill_limit(urgent, 512)
     assert 16 <= limit < 512
     assert policy.prefill_limit([], 512) == 512  # nobody decoding: the whole budget
     late = [_stream(clock, 8, 20, ahead_s=-1.0)]
     assert policy.prefill_limit(late, 512) == 16  # always some progress
+
+
+def test_prefill_keeps_the_step_within_its_budget_however_far_ahead_the_streams_are() -> None:
+    clock = FakeClock()
+    samples = [StepSample(1, 20, 1.0), StepSample(20, 400, 20.0)]
+    policy = _policy(clock, StepTimeModel.fit(samples, prefill_ms_per_token=0.1))
+    relaxed = [_stream(clock, 8, 20, ahead_s=5.0)]
+    # Budget 12 ms (13.3 ms less 10 %), one stream's step 1 ms: 11 ms of prompt rows at 0.1 ms.
+    limit = policy.prefill_limit(relaxed, 512)
+    assert 100 <= limit <= 110
+    # A wave of prompts is spread over steps instead of making one step 50 ms long.
+    busy = [_stream(clock, 8, 20, ahead_s=5.0) for _ in range(11)]
+    assert policy.prefill_limit(busy, 512) == 16
