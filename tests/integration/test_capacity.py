@@ -27,7 +27,7 @@ MAX_SEQS = 4
 ENV = {
     "CADENZA_ENGINE__MAX_NUM_SEQS": str(MAX_SEQS),
     "CADENZA_ADMISSION__REALTIME_MAX_WAIT_S": "2.0",
-    "CADENZA_ADMISSION__STANDARD_MAX_WAIT_S": "15.0",
+    "CADENZA_ADMISSION__STANDARD_MAX_WAIT_S": "60.0",
     "CADENZA_ADMISSION__MAX_QUEUE_LENGTH": "16",
 }
 
@@ -113,7 +113,7 @@ def test_three_times_overload_keeps_admitted_streams_glitch_free(server) -> None
     assert level["c100"] >= 0.99, level
     assert level["ttfa_admitted_ms"]["p95"] <= 500, level["ttfa_admitted_ms"]
     assert standard.status_code == 200 and len(standard.content) > 0
-    assert waited < 15.0  # within standard's maximum wait, under sustained realtime load
+    assert waited < 15.0  # its reserved share, well within its maximum wait, under realtime load
     assert server.metric("cadenza_admission_decisions_total") > 0
     _wait_idle(server)
 
@@ -147,7 +147,9 @@ def test_refusals_carry_a_reason_and_retry_after_on_http_and_websocket(slots) ->
                     pass
             assert refused.value.code == "queue_timeout"
             assert refused.value.retry_after_s is not None and refused.value.retry_after_s >= 1
-            assert extra.last_queued is not None and extra.last_queued["position"] >= 1
+            # The slots free up in about 30 s, far past realtime's 2 s: refused at once, with
+            # that wait as Retry-After, instead of after a pointless wait in the queue.
+            assert extra.last_queued is None and refused.value.retry_after_s >= 10
         for stream in holders:
             await stream.aclose()
         for cm, _ in sessions:
@@ -174,7 +176,8 @@ def test_an_http_client_that_hangs_up_while_queued_leaves_the_queue(slots) -> No
                         f"{server.url}/v1/audio/speech",
                         json={"model": "cadenza-tiny", "input": "gone", "priority": "standard"},
                     )
-            # Standard requests may wait 15 s here; the departed one is out within a poll.
+            # Standard requests may wait 60 s here (the slots free up in about 30 s, so it
+            # queues); the departed one is out within a poll.
             deadline = time.monotonic() + 3
             while _capacity(server)["queued"]:
                 assert time.monotonic() < deadline, "the departed request stayed queued"
