@@ -48,9 +48,18 @@ def packing_available(device: torch.device, dtype: torch.dtype) -> bool:
     )
 
 
+# A oneDNN call costs 30-40 us however small the product (2 cores); below about this many
+# multiply-adds plain ``F.linear`` (MKL, fp32) is as fast or faster (docs/benchmarks.md).
+SMALL_PRODUCT_MACS = 2_500_000
+
+
 class PackedLinear(nn.Module):
     """``y = x @ weight.T`` with ``weight`` kept for reference and a packed copy for compute,
-    in ``compute_dtype`` (fp32, or bf16 for the CPU's bf16 units); fp32 in, fp32 out."""
+    in ``compute_dtype`` (fp32, or bf16 for the CPU's bf16 units); fp32 in, fp32 out.
+
+    Products smaller than :data:`SMALL_PRODUCT_MACS` (few rows through a small layer) use the
+    fp32 ``weight`` directly: oneDNN's fixed cost per call would dominate them. With bf16 that
+    makes a row's result depend, to bf16 rounding, on how many rows share the call."""
 
     packed: torch.Tensor
 
@@ -67,6 +76,9 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.float32 or x.device.type != "cpu":
+            return F.linear(x, self.weight)
+        rows = x.numel() // self.in_features
+        if rows * self.in_features * self.out_features < SMALL_PRODUCT_MACS:
             return F.linear(x, self.weight)
         flat = x.reshape(-1, self.in_features).to(self.compute_dtype)
         out = torch.ops.mkldnn._linear_pointwise(flat, self.packed, None, "none", [], "")
