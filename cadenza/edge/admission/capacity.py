@@ -67,6 +67,21 @@ class StreamCost:
     final_context: int = 0
 
 
+@dataclass(frozen=True)
+class AdmittedLoad:
+    """What the admitted streams hold as admission weighs one more: how many, their KV
+    pages, the prompt rows of those admitted within the last TTFA target (maybe still
+    prefilling), and the longest context among them at their end and now (``None``: count
+    every stream as the nominal one)."""
+
+    streams: int = 0
+    kv_pages: int = 0
+    prefilling_tokens: int = 0
+    longest_final_context: int | None = None
+    longest_context_now: int | None = None
+    prefilling_streams: int = 0  # those admitted within the last TTFA target
+
+
 class CapacityModel:
     def __init__(
         self,
@@ -167,15 +182,16 @@ class CapacityModel:
         context = self.nominal_context_tokens if context_per_stream is None else context_per_stream
         return self.step_model.max_batch(budget, context, limit)
 
-    def prefill_fits(self, active: int, prompt_tokens: int, context_per_stream: int) -> bool:
+    def prefill_fits(self, decoding: int, prompt_tokens: int, context_per_stream: int) -> bool:
         """Whether ``prompt_tokens`` prompt rows (the new stream's and those of streams
-        admitted just before it) can be prefilled in the spare step time ``active + 1``
-        streams of ``context_per_stream`` leave, within half the TTFA target."""
+        admitted just before it) can be prefilled in the step time ``decoding`` streams of
+        ``context_per_stream`` (their context now) leave free, within half the TTFA target."""
         if self.step_model is None:
             return True
         factor = self.realtime_factor()
-        streams = active + 1
-        step_ms = factor * self.step_model.predict_ms(streams, streams * context_per_stream)
+        step_ms = 0.0
+        if decoding > 0:
+            step_ms = factor * self.step_model.predict_ms(decoding, decoding * context_per_stream)
         spare_ms = max(self.step_budget_ms - step_ms, 0.0)
         window_ms = _PREFILL_SHARE_OF_TTFA * self.engine_config.ttfa_target_ms
         steps = window_ms / (self.frame_period_ms / self.info.shape.steps_per_frame)
@@ -195,32 +211,33 @@ class CapacityModel:
     def admission_open(self) -> bool:
         return self.clock() >= self._closed_until
 
-    def refusal(
-        self,
-        active: int,
-        reserved_pages: int,
-        cost: StreamCost,
-        prefilling_tokens: int = 0,
-        longest_context: int | None = None,
-    ) -> str | None:
-        """Why one more stream cannot start now (``None``: it can). ``prefilling_tokens``: the
-        prompt rows of streams admitted within the last TTFA target (maybe still prefilling);
-        ``longest_context``: the largest final context among the admitted streams, which
-        every decode step pads to (``None``: the nominal stream's, for every stream)."""
-        if longest_context is None:
-            context = self.nominal_context_tokens
-        else:
-            context = max(longest_context, cost.final_context)
+    def refusal(self, load: AdmittedLoad, cost: StreamCost) -> str | None:
+        """Why one more stream of ``cost`` cannot start next to ``load`` (``None``: it can).
+
+        Real time is judged at the end of every admitted stream (a decode step pads to the
+        longest, so ``B + 1`` streams at the largest final context); the new prompt's prefill,
+        with the prompts admitted just before it, against the step time left by the streams
+        already decoding, at their contexts now."""
+        active = load.streams
+        nominal = self.nominal_context_tokens
+        final = (
+            nominal
+            if load.longest_final_context is None
+            else max(load.longest_final_context, cost.final_context)
+        )
+        now = nominal if load.longest_context_now is None else load.longest_context_now
+        now = max(now, cost.prompt_tokens)
         if active > 0 and not self.admission_open:
             return "deadlines_slipping"
-        if active > 0 and active + 1 > self.realtime_limit(context):
+        if active > 0 and active + 1 > self.realtime_limit(final):
             return "realtime_budget"
-        prompt_tokens = prefilling_tokens + cost.prompt_tokens
-        if active > 0 and not self.prefill_fits(active, prompt_tokens, context):
+        prompt_tokens = load.prefilling_tokens + cost.prompt_tokens
+        decoding = active - load.prefilling_streams
+        if active > 0 and not self.prefill_fits(decoding, prompt_tokens, now):
             return "prefill_budget"
         if active + 1 > self.info.max_num_seqs:
             return "max_streams"
-        if reserved_pages + cost.kv_pages > self.info.kv_pages_total:
+        if load.kv_pages + cost.kv_pages > self.info.kv_pages_total:
             return "kv_memory"
         return None
 

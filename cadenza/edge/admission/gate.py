@@ -27,7 +27,7 @@ from cadenza.config import AdmissionConfig
 from cadenza.contract.calibration import CALIBRATION_ADAPTER
 from cadenza.contract.errors import ENGINE_RETRY_AFTER_S
 from cadenza.contract.messages import Stats
-from cadenza.edge.admission.capacity import CapacityModel, StreamCost
+from cadenza.edge.admission.capacity import AdmittedLoad, CapacityModel, StreamCost
 from cadenza.edge.admission.priority_queues import PRIORITIES, Priority, PriorityQueues, Waiter
 from cadenza.edge.metrics import ModelMetrics
 
@@ -104,10 +104,11 @@ class AdmissionGate:
             )
         expected_wait = self._expected_wait_s(len(self.queues) + 1)
         if expected_wait > self._max_wait[priority]:
+            cause = self._refusal(cost) or "behind_others"
             self._count(priority, "refused", "queue_timeout")
             raise AdmissionRefused(
                 "queue_timeout",
-                f"server at capacity: no {priority} slot expected within "
+                f"server at capacity ({cause}): no {priority} slot expected within "
                 f"{self._max_wait[priority]:g} s",
                 max(expected_wait, 1.0),
             )
@@ -205,23 +206,32 @@ class AdmissionGate:
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _reserved_pages(self) -> int:
-        return sum(t.cost.kv_pages for t in self.active)
-
-    def _prefilling_tokens(self) -> int:
-        """Prompt rows of the streams admitted within the last TTFA target: what the engine
-        may still be prefilling."""
-        since = self.clock() - self.capacity.engine_config.ttfa_target_ms / 1000.0
-        return sum(t.cost.prompt_tokens for t in self.active if t.admitted_at >= since)
+    def _load(self) -> AdmittedLoad:
+        """The admitted streams as admission weighs one more (contexts from each stream's
+        shape and how long it has run at the frame rate)."""
+        now = self.clock()
+        info = self.capacity.info
+        rate = info.frame_rate * info.shape.steps_per_frame  # decode steps per second
+        ttfa_s = self.capacity.engine_config.ttfa_target_ms / 1000.0
+        contexts_now = [
+            min(
+                t.cost.final_context,
+                t.cost.prompt_tokens + int((now - t.admitted_at) * rate),
+            )
+            for t in self.active
+        ]
+        recent = [t for t in self.active if t.admitted_at >= now - ttfa_s]
+        return AdmittedLoad(
+            streams=len(self.active),
+            kv_pages=sum(t.cost.kv_pages for t in self.active),
+            prefilling_tokens=sum(t.cost.prompt_tokens for t in recent),
+            prefilling_streams=len(recent),
+            longest_final_context=max((t.cost.final_context for t in self.active), default=0),
+            longest_context_now=max(contexts_now, default=0),
+        )
 
     def _refusal(self, cost: StreamCost) -> str | None:
-        return self.capacity.refusal(
-            len(self.active),
-            self._reserved_pages(),
-            cost,
-            self._prefilling_tokens(),
-            max((t.cost.final_context for t in self.active), default=0),
-        )
+        return self.capacity.refusal(self._load(), cost)
 
     def _admit(self, priority: Priority, cost: StreamCost, enqueued_at: float | None) -> Ticket:
         """A ticket for an admitted stream (``enqueued_at``: when it started waiting, if it

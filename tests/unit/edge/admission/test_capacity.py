@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from cadenza.config import AdmissionConfig, EngineConfig
+from cadenza.edge.admission.capacity import AdmittedLoad as Load
 from cadenza.edge.admission.capacity import CapacityModel, StreamCost
 from tests.support.contract_examples import engine_info as info
 from tests.support.contract_examples import stats_message as stats
@@ -32,8 +33,8 @@ def test_realtime_limit_follows_the_model_and_the_90th_percentile_of_live_steps(
     model.observe(timed_stats(2.0))  # steps take twice what was calibrated
     assert model.realtime_factor() == pytest.approx(2.0)
     assert model.realtime_limit() == 6
-    assert model.refusal(6, 0, StreamCost(10, 3.0)) == "realtime_budget"
-    assert model.refusal(5, 0, StreamCost(10, 3.0)) is None
+    assert model.refusal(Load(6, 0), StreamCost(10, 3.0)) == "realtime_budget"
+    assert model.refusal(Load(5, 0), StreamCost(10, 3.0)) is None
     # A percentile, not a mean: one slow report in ten is enough to count.
     clock.now = 31.0  # (the reports above have left the 30 s window)
     for _ in range(9):
@@ -44,8 +45,10 @@ def test_realtime_limit_follows_the_model_and_the_90th_percentile_of_live_steps(
     for _ in range(20):
         model.observe(timed_stats(100.0))  # no stream fits the budget any more...
     assert model.realtime_limit() == 0
-    assert model.refusal(0, 0, StreamCost(10, 3.0)) is None  # ...but an idle server admits one
-    assert model.refusal(1, 0, StreamCost(10, 3.0)) == "realtime_budget"
+    assert (
+        model.refusal(Load(0, 0), StreamCost(10, 3.0)) is None
+    )  # ...but an idle server admits one
+    assert model.refusal(Load(1, 0), StreamCost(10, 3.0)) == "realtime_budget"
     clock.now = 62.0  # the window has passed: back to the calibration
     assert model.realtime_limit() == 12
 
@@ -66,12 +69,15 @@ def test_a_prompt_is_admitted_only_if_the_spare_step_time_can_prefill_it() -> No
         calibrated, calibration=replace(calibrated.calibration, model=step_model)
     )
     model = CapacityModel(with_prefill, EngineConfig(), AdmissionConfig())
-    # 5 streams running, a 6th: 6 ms of 12 spare per step, 150 ms (half the TTFA target) is
-    # 11 steps: 67 ms of prompt rows, 6,700 tokens at 0.01 ms.
-    assert model.refusal(5, 0, StreamCost(10, 3.0, prompt_tokens=2000)) is None
-    assert model.refusal(5, 0, StreamCost(10, 3.0, prompt_tokens=2000), 6000) == "prefill_budget"
-    assert model.refusal(10, 0, StreamCost(10, 3.0, prompt_tokens=2000)) == "prefill_budget"
-    assert model.refusal(0, 0, StreamCost(10, 3.0, prompt_tokens=10**6)) is None  # idle
+    # 5 streams decoding: 7 ms of 12 spare per step, 150 ms (half the TTFA target) is 11.25
+    # steps: 79 ms of prompt rows, 7,875 tokens at 0.01 ms.
+    assert model.refusal(Load(5, 0), StreamCost(10, 3.0, prompt_tokens=2000)) is None
+    assert (
+        model.refusal(Load(5, prefilling_tokens=6000), StreamCost(10, 3.0, prompt_tokens=2000))
+        == "prefill_budget"
+    )
+    assert model.refusal(Load(11, 0), StreamCost(10, 3.0, prompt_tokens=2000)) == "prefill_budget"
+    assert model.refusal(Load(0, 0), StreamCost(10, 3.0, prompt_tokens=10**6)) is None  # idle
 
 
 def test_kv_memory_and_max_num_seqs_limit_too() -> None:
@@ -79,8 +85,8 @@ def test_kv_memory_and_max_num_seqs_limit_too() -> None:
     nominal = model.stream_cost("x" * 64, 10.0)
     assert model.kv_limit() == 200 // nominal.kv_pages
     assert model.max_streams() == min(model.kv_limit(), 3)
-    assert model.refusal(0, 190, StreamCost(20, 1.0)) == "kv_memory"
-    assert model.refusal(3, 0, StreamCost(1, 1.0)) in ("max_streams", "realtime_budget")
+    assert model.refusal(Load(0, 190), StreamCost(20, 1.0)) == "kv_memory"
+    assert model.refusal(Load(3, 0), StreamCost(1, 1.0)) in ("max_streams", "realtime_budget")
 
 
 def test_stream_cost_counts_prompt_and_output_pages() -> None:
@@ -101,8 +107,8 @@ def test_slipping_deadlines_close_admission_until_slack_recovers() -> None:
     assert model.admission_open
     model.observe(stats(slack_ms=[120.0, 10.0]))  # one chunk nearly late
     assert not model.admission_open
-    assert model.refusal(2, 0, StreamCost(1, 1.0)) == "deadlines_slipping"
-    assert model.refusal(0, 0, StreamCost(1, 1.0)) is None  # an idle server always admits one
+    assert model.refusal(Load(2, 0), StreamCost(1, 1.0)) == "deadlines_slipping"
+    assert model.refusal(Load(0, 0), StreamCost(1, 1.0)) is None  # an idle server always admits one
     clock.now = 1.0
     model.observe(stats(slack_ms=[150.0]))
     assert not model.admission_open
