@@ -210,6 +210,12 @@ class EngineConfig(_Section):
         ge=0,
         description="audio a listener buffers before playing; later chunks are due against it",
     )
+    max_lead_ms: float = Field(
+        1500.0,
+        gt=0,
+        description="how far ahead of its listener a stream is generated: when every stream "
+        "is further ahead, the engine waits and leaves the CPU to the edge",
+    )
     realtime_headroom: float = Field(
         0.1,
         ge=0,

@@ -116,6 +116,7 @@ def build_engine(
             chunk_frames=config.chunk_frames,
             headroom=config.realtime_headroom,
             min_prefill_tokens=config.page_size,
+            max_lead_s=config.max_lead_ms / 1000.0,
         )
     telemetry = StepTelemetry(policy)
     audio: AudioStage | TokenOutputs = TokenOutputs()

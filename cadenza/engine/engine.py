@@ -167,6 +167,14 @@ class Engine:
     def has_unfinished_requests(self) -> bool:
         return bool(self._live) or bool(self._outputs)
 
+    def idle_s(self) -> float:
+        """How long every running stream can go without a step (0: step now): only when
+        all of them are audio streams decoding more than ``engine.max_lead_ms`` ahead of
+        their listeners, nothing waits and no output is pending."""
+        if self.policy is None or self.scheduler.waiting or self._outputs:
+            return 0.0
+        return self.policy.idle_s(self.scheduler.running)
+
     # -- the loop ---------------------------------------------------------------------------
 
     def step(self) -> list[StreamOutput]:

@@ -163,6 +163,10 @@ class NaiveEngine:
     def has_unfinished_requests(self) -> bool:
         return bool(self._cancelled) or not self._outputs.empty()
 
+    def idle_s(self) -> float:
+        """Never: :meth:`step` itself waits for the request threads."""
+        return 0.0
+
     def step(self) -> list[StreamOutput]:
         """Whatever the request threads produced since the last call (waits briefly if none)."""
         outputs = []

@@ -5,7 +5,8 @@ Run as its own process (``python -m cadenza.ipc.engine_loop``, started by
 the caller's process with ``inproc://`` sockets. The edge binds both sockets; the engine
 connects.
 
-Loop: drain every waiting message (block briefly when idle), run one engine step, send its
+Loop: drain every waiting message (block briefly when idle, or until the first stream needs a
+step when every stream is far enough ahead of its listener), run one engine step, send its
 outputs, and every ``STATS_INTERVAL_S`` a ``stats`` message that doubles as the heartbeat the
 edge's readiness check watches. A request the engine refuses (or fails to add) gets a final
 ``output`` with ``error_code = "rejected"``; a step that raises outside the engine's per-request
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 
 STATS_INTERVAL_S = 0.5
 IDLE_POLL_MS = 100
+MAX_LEAD_POLL_MS = 20  # streams far ahead: look again this soon (stats keep their pace)
 
 
 def run_engine_loop(
@@ -80,12 +83,12 @@ def _serve(
     parent_pid = os.getppid()
     last_stats = time.monotonic()
     while stop is None or not stop.is_set():
-        timeout_ms = 0 if engine.has_unfinished_requests() else IDLE_POLL_MS
+        timeout_ms = _wait_ms(engine)
         while inbound.poll(timeout_ms):
             timeout_ms = 0
             if not _handle(engine, inbound.recv(), outbound):
                 return
-        if engine.has_unfinished_requests():
+        if engine.has_unfinished_requests() and engine.idle_s() <= 0:
             for output in engine.step():
                 outbound.send(messages.encode(messages.Output.of(output)))
         now = time.monotonic()
@@ -96,6 +99,15 @@ def _serve(
             if stop is None and os.getppid() != parent_pid:
                 log.warning("edge process is gone; engine exits")
                 return
+
+
+def _wait_ms(engine: ServingEngine) -> int:
+    """How long to wait for messages before the next step: not at all while a stream needs a
+    step, until the first stream does when all are far enough ahead, briefly when idle."""
+    if not engine.has_unfinished_requests():
+        return IDLE_POLL_MS
+    idle_s = engine.idle_s()
+    return 0 if idle_s <= 0 else min(math.ceil(1000 * idle_s), MAX_LEAD_POLL_MS, IDLE_POLL_MS)
 
 
 def _handle(engine: ServingEngine, data: bytes, outbound: zmq.Socket[bytes]) -> bool:

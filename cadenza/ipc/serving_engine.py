@@ -28,6 +28,12 @@ class ServingEngine(Protocol):
 
     def has_unfinished_requests(self) -> bool: ...
 
+    def idle_s(self) -> float:
+        """How long the engine may wait before its next step without any stream needing it
+        (0: step now). Every stream far enough ahead of its listener can wait; the CPU is
+        then left to the rest of the machine (the edge encoding and sending its audio)."""
+        ...
+
     def step(self) -> list[StreamOutput]:
         """Advance every stream by one step; the outputs ready now (audio chunks, endings)."""
         ...

@@ -16,6 +16,11 @@ The scheduler asks three questions each step:
   spread over several steps instead of eating the running streams' slack at once. At least
   ``min_prefill_tokens`` are allowed, so a prompt always progresses.
 
+* **Lead**: a stream at most ``max_lead_s`` ahead of its listener is enough; when every
+  running stream is further ahead than that, the engine waits (:meth:`DeadlinePolicy.idle_s`)
+  instead of racing ahead, and leaves the CPU to the rest of the machine (on a small CPU, the
+  edge that encodes and sends the audio shares its cores).
+
 Without a step-time model (calibration off) only the ordering applies.
 """
 
@@ -41,6 +46,7 @@ class DeadlinePolicy:
         chunk_frames: int,
         headroom: float,
         min_prefill_tokens: int,
+        max_lead_s: float = math.inf,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.layout = layout
@@ -49,6 +55,7 @@ class DeadlinePolicy:
         self.chunk_frames = chunk_frames
         self.headroom = headroom
         self.min_prefill_tokens = min_prefill_tokens
+        self.max_lead_s = max_lead_s
         self.clock = clock
         self.step_model: StepTimeModel | None = None
         self.correction = OnlineCorrection()
@@ -94,6 +101,18 @@ class DeadlinePolicy:
             if predicted is not None and predicted <= self.step_budget_s:
                 break
         return kept, skipped
+
+    def idle_s(self, running: list[Sequence]) -> float:
+        """How long until the least lax of ``running`` is only ``max_lead_s`` ahead (0 when
+        any is prefilling, has no playout clock, or is already that close)."""
+        if not running or not math.isfinite(self.max_lead_s):
+            return 0.0
+        if any(seq.is_prefilling or seq.audio is None for seq in running):
+            return 0.0
+        now = self.clock()
+        step_s = self.predict_s(len(running), _context(running)) or self.step_budget_s
+        laxity = min(self.laxity_s(seq, now, step_s) for seq in running)
+        return max(laxity - self.max_lead_s, 0.0)
 
     def prefill_limit(self, decodes: list[Sequence], budget_tokens: int) -> int:
         """Most prefill rows this step may carry next to ``decodes``."""

@@ -183,3 +183,27 @@ def test_a_request_without_a_decoder_slot_leaves_no_trace(tiny_engine, monkeypat
     assert tiny_engine.sequence("r1") is None
     assert not tiny_engine.has_unfinished_requests()
     tiny_engine.check_integrity()
+
+
+def test_a_stream_far_ahead_of_its_listener_lets_the_engine_wait(tiny_engine):
+    """Generating faster than real time, a stream gets ahead; past ``max_lead`` the engine may
+    wait (the loop then leaves the CPU to the edge); a new request needs a step at once."""
+    policy = tiny_engine.policy
+    saved = policy.max_lead_s
+    policy.max_lead_s = 0.3
+    try:
+        tiny_engine.add_request(SynthesisRequest("ahead", "x" * 70, max_duration_s=5.0))
+        assert tiny_engine.idle_s() == 0.0  # prefilling
+        for _ in range(200):
+            tiny_engine.step()
+            if tiny_engine.idle_s() > 0:
+                break
+        assert 0 < tiny_engine.idle_s() <= 5.0
+        tiny_engine.add_request(SynthesisRequest("new", "hello"))
+        assert tiny_engine.idle_s() == 0.0
+        assert tiny_engine.abort_request("ahead") and tiny_engine.abort_request("new")
+        while tiny_engine.has_unfinished_requests():
+            tiny_engine.step()
+        tiny_engine.check_integrity()
+    finally:
+        policy.max_lead_s = saved

@@ -58,6 +58,9 @@ class _FailingStep:
     def has_unfinished_requests(self) -> bool:
         return self.pending
 
+    def idle_s(self) -> float:
+        return 0.0
+
     def step(self) -> list[StreamOutput]:
         raise RuntimeError("corrupted state")
 

@@ -113,3 +113,17 @@ def test_prefill_keeps_the_step_within_its_budget_however_far_ahead_the_streams_
     # A wave of prompts is spread over steps instead of making one step 50 ms long.
     busy = [_stream(clock, 8, 20, ahead_s=5.0) for _ in range(11)]
     assert policy.prefill_limit(busy, 512) == 16
+
+
+def test_streams_far_ahead_of_their_listeners_let_the_engine_wait() -> None:
+    clock = FakeClock()
+    policy = _policy(clock, StepTimeModel.fit([StepSample(1, 20, 1.0), StepSample(20, 400, 20.0)]))
+    assert policy.idle_s([_stream(clock, 8, 20, ahead_s=5.0)]) == 0.0  # no lead cap: never
+    policy.max_lead_s = 1.5
+    ahead = [_stream(clock, 8, 20, ahead_s=5.0), _stream(clock, 8, 20, ahead_s=3.0)]
+    assert policy.idle_s(ahead) == pytest.approx(1.5, abs=0.01)  # the least ahead decides
+    assert policy.idle_s([*ahead, _stream(clock, 8, 20, ahead_s=1.0)]) == 0.0
+    prefilling = _stream(clock, 8, 20, ahead_s=5.0)
+    prefilling.num_computed_tokens = 3  # 18 rows still lack KV
+    assert policy.idle_s([*ahead, prefilling]) == 0.0  # a prompt in progress: step now
+    assert policy.idle_s([]) == 0.0
