@@ -26,7 +26,9 @@ class Calibration:
     percentile (pooled over the sweep's points; >= 1), what admission allows for until live
     steps say otherwise. ``throughput_streams``: the engine's saturated throughput, codec
     frames per second at the best measured batch over the frame rate: streams no scheduler
-    could exceed on this device (short contexts, nothing else running).
+    could exceed on this device (short contexts, nothing else running);
+    ``long_context_throughput_streams`` the same at the long-context point (every stream
+    attending ``engine.calibration_long_context`` positions; 0 without that point).
     """
 
     model: StepTimeModel
@@ -38,6 +40,7 @@ class Calibration:
     source: Literal["measured", "cache"] = "measured"
     jitter: float = 1.0
     throughput_streams: float = 0.0
+    long_context_throughput_streams: float = 0.0
 
 
 CALIBRATION_ADAPTER: TypeAdapter[Calibration] = TypeAdapter(Calibration)

@@ -32,9 +32,9 @@ async def run_loadtest(
     progress: Progress | None = None,
 ) -> tuple[dict[str, Any], list[Path]]:
     """Run, write the outputs, return ``(report, paths)``. ``concurrency=None`` sweeps."""
-    claim_before, ideal = await _server_capacity(options.url)
+    claim_before, ideal, ideal_long = await _server_capacity(options.url)
     capacity, levels = await _measure(options, concurrency, start, limit, progress)
-    claim_after, _ = await _server_capacity(options.url)
+    claim_after, _, _ = await _server_capacity(options.url)
     baseline = None
     if baseline_url is not None:
         base_options = replace(options, url=baseline_url.rstrip("/"))
@@ -51,6 +51,7 @@ async def run_loadtest(
         ideal,
         baseline,
         server_claim=(claim_before, claim_after),
+        ideal_long_context_streams=ideal_long,
     )
     return report, write_report(report, out_dir)
 
@@ -80,21 +81,26 @@ async def _check_ready(url: str) -> None:
         raise LoadTestError(f"{url}/readyz answered {response.status_code}: not ready")
 
 
-async def _server_capacity(url: str) -> tuple[int | None, float | None]:
-    """The server's claim (``/v1/capacity`` ``max_streams``) and the bound it does not
+async def _server_capacity(url: str) -> tuple[int | None, float | None, float | None]:
+    """The server's claim (``/v1/capacity`` ``max_streams``) and the bounds it does not
     decide: the engine's saturated throughput in streams, measured in process by its
-    calibration (``calibration.throughput_streams``)."""
+    calibration, at short contexts and at its long-context point."""
     async with httpx.AsyncClient() as client:
         capacity = await read_capacity(client, url)
     if capacity is None:
-        return None, None
+        return None, None, None
     claim = capacity.get("max_streams")
     calibration = capacity.get("calibration")
-    bound = calibration.get("throughput_streams") if isinstance(calibration, dict) else None
+    calibration = calibration if isinstance(calibration, dict) else {}
     return (
         int(claim) if isinstance(claim, int | float) else None,
-        float(bound) if isinstance(bound, int | float) and bound > 0 else None,
+        _positive(calibration.get("throughput_streams")),
+        _positive(calibration.get("long_context_throughput_streams")),
     )
+
+
+def _positive(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
 def _options_dict(options: LoadOptions) -> dict[str, Any]:

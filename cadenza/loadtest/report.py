@@ -18,9 +18,11 @@ def build_report(
     ideal_streams: float | None,
     baseline: dict[str, Any] | None = None,
     server_claim: tuple[int | None, int | None] = (None, None),
+    ideal_long_context_streams: float | None = None,
 ) -> dict[str, Any]:
     """``ideal_streams``: the engine's saturated throughput in streams (a bound the server's
-    admission does not set); ``server_claim``: its ``max_streams`` before and after the run."""
+    admission does not set), ``ideal_long_context_streams`` the same with every stream at a
+    long context; ``server_claim``: its ``max_streams`` before and after the run."""
     before, after = server_claim
     report: dict[str, Any] = {
         "version": REPORT_VERSION,
@@ -28,6 +30,8 @@ def build_report(
         "capacity_streams": capacity_streams,
         "ideal_streams": ideal_streams,
         "capacity_vs_ideal": _ratio(capacity_streams, ideal_streams),
+        "ideal_long_context_streams": ideal_long_context_streams,
+        "capacity_vs_ideal_long_context": _ratio(capacity_streams, ideal_long_context_streams),
         "server_max_streams": before,
         "server_max_streams_after": after,
         "claim_vs_capacity": _ratio(before, capacity_streams),
@@ -75,6 +79,13 @@ def markdown(report: dict[str, Any]) -> str:
         + (
             f" (capacity / ideal = {report['capacity_vs_ideal']})"
             if report.get("capacity_vs_ideal") is not None
+            else ""
+        ),
+        f"- the same bound with every stream at the calibration's long context: "
+        f"{report.get('ideal_long_context_streams')} streams"
+        + (
+            f" (capacity / that = {report['capacity_vs_ideal_long_context']})"
+            if report.get("capacity_vs_ideal_long_context") is not None
             else ""
         ),
         f"- server's claim (`/v1/capacity` max_streams): {report.get('server_max_streams')} "

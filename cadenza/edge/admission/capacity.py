@@ -50,7 +50,8 @@ from cadenza.contract.stream_length import frames_for_duration
 
 _NOMINAL_TEXT = "x" * 64  # the text of the nominal stream max_streams is quoted for
 _MIN_REPORT_MS = 50.0  # a report with less decoding than this says little about speed
-_MIN_REPORTS = 10  # live reports needed before they replace the calibration's jitter
+_MIN_REPORTS = 3  # live reports for a percentile (fewer: the worst of them and the jitter)
+_KEEP_REPORTS = 10  # the latest reports stand, however old, until newer ones replace them
 _FACTOR_RANGE = (0.5, 20.0)
 _PREFILL_SHARE_OF_TTFA = 0.5  # the rest of the TTFA target is the first chunk's frames
 
@@ -159,16 +160,23 @@ class CapacityModel:
     def realtime_factor(self) -> float:
         """What step-time predictions are multiplied by before admitting: the 90th percentile
         of measured over predicted time, per engine report, over the last
-        ``jitter_window_s``; the calibration's jitter until enough reports are in."""
+        ``jitter_window_s`` (and at least the latest reports, however old: an idle server
+        keeps its last verdict rather than trusting a calibration the machine may have
+        drifted from); with fewer than three, the worst of them or the calibration's
+        jitter, whichever is larger."""
         now = self.clock()
-        while self._ratios and now - self._ratios[0][0] > self.config.jitter_window_s:
+        while (
+            len(self._ratios) > _KEEP_REPORTS
+            and now - self._ratios[0][0] > self.config.jitter_window_s
+        ):
             self._ratios.popleft()
-        if len(self._ratios) >= _MIN_REPORTS:
-            ratios = sorted(r for _, r in self._ratios)
+        calibration = self.info.calibration
+        jitter = 1.0 if calibration is None else calibration.jitter
+        ratios = sorted(r for _, r in self._ratios)
+        if len(ratios) >= _MIN_REPORTS:
             factor = ratios[min(int(0.9 * len(ratios)), len(ratios) - 1)]
         else:
-            calibration = self.info.calibration
-            factor = 1.0 if calibration is None else calibration.jitter
+            factor = max([jitter, *ratios])
         return min(max(factor, _FACTOR_RANGE[0]), _FACTOR_RANGE[1])
 
     def realtime_limit(self, context_per_stream: int | None = None) -> int:

@@ -27,10 +27,10 @@ def test_realtime_limit_follows_the_model_and_the_90th_percentile_of_live_steps(
     assert model.step_budget_ms == pytest.approx(1000 / 75 * 0.9)
     assert model.realtime_limit() == 12
     assert model.max_streams() == 12
-    for _ in range(9):  # too few reports yet: the calibration's jitter (1.0) still counts
-        model.observe(timed_stats(2.0))
-    assert model.realtime_limit() == 12
     model.observe(timed_stats(2.0))  # steps take twice what was calibrated
+    assert model.realtime_factor() == pytest.approx(2.0)  # at once: the worst report counts
+    for _ in range(9):
+        model.observe(timed_stats(2.0))
     assert model.realtime_factor() == pytest.approx(2.0)
     assert model.realtime_limit() == 6
     assert model.refusal(Load(6, 0), StreamCost(10, 3.0)) == "realtime_budget"
@@ -45,12 +45,14 @@ def test_realtime_limit_follows_the_model_and_the_90th_percentile_of_live_steps(
     for _ in range(20):
         model.observe(timed_stats(100.0))  # no stream fits the budget any more...
     assert model.realtime_limit() == 0
-    assert (
-        model.refusal(Load(0, 0), StreamCost(10, 3.0)) is None
-    )  # ...but an idle server admits one
+    idle = Load(0, 0)
+    assert model.refusal(idle, StreamCost(10, 3.0)) is None  # ...but an idle server admits one
     assert model.refusal(Load(1, 0), StreamCost(10, 3.0)) == "realtime_budget"
-    clock.now = 62.0  # the window has passed: back to the calibration
-    assert model.realtime_limit() == 12
+    clock.now = 62.0  # the window has passed, but nothing newer: the last verdict stands
+    assert model.realtime_limit() == 0
+    for _ in range(10):  # new reports replace it
+        model.observe(timed_stats(1.0))
+    assert model.realtime_factor() == pytest.approx(1.0) and model.realtime_limit() == 12
 
 
 def test_the_calibrations_jitter_counts_before_live_steps_do() -> None:
