@@ -4,20 +4,20 @@ The sweep runs the real engine on synthetic streams through its ordinary interfa
 in, steps, step reports out), so the measurement includes everything a live step does: the
 forward pass, sampling, and the streaming codec decode amortised over the chunk. For each batch
 size ``B`` (``engine.calibration_batch_sizes``, up to ``max_num_seqs`` and the KV pages
-available; the smallest runs once first, unmeasured, to pay one-off costs): start ``B``
-streams with short prompts, their arrivals spread over one chunk period as live arrivals are
-(so their codec decodes fall on different steps), step until every one
-has delivered its first audio, then time ``engine.calibration_steps`` pure decode steps in
-windows of one chunk period (each window holds one codec decode per stream) and record the
-median of the window means, which shrugs off a burst of noise from a neighbour on a shared
-machine (and every point is measured twice, once on the way up and once on the way down,
-keeping the faster: noise only ever slows a step); the spread of the window means (their 90th
-percentile over the median, pooled over all points) is the calibration's *jitter*, what
-admission allows for before live steps are seen. The sweep stops once a point is more than twice the real-time step budget (larger
-batches cannot be admitted anyway). One more point decodes a smaller batch at a long context
+available; the smallest runs once first, unmeasured, to pay one-off costs): start ``B`` streams
+with short prompts, their arrivals spread over one chunk period as live arrivals are (so their
+codec decodes fall on different steps), step until every one has delivered its first audio,
+then time ``engine.calibration_steps`` pure decode steps in windows of one chunk period (each
+window holds one codec decode per stream) and record the median of the window means, which
+shrugs off a burst of noise from a neighbour on a shared machine (and every point is measured
+twice, once on the way up and once on the way down, keeping the faster: noise only ever slows a
+step); the spread of the window means (their 90th percentile over the median, pooled over all
+points) is the calibration's *jitter*, what admission allows for before live steps are seen.
+The sweep stops once a point is more than twice the real-time step budget (larger batches
+cannot be admitted anyway). One more point decodes a smaller batch at a long context
 (``engine.calibration_long_context`` prompt tokens) so attention's share is measured too, and
-the prefill steps of those long prompts give the cost of a prompt row. The best point's
-frames per second over the frame rate is the engine's saturated throughput in streams.
+the prefill steps of those long prompts give the cost of a prompt row. The best point's frames
+per second over the frame rate is the engine's saturated throughput in streams.
 
 The result is cached as JSON under ``engine.calibration_cache_dir`` keyed by everything that
 changes step time: model, weights and KV dtypes, seed, device name, threads, torch and cadenza
