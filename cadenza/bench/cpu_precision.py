@@ -28,9 +28,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import LlamaConfig, LlamaForCausalLM
 
-from cadenza.bench.engine_throughput import MODEL
+from cadenza.bench.engine_throughput import MODEL, greedy_generate, reference_llama
 from cadenza.codecs.encodec import load_encodec
 from cadenza.codecs.encodec_streaming import EncodecStreamingDecoder
 from cadenza.kernels.cpu_linear import PackedLinear, native_bf16_matmul
@@ -134,12 +133,7 @@ def _time_module(module: nn.Module, x: torch.Tensor, repeats: int) -> float:
 
 @torch.inference_mode()
 def _backbone_accuracy(progress: bool) -> dict[str, Any]:
-    config: Any = LlamaConfig(eos_token_id=None, bos_token_id=None, pad_token_id=None)
-    for key, value in MODEL.items():
-        setattr(config, key, value)
-    config.head_dim = MODEL["hidden_size"] // MODEL["num_attention_heads"]
-    reference: Any = LlamaForCausalLM(config)
-    reference.eval()
+    reference = reference_llama()
     ids = torch.randint(0, MODEL["vocab_size"], (SEQUENCES, SEQUENCE_LEN))
     expected = reference(ids).logits.float()
     prompts = ids[:, :16]
@@ -171,15 +165,7 @@ def _backbone_accuracy(progress: bool) -> dict[str, Any]:
 
 
 def _greedy(model: Any, prompts: torch.Tensor) -> torch.Tensor:
-    out = model.generate(
-        prompts,
-        attention_mask=torch.ones_like(prompts),
-        max_new_tokens=GREEDY_TOKENS,
-        min_new_tokens=GREEDY_TOKENS,
-        do_sample=False,
-        pad_token_id=0,
-    )
-    return out[:, prompts.shape[1] :]
+    return greedy_generate(model, prompts, GREEDY_TOKENS)
 
 
 def _agreement_before_divergence(tokens: torch.Tensor, expected: torch.Tensor) -> float:

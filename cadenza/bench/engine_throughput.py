@@ -40,12 +40,7 @@ def run(
     progress: bool = False,
 ) -> dict[str, Any]:
     torch.manual_seed(0)
-    config: Any = LlamaConfig(eos_token_id=None, bos_token_id=None, pad_token_id=None)
-    for key, value in MODEL.items():
-        setattr(config, key, value)
-    config.head_dim = MODEL["hidden_size"] // MODEL["num_attention_heads"]
-    reference: Any = LlamaForCausalLM(config)
-    reference.eval()
+    reference = reference_llama()
     num_params = sum(p.numel() for p in reference.parameters())
     weight_bytes = num_params * 4
     with tempfile.TemporaryDirectory() as directory:
@@ -110,14 +105,20 @@ def run(
     }
 
 
-def engine_kv_bytes_per_token() -> int:
-    head_dim = MODEL["hidden_size"] // MODEL["num_attention_heads"]
-    return 2 * MODEL["num_hidden_layers"] * MODEL["num_key_value_heads"] * head_dim * 4
+def reference_llama() -> Any:
+    """The benchmark's random Llama (:data:`MODEL`) in ``transformers``, fp32, in eval mode,
+    from torch's current random state."""
+    config: Any = LlamaConfig(eos_token_id=None, bos_token_id=None, pad_token_id=None)
+    for key, value in MODEL.items():
+        setattr(config, key, value)
+    config.head_dim = MODEL["hidden_size"] // MODEL["num_attention_heads"]
+    model: Any = LlamaForCausalLM(config)
+    model.eval()
+    return model
 
 
-def _time_transformers(model: Any, prompts: list[list[int]], new: int) -> float:
-    ids = torch.tensor(prompts)
-    started = time.perf_counter()
+def greedy_generate(model: Any, ids: torch.Tensor, new: int) -> torch.Tensor:
+    """``new`` greedy tokens after each row of ``ids`` (EOS never stops it): ``[B, new]``."""
     with torch.inference_mode():
         out = model.generate(
             ids,
@@ -127,8 +128,20 @@ def _time_transformers(model: Any, prompts: list[list[int]], new: int) -> float:
             do_sample=False,
             pad_token_id=0,
         )
+    return out[:, ids.shape[1] :]
+
+
+def engine_kv_bytes_per_token() -> int:
+    head_dim = MODEL["hidden_size"] // MODEL["num_attention_heads"]
+    return 2 * MODEL["num_hidden_layers"] * MODEL["num_key_value_heads"] * head_dim * 4
+
+
+def _time_transformers(model: Any, prompts: list[list[int]], new: int) -> float:
+    ids = torch.tensor(prompts)
+    started = time.perf_counter()
+    out = greedy_generate(model, ids, new)
     elapsed = time.perf_counter() - started
-    assert out.shape[1] == ids.shape[1] + new
+    assert out.shape[1] == new
     return elapsed
 
 
