@@ -71,6 +71,11 @@ def test_reference_lists_every_key_with_its_variable():
         ("CADENZA_ENGINE__KV_DTYPE", "int4", "engine.kv_dtype"),
         ("CADENZA_ENGINE__KIND", "fast", "engine.kind"),
         ("CADENZA_MODEL__WEIGHTS_DTYPE", "int2", "model.weights_dtype"),
+        ("CADENZA_ENGINE__CPU_LINEAR_DTYPE", "fp8", "engine.cpu_linear_dtype"),
+        ("CADENZA_ENGINE__CODEC_DTYPE", "half", "engine.codec_dtype"),
+        ("CADENZA_ENGINE__MAX_LEAD_MS", "0", "engine.max_lead_ms"),
+        ("CADENZA_ADMISSION__JITTER_WINDOW_S", "-1", "admission.jitter_window_s"),
+        ("CADENZA_ADMISSION__REALTIME_MAX_WAIT_S", "soon", "admission.realtime_max_wait_s"),
     ],
 )
 def test_admission_engine_and_kernel_settings_refuse_garbage(monkeypatch, variable, value, where):
