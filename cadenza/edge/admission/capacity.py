@@ -99,7 +99,8 @@ class CapacityModel:
         self.correction = 1.0
         self.kv_pages_free = info.kv_pages_total
         self._recent_steps: deque[float] = deque(maxlen=512)  # ms of steps with decodes
-        self._ratios: deque[tuple[float, float]] = deque()  # (time, measured / predicted)
+        # (time, measured / predicted) per report; pruned by realtime_factor, bounded anyway
+        self._ratios: deque[tuple[float, float]] = deque(maxlen=1024)
         self._closed_until = 0.0
 
     # -- inputs -------------------------------------------------------------------------------
@@ -145,7 +146,8 @@ class CapacityModel:
 
     def stream_cost(self, text: str, audio_s: float, prompt_audio_s: float = 0.0) -> StreamCost:
         """What a request holds at most: the pages the engine will reserve for it (exactly
-        those for a byte-level tokenizer, fewer for a subword one), and its audio seconds."""
+        those for a byte-level tokenizer, fewer for a subword one), its audio seconds, its
+        prompt rows and its context at the end."""
         shape = self.info.shape
         prompt_frames = math.ceil(prompt_audio_s * self.info.frame_rate)
         prompt_tokens = shape.max_prompt_tokens(text, prompt_frames)
