@@ -180,6 +180,13 @@ class Metrics:
             labelnames=["model"],
             registry=r,
         )
+        self.realtime_factor = Gauge(
+            "cadenza_admission_realtime_factor",
+            "what admission multiplies predicted step times by: the 90th percentile of "
+            "measured / predicted over recent engine reports",
+            labelnames=["model"],
+            registry=r,
+        )
         self.deadline_slack = Histogram(
             "cadenza_chunk_deadline_slack_seconds",
             "time each audio chunk left the engine before its playout deadline (negative: late)",
@@ -236,6 +243,7 @@ class ModelMetrics:
         self.streams_admitted = metrics.streams_admitted.labels(model=model)
         self.max_streams = metrics.max_streams.labels(model=model)
         self.admission_open = metrics.admission_open.labels(model=model)
+        self.realtime_factor = metrics.realtime_factor.labels(model=model)
         self.deadline_slack = metrics.deadline_slack.labels(model=model)
         self.skipped_steps = metrics.skipped_steps.labels(model=model)
         self.step_correction = metrics.step_correction.labels(model=model)

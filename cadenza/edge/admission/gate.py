@@ -298,3 +298,4 @@ class AdmissionGate:
         self.metrics.streams_admitted.set(len(self.active))
         self.metrics.max_streams.set(self.capacity.max_streams())
         self.metrics.admission_open.set(1 if self.capacity.admission_open else 0)
+        self.metrics.realtime_factor.set(self.capacity.realtime_factor())

@@ -184,3 +184,17 @@ def test_a_lost_engine_refuses_every_waiter_at_once() -> None:
         assert not g.active and not g._granted
 
     asyncio.run(scenario())
+
+
+def test_the_realtime_factor_is_exported_as_it_changes() -> None:
+    from tests.support.contract_examples import timed_stats
+
+    metrics = Metrics()
+    config = AdmissionConfig()
+    capacity = CapacityModel(info(), EngineConfig(), config)
+    g = AdmissionGate(config, capacity, ModelMetrics(metrics, "cadenza-tiny"))
+    g.on_engine_stats(timed_stats(2.0))
+    value = metrics.registry.get_sample_value(
+        "cadenza_admission_realtime_factor", {"model": "cadenza-tiny"}
+    )
+    assert value == pytest.approx(2.0) and g.snapshot()["realtime_factor"] == pytest.approx(2.0)
