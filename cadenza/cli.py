@@ -58,6 +58,16 @@ def _build_parser() -> argparse.ArgumentParser:
         choices=["cadenza", "naive"],
         help="naive: one thread per request with the transformers model (a load-test baseline)",
     )
+    serve.add_argument(
+        "--engine-replicas",
+        type=int,
+        help="engine processes per model (default 1; with several GPUs, one per device)",
+    )
+    serve.add_argument(
+        "--drain-timeout-s",
+        type=float,
+        help="on SIGTERM: how long open streams may run on before ending (default 30)",
+    )
     _add_model_flags(serve)
 
     generate = commands.add_parser(
@@ -137,6 +147,12 @@ def _build_parser() -> argparse.ArgumentParser:
     loadtest.add_argument("--start", type=int, default=1, help="sweep: first level")
     loadtest.add_argument("--limit", type=int, default=128, help="sweep: largest level")
     loadtest.add_argument("--seed", type=int, default=0)
+    loadtest.add_argument(
+        "--chaos-kill-every",
+        metavar="A-B",
+        help="SIGKILL a random engine replica every A to B seconds (the server must run on "
+        "this machine; its /admin/replicas gives the process ids)",
+    )
     loadtest.add_argument("--out", required=True, type=Path, help="output directory")
     loadtest.add_argument("--quiet", action="store_true", help="no progress line")
     loadtest.add_argument("--config", type=Path, help=argparse.SUPPRESS)
@@ -187,6 +203,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
             "host": getattr(args, "host", None),
             "port": getattr(args, "port", None),
             "api_keys_file": getattr(args, "api_keys_file", None),
+            "drain_timeout_s": getattr(args, "drain_timeout_s", None),
         },
         "model": {
             "name": getattr(args, "model", None),
@@ -200,6 +217,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "engine": {
             "kind": getattr(args, "engine", None),
             "kv_dtype": getattr(args, "engine_kv_dtype", None),
+            "replicas": getattr(args, "engine_replicas", None),
         },
     }
 
@@ -210,6 +228,7 @@ def _serve(config: CadenzaConfig, _: argparse.Namespace) -> int:
     from cadenza.edge.admission.api_keys import ApiKeyFileError
     from cadenza.edge.admission.guard import GuardError
     from cadenza.edge.app import create_app
+    from cadenza.edge.draining_server import DrainingServer
     from cadenza.edge.http_protocol import timed_h11_protocol
     from cadenza.logs import configure_logging
 
@@ -219,7 +238,7 @@ def _serve(config: CadenzaConfig, _: argparse.Namespace) -> int:
     except (ApiKeyFileError, GuardError) as exc:
         print(f"cadenza: {exc}", file=sys.stderr)
         return 2
-    uvicorn.run(
+    server_config = uvicorn.Config(
         app,
         host=config.server.host,
         port=config.server.port,
@@ -230,6 +249,7 @@ def _serve(config: CadenzaConfig, _: argparse.Namespace) -> int:
             config.server.request_head_timeout_s, config.server.send_buffer_bytes
         ),
     )
+    DrainingServer(server_config, app, config.server.drain_timeout_s).run()
     return 0
 
 
@@ -372,6 +392,7 @@ def _model_shape(name_or_path: str) -> tuple[dict[str, int], int]:
 def _loadtest(_: CadenzaConfig, args: argparse.Namespace) -> int:
     import asyncio
 
+    from cadenza.loadtest.chaos import ChaosSchedule
     from cadenza.loadtest.harness import LoadTestError, run_loadtest
     from cadenza.loadtest.workload import LoadOptions, TextLengths, WorkloadError
 
@@ -398,6 +419,9 @@ def _loadtest(_: CadenzaConfig, args: argparse.Namespace) -> int:
             priority=args.priority,
             api_key=args.api_key,
             seed=args.seed,
+            chaos=None
+            if args.chaos_kill_every is None
+            else ChaosSchedule.parse(args.chaos_kill_every),
         )
         report, paths = asyncio.run(
             run_loadtest(

@@ -80,6 +80,18 @@ class ServerConfig(_Section):
     ws_max_message_bytes: int = Field(
         65536, ge=1024, description="largest WebSocket message a client may send"
     )
+    drain_timeout_s: float = Field(
+        30.0,
+        ge=0,
+        description="on SIGTERM or POST /admin/drain: how long open streams may run on before "
+        "they are ended with shutting_down (and, for a rolling restart, per replica)",
+    )
+    resume_timeout_s: float = Field(
+        30.0,
+        ge=0,
+        description="how long a stream whose engine was lost may wait for a replica to resume "
+        "it on (0: never resume; the stream fails with engine_unavailable)",
+    )
 
 
 class ModelConfig(_Section):
@@ -158,6 +170,37 @@ class EngineConfig(_Section):
     )
     startup_timeout_s: float = Field(
         180.0, gt=0, description="how long the edge waits for the engine to load"
+    )
+    replicas: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="engine processes per model, each with its own KV pool and calibration "
+        "(on a machine with several GPUs and device cuda: one per device, round robin)",
+    )
+    heartbeat_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="an engine that sends nothing for this long is hung: it is killed, its "
+        "streams resume elsewhere and it is restarted",
+    )
+    restart_backoff_s: float = Field(
+        0.5, ge=0, description="wait before restarting a lost engine; doubles per failed start"
+    )
+    restart_backoff_max_s: float = Field(
+        30.0, ge=0, description="the longest wait between restarts of a lost engine"
+    )
+    max_start_failures: int = Field(
+        5,
+        ge=1,
+        description="starts in a row that may fail (crash or time out before ready) before "
+        "the engine is no longer restarted and /readyz says why",
+    )
+    resume_replay_frames: int = Field(
+        750,
+        ge=0,
+        description="codec frames a resumed stream's decoder is fed, unheard, to rebuild its "
+        "state (its last ones; a longer stream's audio after the gap is then near, not equal)",
     )
     max_pending_requests: int = Field(
         256, ge=1, description="requests the engine holds (running + waiting) before refusing"

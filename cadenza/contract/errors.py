@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-EngineErrorCode = Literal["rejected", "internal", "unavailable", "slow_consumer"]
+EngineErrorCode = Literal["rejected", "internal", "unavailable", "slow_consumer", "shutting_down"]
 
 ENGINE_RETRY_AFTER_S = 5.0  # an engine that is starting or restarting is back within seconds
 
@@ -23,7 +23,8 @@ class RequestRejected(ValueError):
 class EngineError(RuntimeError):
     """A stream could not be served. ``code``: ``rejected`` (the engine refused the request),
     ``internal`` (it failed inside the engine), ``unavailable`` (no engine), ``slow_consumer``
-    (the client fell too far behind and was cut off)."""
+    (the client fell too far behind and was cut off), ``shutting_down`` (the server drained
+    and the stream ran past its drain timeout)."""
 
     def __init__(self, message: str, code: EngineErrorCode) -> None:
         super().__init__(message)

@@ -65,7 +65,8 @@ class Ready:
 @dataclass(frozen=True)
 class Output:
     """A :class:`StreamOutput` on the wire: ``audio`` float32 little-endian samples, ``codes``
-    uint16 little-endian ``[frames, num_codebooks]`` (``None``: no codes)."""
+    uint16 little-endian ``[frames, num_codebooks]``, ``rows`` int32 little-endian
+    ``[rows, row_width]`` (``None``: none)."""
 
     request_id: str
     audio: bytes
@@ -74,11 +75,13 @@ class Output:
     finish_reason: FinishReason | None = None
     error: str | None = None
     error_code: str | None = None
+    rows: bytes | None = None
+    row_width: int = 0
     type: Literal["output"] = field(default="output", kw_only=True)
 
     @classmethod
     def of(cls, output: StreamOutput) -> Output:
-        codes = output.codes
+        codes, rows = output.codes, output.rows
         return cls(
             request_id=output.request_id,
             audio=np.ascontiguousarray(output.audio, dtype="<f4").tobytes(),
@@ -87,15 +90,20 @@ class Output:
             finish_reason=output.finish_reason,
             error=output.error,
             error_code=output.error_code,
+            rows=None if rows is None else np.ascontiguousarray(rows, dtype="<i4").tobytes(),
+            row_width=0 if rows is None else int(rows.shape[1]),
         )
 
     def stream_output(self) -> StreamOutput:
         """Raises :class:`WireError` when the byte counts do not fit their dtypes."""
-        if len(self.audio) % 4 or (
-            self.codes is not None
-            and (self.num_codebooks < 1 or len(self.codes) % (2 * self.num_codebooks))
-        ):
-            raise WireError(f"output for {self.request_id!r} has torn audio or codes")
+        torn_codes = self.codes is not None and (
+            self.num_codebooks < 1 or len(self.codes) % (2 * self.num_codebooks)
+        )
+        torn_rows = self.rows is not None and (
+            self.row_width < 1 or len(self.rows) % (4 * self.row_width)
+        )
+        if len(self.audio) % 4 or torn_codes or torn_rows:
+            raise WireError(f"output for {self.request_id!r} has torn audio, codes or rows")
         return StreamOutput(
             request_id=self.request_id,
             audio=np.frombuffer(self.audio, dtype="<f4"),
@@ -105,6 +113,9 @@ class Output:
             if self.codes is None
             else np.frombuffer(self.codes, dtype="<u2").reshape(-1, self.num_codebooks),
             error_code=self.error_code,
+            rows=None
+            if self.rows is None
+            else np.frombuffer(self.rows, dtype="<i4").reshape(-1, self.row_width),
         )
 
 

@@ -18,12 +18,26 @@ class FinishReason(enum.StrEnum):
 
 
 @dataclass(frozen=True)
+class ResumePoint:
+    """Where a stream picks up after the engine serving it was lost: the rows it had
+    generated, in order, as its outputs carried them, and how many codec frames of audio
+    its listener has had. The new engine prefills the prompt and these rows, rebuilds the
+    codec's streaming state from the frames already heard, and goes on from the next row."""
+
+    rows: tuple[tuple[int, ...], ...]
+    frames_sent: int
+
+
+@dataclass(frozen=True)
 class SynthesisRequest:
     """One stream: speak ``text`` in ``voice``, at most ``max_duration_s`` seconds of audio.
 
     ``prompt_audio``: optional speech prompt (a microphone recording), float32 little-endian
     mono samples at ``prompt_sample_rate``, which must be the codec's rate (the edge
-    resamples); the engine encodes it to codec frames that come before the text."""
+    resamples); the engine encodes it to codec frames that come before the text.
+
+    ``resume``: set when the edge moves a running stream to another engine (see
+    :class:`ResumePoint`); everything else is the original request."""
 
     request_id: str
     text: str
@@ -32,6 +46,7 @@ class SynthesisRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     prompt_audio: bytes | None = None
     prompt_sample_rate: int = 24000
+    resume: ResumePoint | None = None
 
     @property
     def prompt_audio_samples(self) -> int:
@@ -41,8 +56,10 @@ class SynthesisRequest:
 @dataclass
 class StreamOutput:
     """A piece of one stream: new audio (float32 mono at the codec rate, possibly empty), the
-    codec frames it was decoded from (``[frames, codebooks]`` uint16, possibly ``None``) and,
-    on the last piece, why it finished (with ``error`` and its ``error_code`` on failure)."""
+    codec frames it was decoded from (``[frames, codebooks]`` uint16, possibly ``None``), the
+    token rows generated since the stream's previous output (``[rows, width]`` int32, possibly
+    ``None``: what the edge keeps to resume the stream elsewhere) and, on the last piece, why
+    it finished (with ``error`` and its ``error_code`` on failure)."""
 
     request_id: str
     audio: np.ndarray
@@ -50,6 +67,7 @@ class StreamOutput:
     error: str | None = None
     codes: np.ndarray | None = None
     error_code: str | None = None
+    rows: np.ndarray | None = None
 
     @property
     def finished(self) -> bool:

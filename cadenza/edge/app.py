@@ -1,8 +1,9 @@
-"""The edge application: FastAPI routes over one :class:`EngineClient`.
+"""The edge application: FastAPI routes over the served models' engine replicas.
 
-``create_app(config)`` builds the app; its lifespan starts the engine (a child process unless
-``engine.mode = "inprocess"``) and stops it on shutdown. Routes: health, readiness, metrics,
-capacity, the OpenAI speech API, the WebSocket stream and WebRTC signalling.
+``create_app(config)`` builds the app; its lifespan starts every model's engine replicas (child
+processes unless ``engine.mode = "inprocess"``), supervised, and on shutdown drains (see
+:mod:`cadenza.edge.lifecycle`) and stops them. Routes: health, readiness, metrics, capacity,
+the OpenAI speech API, the WebSocket stream, WebRTC signalling and the admin routes.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cadenza.config import CadenzaConfig
 from cadenza.contract.errors import ENGINE_RETRY_AFTER_S
-from cadenza.edge import speech_http, webrtc, websocket
+from cadenza.edge import admin, speech_http, webrtc, websocket
 from cadenza.edge.admission.api_keys import ApiKeys
 from cadenza.edge.admission.guard import build_guard
 from cadenza.edge.admission.rate_limit import RateLimiter
 from cadenza.edge.errors import install_error_handlers
+from cadenza.edge.lifecycle import Lifecycle
 from cadenza.edge.metrics import Metrics
 from cadenza.edge.model_service import ModelService
 from cadenza.edge.state import EdgeState
@@ -54,24 +56,31 @@ def create_app(config: CadenzaConfig) -> FastAPI:
             config.limits.requests_per_minute, config.limits.audio_seconds_per_minute
         )
         services: dict[str, ModelService] = {}
+        lifecycle = Lifecycle()
         state: EdgeState | None = None
         try:
             for served in config.served_models():  # one at a time: loading is CPU-bound
-                service = await ModelService.start(served, metrics, rate_limiter, guard)
+                service = await ModelService.start(served, metrics, rate_limiter, guard, lifecycle)
                 services[service.name] = service
                 _log_ready(service)
             app.state.edge = state = EdgeState(
-                config=config, services=services, metrics=metrics, api_keys=api_keys, guard=guard
+                config=config,
+                services=services,
+                metrics=metrics,
+                api_keys=api_keys,
+                guard=guard,
+                lifecycle=lifecycle,
             )
             yield
         finally:
             try:
+                await lifecycle.drain(0.0)  # a drain that ran before leaves nothing to end
                 for session in list(state.webrtc_sessions if state is not None else ()):
                     with contextlib.suppress(Exception):
                         await session.close()
             finally:
                 for service in services.values():
-                    await service.engine.close()
+                    await service.close()
 
     # No generated API pages: the protocols are documented in docs/protocol.md, and an open
     # server should not advertise its routes.
@@ -87,6 +96,7 @@ def create_app(config: CadenzaConfig) -> FastAPI:
     app.include_router(speech_http.router)
     app.include_router(websocket.router)
     app.include_router(webrtc.router)
+    app.include_router(admin.router)
 
     app.add_middleware(_CountRequests, metrics=metrics)
 
@@ -100,16 +110,19 @@ def create_app(config: CadenzaConfig) -> FastAPI:
 
     @app.get("/readyz")
     async def readyz(request: Request) -> JSONResponse:
-        """Ready while every served model's engine can take work."""
+        """Ready while the server is not draining and every served model has an engine
+        replica that can take work; each model's replicas and what went wrong with them."""
         state: EdgeState = request.app.state.edge
-        models = {name: service.engine.is_ready() for name, service in state.services.items()}
-        ready = all(models.values())
+        ready = not state.lifecycle.draining and all(
+            service.is_ready() for service in state.services.values()
+        )
         body: dict[str, object] = {
             "status": "ready" if ready else "not ready",
-            "streams": sum(service.engine.num_streams for service in state.services.values()),
+            "streams": sum(service.num_streams for service in state.services.values()),
+            "models": {name: service.readiness() for name, service in state.services.items()},
         }
-        if len(models) > 1:
-            body["models"] = {name: "ready" if ok else "not ready" for name, ok in models.items()}
+        if state.lifecycle.draining:
+            body["status"] = "draining"
         if ready:
             return JSONResponse(body)
         retry = {"Retry-After": str(math.ceil(ENGINE_RETRY_AFTER_S))}
@@ -119,9 +132,11 @@ def create_app(config: CadenzaConfig) -> FastAPI:
     async def capacity(request: Request) -> JSONResponse:
         """What this server can hold now (see docs/capacity.md)."""
         state: EdgeState = request.app.state.edge
-        body = state.default.gate.snapshot()
+        body = state.default.snapshot()
+        if state.lifecycle.draining:
+            body["admission_open"] = False
         if len(state.services) > 1:
-            body["models"] = {name: s.gate.snapshot() for name, s in state.services.items()}
+            body["models"] = {name: s.snapshot() for name, s in state.services.items()}
         return JSONResponse(body)
 
     @app.get("/metrics")
@@ -139,13 +154,13 @@ def create_app(config: CadenzaConfig) -> FastAPI:
 
 
 def _log_ready(service: ModelService) -> None:
-    info = service.engine.info
-    assert info is not None
+    info = service.identity
     log.info(
-        "engine ready: model %s on %s, %d voice(s), %.1f s to load",
+        "engine ready: model %s on %s, %d voice(s), %d replica(s), %.1f s to load",
         info.model_name,
         info.device,
         len(info.voices),
+        len(service.replicas),
         service.load_s,
     )
     capacity = service.gate.snapshot()

@@ -21,7 +21,14 @@ from cadenza.edge.admission.gate import AdmissionRefused
 from cadenza.edge.admission.rate_limit import RateLimited
 from cadenza.edge.admission.validation import InvalidRequest
 
-_ENGINE_STATUS = {"rejected": 400, "internal": 500, "unavailable": 503, "slow_consumer": 408}
+_ENGINE_STATUS = {
+    "rejected": 400,
+    "internal": 500,
+    "unavailable": 503,
+    "slow_consumer": 408,
+    "shutting_down": 503,
+}
+_EDGE_CODES = ("slow_consumer", "shutting_down")  # not prefixed with engine_
 
 
 class EdgeError(Exception):
@@ -63,9 +70,9 @@ class EdgeError(Exception):
     @classmethod
     def from_engine(cls, exc: EngineError) -> EdgeError:
         """``engine_rejected`` (400), ``engine_internal`` (500), ``engine_unavailable`` (503,
-        with ``Retry-After``), ``slow_consumer``."""
+        with ``Retry-After``), ``slow_consumer``, ``shutting_down`` (503)."""
         retry = exc.retry_after_s if isinstance(exc, EngineUnavailable) else None
-        code = exc.code if exc.code == "slow_consumer" else f"engine_{exc.code}"
+        code = exc.code if exc.code in _EDGE_CODES else f"engine_{exc.code}"
         return cls(_ENGINE_STATUS[exc.code], str(exc), code=code, retry_after_s=retry)
 
 

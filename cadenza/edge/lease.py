@@ -3,7 +3,7 @@
 Every transport authenticates its client its own way (a header, a ``hello``, the offer), then
 hands a request to :meth:`Admission.open`, which runs the same steps in the same order::
 
-    engine ready -> validate -> guard -> charge the rate limits -> wait for a slot
+    open -> engine ready -> validate -> guard -> charge the rate limits -> wait for a slot
                   (each refusal raises EdgeError; a refusal after the charge refunds it)
 
 and returns a :class:`StreamLease`. The transport iterates :meth:`StreamLease.outputs` and
@@ -20,17 +20,29 @@ The lease ends when the engine is done with the stream (its last output or its f
 the transport closes it first (a cancel, a client that left). Ending settles the audio-seconds
 bucket with the audio the engine produced, frees the slot and counts the stream, the same way
 on every transport; ``close`` after that is a no-op.
+
+A stream survives the loss of its engine replica: the lease keeps the rows each output carries
+and the codec frames its listener has had, and when the replica is lost it asks the gate for
+another (ahead of every waiter, for up to ``server.resume_timeout_s``) and sends the same
+request there with a :class:`ResumePoint`. The listener hears a gap, then the same utterance
+going on; the transport sees nothing but a late chunk. A draining server
+(:class:`~cadenza.edge.lifecycle.Lifecycle`) refuses new streams and may end open ones with
+``shutting_down``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncGenerator
-from typing import Literal
+from typing import Literal, Protocol
+
+import numpy as np
 
 from cadenza.config import CadenzaConfig
-from cadenza.contract.errors import EngineError
-from cadenza.contract.request import StreamOutput, SynthesisRequest
+from cadenza.contract.engine_info import EngineInfo
+from cadenza.contract.errors import EngineError, EngineUnavailable
+from cadenza.contract.request import ResumePoint, StreamOutput, SynthesisRequest
 from cadenza.contract.stream_length import request_duration_s
 from cadenza.edge.admission.gate import AdmissionGate, AdmissionRefused, QueuedCallback, Ticket
 from cadenza.edge.admission.guard import TextGuard, run_guard
@@ -38,28 +50,48 @@ from cadenza.edge.admission.priority_queues import Priority
 from cadenza.edge.admission.rate_limit import Grant, RateLimited, RateLimiter
 from cadenza.edge.admission.validation import InvalidRequest, validate_synthesis
 from cadenza.edge.errors import EdgeError
-from cadenza.edge.metrics import Metrics
+from cadenza.edge.lifecycle import Lifecycle
+from cadenza.edge.metrics import Metrics, ModelMetrics
 from cadenza.ipc.engine_client import EngineClient
 
 Transport = Literal["http", "websocket", "webrtc"]
+
+_MAX_RESUMES = 8  # engine losses one stream may survive
+
+
+class StreamEngines(Protocol):
+    """What a lease needs from its model's engines (the model service)."""
+
+    def require_ready(self) -> EngineInfo:
+        """Raises :class:`EngineUnavailable` unless some engine can take work."""
+        ...
+
+    def client_for(self, replica: int | None) -> EngineClient:
+        """The engine client of ``replica``; raises :class:`EngineUnavailable`."""
+        ...
 
 
 class Admission:
     def __init__(
         self,
         config: CadenzaConfig,
-        engine: EngineClient,
+        engines: StreamEngines,
         gate: AdmissionGate,
         rate_limiter: RateLimiter,
         guard: TextGuard | None,
         metrics: Metrics,
+        *,
+        lifecycle: Lifecycle | None = None,
+        model_metrics: ModelMetrics | None = None,
     ) -> None:
         self.config = config
-        self.engine = engine
+        self.engines = engines
         self.gate = gate
         self.rate_limiter = rate_limiter
         self.guard = guard
         self.metrics = metrics
+        self.lifecycle = lifecycle or Lifecycle()
+        self.model_metrics = model_metrics or gate.metrics
 
     async def open(
         self,
@@ -89,8 +121,9 @@ class Admission:
         model: str | None,
         on_queued: QueuedCallback | None,
     ) -> StreamLease:
+        self.lifecycle.check_open()
         try:
-            info = self.engine.require_ready()
+            info = self.engines.require_ready()
         except EngineError as exc:
             raise EdgeError.from_engine(exc) from exc
         try:
@@ -117,7 +150,7 @@ class Admission:
         prompt_s = request.prompt_audio_samples / request.prompt_sample_rate
         cost = self.gate.capacity.stream_cost(request.text, audio_s, prompt_s)
         try:
-            ticket = await self.gate.acquire(priority, cost, on_queued)
+            ticket = await self.gate.acquire(priority, cost, on_queued, prefix=request.voice)
         except AdmissionRefused as exc:
             self.rate_limiter.refund(grant)
             raise EdgeError.from_refusal(exc) from exc
@@ -151,13 +184,55 @@ class StreamLease:
         self._ticket = ticket
         self._started = time.perf_counter()
         self._first_audio = False
+        self._rows: list[np.ndarray] = []  # what the engine generated, as its outputs carried
+        self._frames_heard = 0
+        self._client: EngineClient | None = None
+        self._lost_at: float | None = None  # when its engine was lost, until audio is back
+        self.resumes = 0
         admission.metrics.streams_active.inc()
+        admission.lifecycle.opened(self)
 
     async def outputs(self) -> AsyncGenerator[StreamOutput, None]:
-        """The engine's outputs for this stream, up to its last. Raises :class:`EdgeError`
-        when it fails (``engine_*`` codes, or ``slow_consumer``)."""
+        """The engine's outputs for this stream, up to its last, across engine losses (see
+        the module docstring). Raises :class:`EdgeError` when it fails (``engine_*`` codes,
+        ``slow_consumer``, ``shutting_down``)."""
+        while True:
+            from_engine = self._outputs_from_engine()
+            try:
+                async for output in from_engine:
+                    yield output
+                return
+            except EngineUnavailable as exc:
+                if not self._may_resume():
+                    self._end("error")
+                    raise EdgeError.from_engine(exc) from exc
+            except EngineError as exc:
+                self._end("error" if exc.code != "shutting_down" else "shutting_down")
+                raise EdgeError.from_engine(exc) from exc
+            finally:
+                await from_engine.aclose()  # aborts the engine request if it did not finish
+            await self._resume()
+
+    def close(self) -> None:
+        """The transport is done with the stream; if the engine was not, it was cancelled."""
+        self._end("cancelled")
+
+    def cut(self, reason: str) -> None:
+        """End the stream now (a drain ran out of time): the transport reads
+        ``shutting_down`` after what it has been sent."""
+        if self._client is not None and not self.ended:
+            self._client.end_stream(self.request.request_id, reason, "shutting_down")
+
+    async def _outputs_from_engine(self) -> AsyncGenerator[StreamOutput, None]:
+        """One engine's outputs for the stream (the request resumed where it stands)."""
         metrics = self.admission.metrics
-        generator = self.admission.engine.generate(self.request)
+        request = self.request
+        if self.resumes:
+            rows = np.concatenate(self._rows) if self._rows else np.zeros((0, 1), np.int32)
+            point = ResumePoint(tuple(map(tuple, rows.tolist())), self._frames_heard)
+            request = dataclasses.replace(request, resume=point)
+        self._client = self.admission.engines.client_for(self._ticket.replica)
+        generator = self._client.generate(request)
         try:
             async for output in generator:
                 seconds = len(output.audio) / self.sample_rate
@@ -166,26 +241,59 @@ class StreamLease:
                     metrics.time_to_first_audio.labels(transport=self.transport).observe(
                         time.perf_counter() - self._started
                     )
+                if self._lost_at is not None and (seconds > 0 or output.finished):
+                    self.admission.model_metrics.resume_gap.observe(
+                        time.perf_counter() - self._lost_at
+                    )
+                    self._lost_at = None
+                if output.rows is not None:
+                    self._rows.append(output.rows)
+                if output.codes is not None:
+                    self._frames_heard += len(output.codes)
                 self.audio_s += seconds
                 metrics.audio_seconds.labels(transport=self.transport).inc(seconds)
                 if output.finish_reason is not None:
                     self._end(output.finish_reason.value)
                 yield output
-        except EngineError as exc:
-            self._end("error")
-            raise EdgeError.from_engine(exc) from exc
         finally:
             await generator.aclose()  # aborts the engine request if it did not finish
 
-    def close(self) -> None:
-        """The transport is done with the stream; if the engine was not, it was cancelled."""
-        self._end("cancelled")
+    def _may_resume(self) -> bool:
+        """Whether the stream's engine was lost (its ticket lost its replica) and the stream
+        may move: resuming is on, the server is not draining, and it has moves left."""
+        return (
+            self._ticket.replica is None
+            and self.admission.config.server.resume_timeout_s > 0
+            and not self.admission.lifecycle.draining
+            and self.resumes < _MAX_RESUMES
+            and not self.ended
+        )
+
+    async def _resume(self) -> None:
+        """Find the stream a replica to go on from; :class:`EdgeError` 503
+        ``engine_unavailable`` when none takes it in time."""
+        resumes = self.admission.model_metrics.stream_resumes
+        if self._lost_at is None:
+            self._lost_at = time.perf_counter()
+        try:
+            await self.admission.gate.relocate(
+                self._ticket, self.admission.config.server.resume_timeout_s
+            )
+        except AdmissionRefused as exc:
+            resumes.labels(outcome="failed").inc()
+            self._end("error")
+            raise EdgeError(
+                503, str(exc), code="engine_unavailable", retry_after_s=exc.retry_after_s
+            ) from exc
+        resumes.labels(outcome="resumed").inc()
+        self.resumes += 1
 
     def _end(self, reason: str) -> None:
         if self.ended:
             return
         self.ended = True
         admission = self.admission
+        admission.lifecycle.closed(self)
         admission.rate_limiter.settle(self._grant, self.audio_s)
         admission.gate.release(self._ticket)
         admission.metrics.streams_active.dec()

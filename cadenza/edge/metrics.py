@@ -2,8 +2,8 @@
 the edge in ``stats`` messages, so one ``/metrics`` endpoint shows both sides.
 
 Engine and admission metrics carry a ``model`` label (each served model has its own engine
-and admission); :class:`ModelMetrics` is one model's view of them. Stream and transport
-metrics are the edge's, across models."""
+and admission); :class:`ModelMetrics` is one model's view of them, summed over the model's
+engine replicas. Stream and transport metrics are the edge's, across models."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from cadenza.contract.engine_stats import EngineStats
 from cadenza.contract.messages import Stats
 
 _LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
@@ -79,6 +80,44 @@ class Metrics:
         self.engine_ready = Gauge(
             "cadenza_engine_ready",
             "1 while the engine is loaded and answering",
+            labelnames=["model"],
+            registry=r,
+        )
+        self.engine_crashes = Counter(
+            "cadenza_engine_crashes",
+            "engine processes lost (crashed, hung, or failed to start)",
+            labelnames=["model"],
+            registry=r,
+        )
+        self.engine_restarts = Counter(
+            "cadenza_engine_restarts",
+            "engine processes started again after a loss (or a rolling restart)",
+            labelnames=["model"],
+            registry=r,
+        )
+        self.engine_time_to_ready = Histogram(
+            "cadenza_engine_time_to_ready_seconds",
+            "from an engine's loss to its replacement answering",
+            buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300),
+            labelnames=["model"],
+            registry=r,
+        )
+        self.engine_replicas = Gauge(
+            "cadenza_engine_replicas",
+            "engine replicas by state (starting, ready, draining, restarting, failed)",
+            labelnames=["model", "state"],
+            registry=r,
+        )
+        self.stream_resumes = Counter(
+            "cadenza_stream_resumes",
+            "streams whose engine was lost, by outcome (resumed elsewhere, or failed)",
+            labelnames=["model", "outcome"],
+            registry=r,
+        )
+        self.resume_gap = Histogram(
+            "cadenza_stream_resume_gap_seconds",
+            "from a stream's engine loss to its first audio from the engine that resumed it",
+            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60),
             labelnames=["model"],
             registry=r,
         )
@@ -228,6 +267,12 @@ class ModelMetrics:
         self.engine_step = metrics.engine_step.labels(model=model)
         self.engine_requests = metrics.engine_requests.labels(model=model)
         self.engine_ready = metrics.engine_ready.labels(model=model)
+        self.engine_crashes = metrics.engine_crashes.labels(model=model)
+        self.engine_restarts = metrics.engine_restarts.labels(model=model)
+        self.engine_time_to_ready = metrics.engine_time_to_ready.labels(model=model)
+        self.engine_replicas = _ForModel(metrics.engine_replicas, model)
+        self.stream_resumes = _ForModel(metrics.stream_resumes, model)
+        self.resume_gap = metrics.resume_gap.labels(model=model)
         self.engine_running = metrics.engine_running.labels(model=model)
         self.engine_waiting = metrics.engine_waiting.labels(model=model)
         self.decode_occupancy = metrics.decode_occupancy.labels(model=model)
@@ -247,29 +292,44 @@ class ModelMetrics:
         self.deadline_slack = metrics.deadline_slack.labels(model=model)
         self.skipped_steps = metrics.skipped_steps.labels(model=model)
         self.step_correction = metrics.step_correction.labels(model=model)
-        self._engine_totals: dict[str, int] = {}
+        self._engine_totals: dict[tuple[int, str], int] = {}
+        self._latest: dict[int, EngineStats] = {}  # per replica
 
-    def observe_engine_stats(self, message: Stats) -> None:
-        """Fold one engine ``stats`` message into the metrics."""
+    def observe_engine_stats(self, message: Stats, replica: int = 0) -> None:
+        """Fold one engine ``stats`` message of ``replica`` into the metrics (gauges: the sum
+        over the replicas' latest reports)."""
         for step in message.report.steps:
             self.engine_step.observe(step.seconds)
             self.step_decodes.observe(step.decodes)
         for slack_s in message.report.chunk_slack_s:
             self.deadline_slack.observe(slack_s)
         stats = message.stats
-        self.engine_running.set(stats.num_running)
-        self.engine_waiting.set(stats.num_waiting)
-        self.engine_requests.set(stats.num_requests)
-        self.decode_occupancy.set(stats.num_running / max(stats.max_num_seqs, 1))
-        self.kv_pages_total.set(stats.kv_pages_total)
-        self.kv_pages_free.set(stats.kv_pages_free)
+        self._latest[replica] = stats
+        self._set_gauges()
         self.step_correction.set(stats.step_correction)
         for name, total, counter in (
             ("num_preemptions", stats.num_preemptions, self.preemptions),
             ("prefix_hit_tokens", stats.prefix_hit_tokens, self.prefix_hit_tokens),
             ("skipped_steps", stats.skipped_steps, self.skipped_steps),
         ):
-            delta = total - self._engine_totals.get(name, 0)
+            delta = total - self._engine_totals.get((replica, name), 0)
             if delta > 0:
                 counter.inc(delta)
-            self._engine_totals[name] = total
+            self._engine_totals[(replica, name)] = total
+
+    def forget_replica(self, replica: int) -> None:
+        """``replica`` was lost: its counts start again from its replacement's."""
+        self._latest.pop(replica, None)
+        for key in [k for k in self._engine_totals if k[0] == replica]:
+            del self._engine_totals[key]
+        self._set_gauges()
+
+    def _set_gauges(self) -> None:
+        latest = list(self._latest.values())
+        running = sum(s.num_running for s in latest)
+        self.engine_running.set(running)
+        self.engine_waiting.set(sum(s.num_waiting for s in latest))
+        self.engine_requests.set(sum(s.num_requests for s in latest))
+        self.decode_occupancy.set(running / max(sum(s.max_num_seqs for s in latest), 1))
+        self.kv_pages_total.set(sum(s.kv_pages_total for s in latest))
+        self.kv_pages_free.set(sum(s.kv_pages_free for s in latest))

@@ -1,17 +1,26 @@
-"""One served model at the edge: its engine client, its capacity and admission, its metrics.
+"""One served model at the edge: its engine replicas, its capacity and admission, its metrics.
 
-A server serves one model per ``[[models]]`` entry (or the one ``[model]``), each in its own
-engine process with its own KV pool, calibration and capacity; requests pick one by name.
-Clients and their rate limits are the server's, shared by every model.
+A server serves one model per ``[[models]]`` entry (or the one ``[model]``); each model runs on
+``engine.replicas`` engine processes (:class:`EngineReplica`, each supervised, with its own KV
+pool and calibration) behind one admission gate that places every stream on a replica.
+Requests pick a model by name; clients and their rate limits are the server's, shared by every
+model.
+
+When a replica is lost, admission stops placing streams on it and its streams' tickets lose
+their replica; each stream's lease then asks the gate for another (see
+:meth:`StreamLease.outputs`), and the supervisor restarts the replica. While no replica is
+ready, the model refuses new streams with 503 and ``Retry-After``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from typing import Any
 
 from cadenza.config import CadenzaConfig
 from cadenza.contract.engine_info import EngineInfo
-from cadenza.contract.errors import EngineError
+from cadenza.contract.errors import ENGINE_RETRY_AFTER_S, EngineError, EngineUnavailable
 from cadenza.contract.messages import Stats
 from cadenza.edge.admission.capacity import CapacityModel
 from cadenza.edge.admission.gate import AdmissionGate
@@ -19,32 +28,47 @@ from cadenza.edge.admission.guard import TextGuard
 from cadenza.edge.admission.rate_limit import RateLimiter
 from cadenza.edge.errors import EdgeError
 from cadenza.edge.lease import Admission
+from cadenza.edge.lifecycle import Lifecycle
 from cadenza.edge.metrics import Metrics, ModelMetrics
+from cadenza.edge.replica import REPLICA_STATES, EngineReplica
 from cadenza.ipc.engine_client import EngineClient
+
+_FAILED_RETRY_AFTER_S = 60.0  # a model whose engine gave up restarting needs a person
 
 
 class ModelService:
-    """Built around an engine that is ready (its info sizes the capacity model)."""
+    """Built by :meth:`start`, which brings every replica up."""
 
     def __init__(
         self,
         config: CadenzaConfig,
-        engine: EngineClient,
         metrics: ModelMetrics,
         edge_metrics: Metrics,
         rate_limiter: RateLimiter,
         guard: TextGuard | None,
+        lifecycle: Lifecycle,
     ) -> None:
-        info = engine.info
-        assert info is not None, "a model service needs a ready engine"
-        self.name = info.model_name
+        self.name = config.model.public_name
         self.config = config
-        self.engine = engine
         self.metrics = metrics
-        capacity = CapacityModel(info, config.engine, config.admission)
-        self.gate = AdmissionGate(config.admission, capacity, metrics)
-        self.admission = Admission(config, engine, self.gate, rate_limiter, guard, edge_metrics)
-        self.load_s = 0.0  # seconds its engine took to start
+        self.edge_metrics = edge_metrics
+        self.rate_limiter = rate_limiter
+        self.guard = guard
+        self.lifecycle = lifecycle
+        self.replicas = [
+            EngineReplica(
+                config,
+                index,
+                metrics,
+                on_stats=self._on_stats,
+                on_ready=self._on_ready,
+                on_lost=self._on_lost,
+            )
+            for index in range(config.engine.replicas)
+        ]
+        self._gate: AdmissionGate | None = None  # once the first replica is ready
+        self._admission: Admission | None = None
+        self.load_s = 0.0  # seconds the replicas took to start
 
     @classmethod
     async def start(
@@ -53,41 +77,166 @@ class ModelService:
         edge_metrics: Metrics,
         rate_limiter: RateLimiter,
         guard: TextGuard | None,
+        lifecycle: Lifecycle | None = None,
     ) -> ModelService:
-        """Start the model's engine and wait until it is ready. Raises ``EngineUnavailable``."""
+        """Start the model's replicas (one at a time: loading is CPU-bound) and wait until
+        each is ready. Raises ``EngineUnavailable`` (after stopping those that started)."""
         metrics = ModelMetrics(edge_metrics, config.model.public_name)
-        service: ModelService | None = None
-
-        def on_stats(message: Stats) -> None:
-            if service is not None:
-                service.on_engine_stats(message)
-            else:
-                metrics.observe_engine_stats(message)
-
-        def on_failure(reason: str) -> None:
-            if service is not None:
-                service.gate.fail_waiting(f"engine unavailable: {reason}")
-
-        engine = EngineClient(config, on_stats=on_stats, on_failure=on_failure)
+        service = cls(config, metrics, edge_metrics, rate_limiter, guard, lifecycle or Lifecycle())
         started = time.perf_counter()
-        await engine.start()
-        service = cls(config, engine, metrics, edge_metrics, rate_limiter, guard)
+        try:
+            for replica in service.replicas:
+                await replica.start()
+        except BaseException:
+            await service.close()
+            raise
         service.load_s = time.perf_counter() - started
         return service
 
+    async def close(self) -> None:
+        """Stop every replica (streams still open fail ``engine_unavailable``)."""
+        for replica in self.replicas:
+            await replica.close()
+
+    # -- what routes and transports ask ---------------------------------------------------------
+
+    @property
+    def gate(self) -> AdmissionGate:
+        assert self._gate is not None, "a started model service has its gate"
+        return self._gate
+
+    @property
+    def admission(self) -> Admission:
+        assert self._admission is not None, "a started model service has its admission"
+        return self._admission
+
+    @property
+    def identity(self) -> EngineInfo:
+        """The model's identity (name, voices, rate) as its engines last announced it; known
+        while every replica is down, too."""
+        info = next((r.info for r in self.replicas if r.info is not None), None)
+        assert info is not None, "a started model service has an engine's info"
+        return info
+
+    def is_ready(self) -> bool:
+        """Some replica can take streams now."""
+        return any(replica.is_ready() for replica in self.replicas)
+
+    def require_ready(self) -> EngineInfo:
+        """The model's info; :class:`EngineUnavailable` (with ``Retry-After``) unless some
+        replica can take work now."""
+        if self.is_ready():
+            return self.identity
+        failed = [r for r in self.replicas if r.status == "failed"]
+        if len(failed) == len(self.replicas):
+            raise EngineUnavailable(
+                f"model {self.name!r} is down: {failed[0].last_error}", _FAILED_RETRY_AFTER_S
+            )
+        reason = next((r.last_error for r in self.replicas if r.last_error), None)
+        detail = f" (last loss: {reason})" if reason else ""
+        raise EngineUnavailable(
+            f"no engine of model {self.name!r} is ready; restarting{detail}", ENGINE_RETRY_AFTER_S
+        )
+
     def info(self) -> EngineInfo:
-        """The model's identity; :class:`EdgeError` 503 (with ``Retry-After``) while its engine
-        cannot take work."""
+        """The model's identity; :class:`EdgeError` 503 (with ``Retry-After``) while no
+        replica can take work."""
         try:
-            return self.engine.require_ready()
+            return self.require_ready()
         except EngineError as exc:
             raise EdgeError.from_engine(exc) from exc
 
-    def on_engine_stats(self, message: Stats) -> None:
-        """Engine reports feed the metrics and the capacity model."""
-        self.metrics.observe_engine_stats(message)
-        self.gate.on_engine_stats(message)
+    def client_for(self, replica: int | None) -> EngineClient:
+        """The engine client of ``replica``; :class:`EngineUnavailable` when it has none that
+        can take work (lost, or restarting)."""
+        client = None if replica is None else self.replicas[replica].client
+        if client is None:
+            raise EngineUnavailable(f"engine replica {replica} of {self.name!r} is not running")
+        return client
+
+    @property
+    def num_streams(self) -> int:
+        return sum(r.client.num_streams for r in self.replicas if r.client is not None)
+
+    def readiness(self) -> dict[str, Any]:
+        """``/readyz`` for this model: ready while some replica is; each replica's state and,
+        for one that was lost or gave up, why."""
+        return {
+            "status": "ready" if self.is_ready() else "not ready",
+            "replicas": [
+                {"replica": r.index, "status": r.status}
+                | ({"error": r.last_error} if r.last_error else {})
+                for r in self.replicas
+            ],
+        }
+
+    def snapshot(self) -> dict[str, Any]:
+        """``/v1/capacity`` for this model: the gate's totals and a line per replica."""
+        body = self.gate.snapshot()
+        by_index = {entry["replica"]: entry for entry in body["replicas"]}
+        body["replicas"] = [
+            {"replica": r.index, "status": r.status, **by_index.get(r.index, {})}
+            for r in self.replicas
+        ]
+        if not self.is_ready():
+            body["admission_open"] = False
+        return body
 
     def update_gauges(self) -> None:
-        self.metrics.engine_ready.set(1 if self.engine.is_ready() else 0)
-        self.gate.update_gauges()
+        self.metrics.engine_ready.set(1 if self.is_ready() else 0)
+        for state in REPLICA_STATES:
+            count = sum(1 for r in self.replicas if r.status == state)
+            self.metrics.engine_replicas.labels(state=state).set(count)
+        if self._gate is not None:
+            self._gate.update_gauges()
+
+    # -- rolling restart ----------------------------------------------------------------------
+
+    async def rolling_restart(self, drain_timeout_s: float) -> None:
+        """Restart the replicas one at a time: each takes no new streams, its streams run on
+        until they end (or ``drain_timeout_s``; those still running then resume on another
+        replica), then a new engine replaces it and must be ready before the next."""
+        for replica in self.replicas:
+            if replica.status == "failed":
+                continue
+            replica.hold()
+            self.gate.hold_replica(replica.index)
+            deadline = time.monotonic() + drain_timeout_s
+            while self.gate.streams_on(replica.index) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            await replica.restart()
+
+    # -- replica events -----------------------------------------------------------------------
+
+    def _on_ready(self, replica: EngineReplica) -> None:
+        assert replica.info is not None
+        capacity = CapacityModel(replica.info, self.config.engine, self.config.admission)
+        if self._gate is None:
+            self._gate = AdmissionGate(self.config.admission, capacity, self.metrics)
+            self._gate.placeable.clear()
+            self._gate.replicas.clear()
+            self._admission = Admission(
+                self.config,
+                self,
+                self._gate,
+                self.rate_limiter,
+                self.guard,
+                self.edge_metrics,
+                lifecycle=self.lifecycle,
+                model_metrics=self.metrics,
+            )
+        self.gate.set_replica(replica.index, capacity)
+
+    def _on_lost(self, replica: EngineReplica, reason: str) -> None:
+        self.metrics.forget_replica(replica.index)
+        if self._gate is None:
+            return
+        self.gate.replica_lost(replica.index)
+        if not self.gate.placeable:
+            self.gate.fail_waiting(f"engine unavailable: {reason}")
+
+    def _on_stats(self, replica: EngineReplica, message: Stats) -> None:
+        """Engine reports feed the metrics and the replica's capacity model."""
+        self.metrics.observe_engine_stats(message, replica.index)
+        if self._gate is not None:
+            self.gate.on_engine_stats(message, replica.index)

@@ -82,12 +82,9 @@ def parse_speech_request(raw: bytes) -> SpeechRequest:
 async def list_models(request: Request) -> dict[str, object]:
     state: EdgeState = request.app.state.edge
     state.authenticate(request.headers.get("authorization"), _peer(request))
-    # The models that can take work now; none: 503 with Retry-After, as every route.
-    infos = [
-        s.engine.info for s in state.services.values() if s.engine.is_ready() and s.engine.info
-    ]
-    if not infos:
-        state.default.info()
+    # Every served model, whether or not its engines can take work right now (a model whose
+    # engines are restarting is still this server's; streams to it get 503 meanwhile).
+    infos = [s.identity for s in state.services.values()]
     return {
         "object": "list",
         "data": [

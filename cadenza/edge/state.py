@@ -3,6 +3,7 @@ its engine and admission), the metrics, and who may connect."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -13,6 +14,7 @@ from cadenza.edge.admission.api_keys import ApiKeys, bearer_token
 from cadenza.edge.admission.guard import TextGuard
 from cadenza.edge.errors import EdgeError
 from cadenza.edge.lease import Transport
+from cadenza.edge.lifecycle import Lifecycle
 from cadenza.edge.metrics import Metrics
 from cadenza.edge.model_service import ModelService
 
@@ -32,6 +34,8 @@ class EdgeState:
     guard: TextGuard | None = None
     started_at: int = field(default_factory=lambda: int(time.time()))
     webrtc_sessions: set[WebRTCSession] = field(default_factory=set)
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
+    admin_tasks: set[asyncio.Task[None]] = field(default_factory=set)  # drains, restarts
 
     @property
     def default(self) -> ModelService:

@@ -105,7 +105,7 @@ def check_webrtc_speak(speak: Speak) -> int:
 
 class WebRTCSession:
     def __init__(self, pc: RTCPeerConnection, state: EdgeState, client: str) -> None:
-        info = state.default.engine.require_ready()
+        info = state.default.require_ready()
         self.pc = pc
         self.state = state
         self.client = client  # identity for rate limits

@@ -122,7 +122,7 @@ class WebSocketEndpoint:
     async def run(self) -> None:
         await self.websocket.accept()
         try:
-            info = self.state.default.engine.require_ready()
+            info = self.state.default.require_ready()
         except EngineError as exc:
             error = EdgeError.from_engine(exc)
             await self._goodbye(CLOSE_UNAVAILABLE, error.code, error.message, error.retry_after_s)
@@ -346,9 +346,8 @@ def _ready_message(info: EngineInfo, state: EdgeState) -> str:
     """``model``, ``voices`` and ``sample_rate``: the default model's; ``models``: every
     served model with its voices."""
     models = [
-        {"name": s.engine.info.model_name, "voices": list(s.engine.info.voices)}
+        {"name": s.identity.model_name, "voices": list(s.identity.voices)}
         for s in state.services.values()
-        if s.engine.info is not None
     ]
     return protocol.server_message(
         "ready",

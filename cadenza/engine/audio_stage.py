@@ -5,6 +5,10 @@ After each step, the streams whose chunk is due (:mod:`~cadenza.engine.chunk_pol
 decoded in **one batched call**; each chunk's slack against the stream's playout clock and the
 codec's time go to the step telemetry. Streams that finished get their last audio (the decoder
 flushes and frees their slots); streams that failed or were cancelled free their slots unheard.
+Every output carries the rows generated since the stream's previous one (what the edge keeps to
+resume the stream on another engine). A resumed stream's slot is first fed the frames its
+listener already heard (the last ``replay_frames`` of them), unheard, so that its next audio
+continues the same waveform.
 
 :class:`TokenOutputs` is the stage of a model without audio (a text LM): it only reports
 endings.
@@ -27,6 +31,16 @@ from cadenza.engine.scheduler import StepOutcome
 from cadenza.engine.sequence import Sequence
 
 EMPTY_AUDIO = np.zeros(0, dtype=np.float32)
+
+
+def _new_rows(seq: Sequence) -> np.ndarray | None:
+    """The rows ``seq`` generated since its previous output (``None``: none)."""
+    assert seq.audio is not None
+    start, end = seq.audio.rows_sent, seq.num_generated
+    if end <= start:
+        return None
+    seq.audio.rows_sent = end
+    return np.asarray(seq.token_rows[seq.num_prompt_tokens + start :], dtype=np.int32)
 
 
 def ending(
@@ -71,6 +85,7 @@ class AudioStage(TokenOutputs):
         first_chunk_frames: int,
         chunk_frames: int,
         compute_dtype: torch.dtype = torch.float32,
+        replay_frames: int = 750,
         telemetry: StepTelemetry,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -84,13 +99,26 @@ class AudioStage(TokenOutputs):
         self.layout = layout
         self.first_chunk_frames = first_chunk_frames
         self.chunk_frames = chunk_frames
+        self.replay_frames = replay_frames
         self.telemetry = telemetry
         self.clock = clock
 
     def open(self, seq: Sequence) -> None:
-        """Give ``seq`` its decoder slot. Raises ``CodecError`` when none is free."""
+        """Give ``seq`` its decoder slot (a resumed stream's rebuilt from the frames already
+        heard). Raises ``CodecError`` when none is free or the frames are not codes."""
         assert seq.audio is not None, "an audio stream needs its playout clock"
-        seq.audio.codec_slot = self.decoder.open()
+        slot = self.decoder.open()
+        heard = seq.audio.frames_sent
+        if heard > 0 and self.replay_frames > 0:
+            start = max(heard - self.replay_frames, 0)
+            codes = self.layout.frame_codes(seq, start, heard)
+            chunk = torch.tensor(codes, dtype=torch.long).reshape(-1, self.codec.num_codebooks).T
+            try:
+                self.decoder.decode({slot: chunk})
+            except Exception:
+                self.decoder.release(slot)
+                raise
+        seq.audio.codec_slot = slot
 
     def release(self, seq: Sequence) -> None:
         """Free ``seq``'s slot without decoding what it holds (cancelled or failed)."""
@@ -107,9 +135,13 @@ class AudioStage(TokenOutputs):
             audio, codes = decoded.get(seq, (EMPTY_AUDIO, None))
             if seq in outcome.finished:
                 self.release(seq)  # a stream with nothing left to flush
-                outputs.append(ending(seq, outcome.finished[seq], audio, codes))
+                output = ending(seq, outcome.finished[seq], audio, codes)
             elif seq in decoded:
-                outputs.append(StreamOutput(seq.request_id, audio, codes=codes))
+                output = StreamOutput(seq.request_id, audio, codes=codes)
+            else:
+                continue
+            output.rows = _new_rows(seq)
+            outputs.append(output)
         return outputs
 
     def _decode(

@@ -128,6 +128,7 @@ def build_engine(
             compute_dtype=codec_dtype,
             first_chunk_frames=config.first_chunk_frames,
             chunk_frames=config.chunk_frames,
+            replay_frames=config.resume_replay_frames,
             telemetry=telemetry,
         )
     # Prefix-cache keys: equal token rows mean equal KV only for the same weights and dtypes.

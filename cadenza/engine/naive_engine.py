@@ -142,6 +142,8 @@ class NaiveEngine:
             raise RequestRejected(f"unknown voice {request.voice!r}; voices: {self.voices}")
         if request.prompt_audio:
             raise RequestRejected("the naive engine takes no speech prompts")
+        if request.resume is not None:
+            raise RequestRejected("the naive engine cannot resume a stream another engine began")
         with self._lock:
             if request.request_id in self._cancelled:
                 raise RequestRejected(f"duplicate request id {request.request_id!r}")

@@ -5,6 +5,13 @@ For speech: the voice must exist; the stream's length comes from its text and th
 (:mod:`cadenza.contract.stream_length`); a speech prompt (microphone audio at the codec's rate)
 is encoded into codec frames that the model's prompt places before the text; the sequence gets
 its own seeded generator, its prefix-cache keys (model, dtypes, voice) and its playout clock.
+
+A resumed request (one whose engine was lost mid-stream, see
+:class:`~cadenza.contract.request.ResumePoint`) becomes the sequence it was: its generated rows
+are replayed through the layout (so the frame count and ending are where they were) and, for
+seeded sampling, through the generator (so the next draw is the one it would have made); the
+whole of prompt plus rows is prefilled, and the next row sampled is the next the stream would
+have produced. Its playout clock starts over at the frames already heard.
 """
 
 from __future__ import annotations
@@ -18,12 +25,13 @@ import torch
 from cadenza.codecs.codec import AudioCodec, CodecError
 from cadenza.config import EngineConfig, LimitsConfig
 from cadenza.contract.errors import RequestRejected
-from cadenza.contract.request import SynthesisRequest
+from cadenza.contract.request import ResumePoint, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.contract.stream_length import frames_for_duration, request_duration_s
 from cadenza.engine.layouts.token_layout import layout_steps_for_frames
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.realtime.playout_clock import PlayoutClock
+from cadenza.engine.sampler import replay_draws
 from cadenza.engine.sequence import AudioProgress, Sequence
 
 
@@ -71,6 +79,8 @@ class RequestIntake:
                 reserve_s=self.config.playout_reserve_ms / 1000.0,
             )
         )
+        if request.resume is not None:
+            self._resume(seq, request.resume)
         return seq
 
     def tokens(
@@ -92,6 +102,32 @@ class RequestIntake:
             frames -= 1
         seq.target_frames = frames
         return seq
+
+    def _resume(self, seq: Sequence, point: ResumePoint) -> None:
+        """Bring ``seq`` to where ``point`` says its stream was; :class:`RequestRejected`
+        when the rows cannot be this model's output for this request."""
+        assert seq.audio is not None
+        width = self.layout.num_codebooks
+        masks = self.layout.sampling_masks()
+        vocab = self.model.vocab_size if masks is None else int(masks.shape[-1])
+        allowed = None if masks is None else masks.sum(dim=-1).amax(dim=-1).tolist()
+        for row in point.rows:
+            if len(row) != width or any(not 0 <= token < vocab for token in row):
+                raise RequestRejected("resume rows do not fit this model's vocabulary")
+            mask_index, _ = self.layout.constraints(seq)
+            replay_draws(seq, vocab if allowed is None else allowed[mask_index], width)
+            seq.append(list(row))
+            seq.end_frame, reason = self.layout.on_row(seq, list(row))
+            if reason is not None or seq.num_generated >= seq.max_new_steps:
+                raise RequestRejected("the resumed stream had already ended")
+        if not 0 <= point.frames_sent <= self.layout.frames_ready(seq):
+            raise RequestRejected(
+                f"resume point claims {point.frames_sent} frames heard; "
+                f"its rows spell {self.layout.frames_ready(seq)}"
+            )
+        seq.audio.frames_sent = point.frames_sent
+        seq.audio.rows_sent = len(point.rows)
+        seq.audio.playout.first_frame = point.frames_sent
 
     def _prompt_codes(self, request: SynthesisRequest) -> list[list[int]] | None:
         """The speech prompt as codec frames; refused if too long or not audio."""

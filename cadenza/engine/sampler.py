@@ -114,3 +114,16 @@ def _draw(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
     noise = -torch.log1p(-uniform)
     pick = (probs / noise).argmax(dim=-1, keepdim=True)
     return order.gather(-1, pick)[..., 0]
+
+
+def replay_draws(seq: Sequence, allowed: int, num_codebooks: int) -> None:
+    """Advance ``seq``'s generator past one step's draws without sampling anything, as
+    :func:`_draw` would have drawn them for a step that left ``allowed`` ids (its mask's
+    size, the vocabulary without one) in each of ``num_codebooks``: a resumed stream does
+    this for every row it had generated, so its next draw is the one it would have made.
+    Greedy streams draw nothing."""
+    if seq.sampling.greedy:
+        return
+    top_k = min(seq.sampling.top_k or allowed, allowed)
+    device = seq.generator.device
+    torch.empty(num_codebooks, top_k, device=device).uniform_(generator=seq.generator)

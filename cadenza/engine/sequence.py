@@ -37,12 +37,13 @@ class SequenceStatus(enum.Enum):
 @dataclass
 class AudioProgress:
     """Where an audio stream's sound stands: its slot in the streaming codec (``None`` before
-    it opens and after it closes), the frames decoded and sent so far, and when each chunk
-    is due at the listener."""
+    it opens and after it closes), the frames decoded and sent so far, the generated rows its
+    outputs have carried so far, and when each chunk is due at the listener."""
 
     playout: PlayoutClock
     codec_slot: int | None = None
     frames_sent: int = 0
+    rows_sent: int = 0
 
 
 @dataclass(eq=False)

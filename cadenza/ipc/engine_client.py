@@ -36,8 +36,7 @@ from cadenza.contract.request import FinishReason, StreamOutput, SynthesisReques
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_TIMEOUT_S = 5.0
-STALL_TIMEOUT_S = 60.0  # an engine silent this long is hung: it is stopped and counted as lost
+HEARTBEAT_TIMEOUT_S = 5.0  # not ready while the engine has been silent this long
 _SEND_HWM = 10_000
 
 StatsCallback = Callable[[messages.Stats], None]
@@ -55,8 +54,10 @@ class EngineClient:
         config: CadenzaConfig,
         on_stats: StatsCallback | None = None,
         on_failure: FailureCallback | None = None,
+        replica: int = 0,
     ) -> None:
         self.config = config
+        self.replica = replica
         self.on_stats = on_stats
         self.on_failure = on_failure
         self.info: EngineInfo | None = None
@@ -95,6 +96,8 @@ class EngineClient:
                     inbound,
                     "--outbound",
                     outbound,
+                    "--replica",
+                    str(self.replica),
                 ],
             )
         else:
@@ -167,6 +170,11 @@ class EngineClient:
         return self.info
 
     @property
+    def failure(self) -> str | None:
+        """Why the engine was lost (``None`` while it has not been)."""
+        return self._failure
+
+    @property
     def num_streams(self) -> int:
         return len(self._streams)
 
@@ -208,6 +216,12 @@ class EngineClient:
             self._streams.pop(request.request_id, None)
             if not finished:
                 self.abort(request.request_id)
+
+    def end_stream(self, request_id: str, reason: str, code: EngineErrorCode) -> None:
+        """End one stream from the edge's side (a drain that ran out of time): its caller
+        reads :class:`EngineError` ``code`` after what it has already been sent, and the
+        engine aborts it."""
+        self._fail_stream(request_id, reason, code)
 
     def abort(self, request_id: str) -> None:
         """Cancel a stream in the engine (no-op if it already ended)."""
@@ -263,8 +277,9 @@ class EngineClient:
                 if not self._engine_alive():
                     self._lose_engine("engine process exited")
                     return
-                if time.monotonic() - self._last_heartbeat > STALL_TIMEOUT_S:
-                    self._lose_engine(f"engine sent nothing for {STALL_TIMEOUT_S:g} s")
+                silent_limit = self.config.engine.heartbeat_timeout_s
+                if time.monotonic() - self._last_heartbeat > silent_limit:
+                    self._lose_engine(f"engine hung: it sent nothing for {silent_limit:g} s")
                     if self._process is not None:
                         self._process.kill()
                     return

@@ -143,14 +143,27 @@ def _reject(request_id: str, reason: str, outbound: zmq.Socket[bytes]) -> None:
     outbound.send(messages.encode(messages.Output.of(rejected)))
 
 
+def _use_replica_device(config: CadenzaConfig, replica: int) -> None:
+    """Replicas of a model spread over the machine's GPUs, one per device (round robin)."""
+    if config.model.device == "cpu":
+        return
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count > 1:
+        torch.cuda.set_device(replica % count)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="cadenza engine process (started by the edge)")
     parser.add_argument("--config-json", required=True)
     parser.add_argument("--inbound", required=True)
     parser.add_argument("--outbound", required=True)
+    parser.add_argument("--replica", type=int, default=0, help="replica index (GPU choice)")
     args = parser.parse_args()
     config = CadenzaConfig.model_validate(json.loads(args.config_json))
-    configure_logging(config.server.log_level, process="engine")
+    configure_logging(config.server.log_level, process=f"engine-{args.replica}")
+    _use_replica_device(config, args.replica)
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     try:
         run_engine_loop(config, context, args.inbound, args.outbound)

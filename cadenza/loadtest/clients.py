@@ -46,6 +46,8 @@ async def ws_stream(
             rate = chunk.sample_rate
             chunks.append(Chunk(now, len(chunk.data) / 2 / rate))
     except StreamError as exc:
+        if chunks:  # it broke after its audio had started: an error, whatever the code
+            return StreamResult("error", sent - level_start, reason=exc.code, broken=True)
         return StreamResult(_outcome_of_error(exc.code), sent - level_start, reason=exc.code)
     started = session.last_started or {}
     queued_s = float(started.get("queued_s") or 0.0)
@@ -81,7 +83,8 @@ async def http_stream(
                 carry = (carry + len(data)) % 2
                 chunks.append(Chunk(time.monotonic(), max(usable, 0) / 2 / HTTP_PCM_RATE))
     except httpx.HTTPError as exc:
-        return StreamResult("error", sent - level_start, reason=type(exc).__name__)
+        reason = type(exc).__name__
+        return StreamResult("error", sent - level_start, reason=reason, broken=bool(chunks))
     return _served(chunks, sent, level_start, options, queued=False, queued_s=0.0)
 
 
@@ -100,7 +103,8 @@ async def webrtc_stream(text: str, options: LoadOptions, level_start: float) -> 
             return StreamResult(_outcome_of_error(code), sent - level_start, reason=code)
         done = await peer.next_event({"done", "error"}, timeout_s=600)
         if done["type"] == "error":
-            return StreamResult("error", sent - level_start, reason=str(done.get("code")))
+            code = str(done.get("code"))
+            return StreamResult("error", sent - level_start, reason=code, broken=True)
     except Exception as exc:
         return StreamResult("error", time.monotonic() - level_start, type(exc).__name__)
     finally:

@@ -9,7 +9,9 @@ Arrival processes:
   connection, however many are already running (``concurrency`` caps nothing);
 * ``burst``: ``concurrency`` streams start at once, one each.
 
-A level stops offering at ``duration_s`` and waits for the streams in flight to finish.
+A level stops offering at ``duration_s`` and waits for the streams in flight to finish. With
+``options.chaos``, engine replicas are killed on that schedule meanwhile
+(:mod:`cadenza.loadtest.chaos`) and the level gets a ``chaos`` entry.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 import httpx
 
 from cadenza.client.sdk import Session, StreamError, connect
+from cadenza.loadtest.chaos import Kill, run_chaos, summarize_chaos
 from cadenza.loadtest.clients import http_stream, webrtc_stream, ws_stream
 from cadenza.loadtest.level_summary import StreamResult, summarize_level
 from cadenza.loadtest.server_metrics import MetricsWindow, read_capacity, read_metrics
@@ -53,6 +56,13 @@ async def run_level(
         capacity = await read_capacity(http, options.url)
         scraper = asyncio.create_task(_scrape(http, options.url, window))
         reporter = asyncio.create_task(_report(progress, concurrency, results, start, options))
+        chaos: asyncio.Task[list[Kill]] | None = None
+        if options.chaos is not None:
+            chaos = asyncio.create_task(
+                run_chaos(
+                    http, options.url, options.api_key, options.chaos, rng, start, stop_offering
+                )
+            )
         try:
             if options.arrival == "closed":
                 await asyncio.gather(
@@ -63,7 +73,10 @@ async def run_level(
                 )
             else:
                 await _open_arrivals(options, http, concurrency, rng, start, results)
+            kills = [] if chaos is None else await chaos
         finally:
+            if chaos is not None:
+                chaos.cancel()
             reporter.cancel()
             scraper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -74,7 +87,7 @@ async def run_level(
     server = window.summary()
     if capacity is not None:
         server["max_streams_at_start"] = capacity.get("max_streams")
-    return summarize_level(
+    level = summarize_level(
         concurrency,
         results,
         server=server,
@@ -82,6 +95,9 @@ async def run_level(
         duration_s=wall,
         slo_underrun_ms=options.slo_underrun_ms,
     )
+    if options.chaos is not None:
+        level["chaos"] = summarize_chaos(kills, results)
+    return level
 
 
 async def _virtual_user(

@@ -30,6 +30,7 @@ class StreamResult:
     queued_s: float = 0.0
     ttfa_s: float | None = None  # from the request, queue wait included
     playout: Playout | None = None
+    broken: bool = False  # an error after the stream's audio had started
 
     @property
     def admitted(self) -> bool:

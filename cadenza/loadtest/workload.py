@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from cadenza.loadtest.chaos import ChaosSchedule
 
 Transport = Literal["ws", "http", "webrtc"]
 Arrival = Literal["closed", "poisson", "burst"]
@@ -98,6 +101,7 @@ class LoadOptions:
     priority: str = "realtime"
     api_key: str | None = None
     seed: int = 0
+    chaos: ChaosSchedule | None = None  # kill a random engine replica on this schedule
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):

@@ -27,6 +27,7 @@ class RunningServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
+        self.idle_tasks = float("inf")  # edge asyncio tasks when idle, once a test records it
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(
             [

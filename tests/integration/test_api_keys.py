@@ -147,3 +147,15 @@ def test_the_guard_refuses_on_every_transport(guarded_server):
     ]
     decisions = [json.loads(json.loads(line)["msg"])["allowed"] for line in audit]
     assert decisions == [False, True, False]  # one audit line per decision
+
+
+def test_admin_routes_need_a_key(server):
+    for key in (None, "wrong"):
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        response = httpx.get(f"{server.url}/admin/replicas", headers=headers, timeout=10)
+        assert response.status_code == 401
+        assert response.json()["error"]["code"] == "invalid_api_key"
+    headers = {"Authorization": f"Bearer {KEY}"}
+    listed = httpx.get(f"{server.url}/admin/replicas", headers=headers, timeout=10).json()
+    (replica,) = listed["models"]["cadenza-tiny"]
+    assert replica["status"] == "ready" and replica["pid"] > 0

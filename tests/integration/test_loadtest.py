@@ -99,6 +99,8 @@ def test_garbage_options_and_unreachable_servers_fail_clearly(tmp_path) -> None:
         (["--concurrency", "1", "--duration", "-3"], "--duration"),
         (["--concurrency", "1", "--client-buffer-ms", "-1"], "--client-buffer-ms"),
         (["--sweep", "--start", "9", "--limit", "4"], "--start"),
+        (["--concurrency", "1", "--chaos-kill-every", "soon"], "--chaos-kill-every"),
+        (["--concurrency", "1", "--chaos-kill-every", "9-3"], "--chaos-kill-every"),
     ):
         done = _loadtest("--url", "http://127.0.0.1:9", *bad, "--out", str(tmp_path))
         assert done.returncode == 2 and message in done.stderr, done.stderr

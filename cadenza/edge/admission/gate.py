@@ -8,6 +8,13 @@ wait longer than that, then it is refused at once instead of after the wait), or
 never fit. ``gate.release(ticket)`` when the stream's engine request has ended lets the next
 waiter in.
 
+A model may run on several engine replicas, each with its own :class:`CapacityModel`. A stream
+is admitted when some *placeable* replica (ready, not draining) can take it, and goes to the one
+with the most real-time headroom (ties: the one that recently served its prompt prefix, then
+the least loaded); its ticket names that replica. When a replica is lost, its streams' tickets
+stay admitted but lose their replica; :meth:`AdmissionGate.relocate` finds each a new one, ahead
+of every waiter.
+
 Retry-After estimates come from the admitted streams' expected ends (admission time plus their
 audio length at the real-time budget): a request ``k``-th in line can expect to start when the
 ``k``-th of them ends.
@@ -18,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections import Counter
+from collections import Counter, OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +59,10 @@ class Ticket:
     admitted_at: float
     waited_s: float
     expected_end: float
+    replica: int | None = 0  # the engine replica serving it; None while that one is lost
+
+
+_PREFIXES_KEPT = 64  # recent prompt prefixes remembered per replica, for placement ties
 
 
 class AdmissionGate:
@@ -63,7 +74,9 @@ class AdmissionGate:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
-        self.capacity = capacity
+        self.capacity = capacity  # the model's: stream costs, and replica 0 until replaced
+        self.replicas: dict[int, CapacityModel] = {0: capacity}
+        self.placeable: set[int] = {0}
         self.metrics = metrics
         self.clock = clock
         self.queues = PriorityQueues(
@@ -72,6 +85,8 @@ class AdmissionGate:
         )
         self.active: set[Ticket] = set()
         self._granted: dict[Waiter, Ticket] = {}  # admitted waiters that have not resumed yet
+        self._resuming: deque[tuple[Ticket, asyncio.Future[None]]] = deque()
+        self._prefixes: dict[int, OrderedDict[str, None]] = {}
         self._max_wait = {
             "realtime": config.realtime_max_wait_s,
             "standard": config.standard_max_wait_s,
@@ -81,9 +96,14 @@ class AdmissionGate:
     # -- the stream's side -----------------------------------------------------------------------
 
     async def acquire(
-        self, priority: Priority, cost: StreamCost, on_queued: QueuedCallback | None = None
+        self,
+        priority: Priority,
+        cost: StreamCost,
+        on_queued: QueuedCallback | None = None,
+        prefix: str | None = None,
     ) -> Ticket:
-        """Wait until the stream may start; raises :class:`AdmissionRefused`."""
+        """Wait until the stream may start; raises :class:`AdmissionRefused`. ``prefix``: a
+        key for the stream's prompt prefix (placement prefers a replica that served it)."""
         if cost.kv_pages > self.capacity.info.kv_pages_total:
             self._count(priority, "refused", "too_large")
             raise AdmissionRefused(
@@ -93,9 +113,10 @@ class AdmissionGate:
                 0.0,
             )
         now = self.clock()
-        if not self.queues and self._refusal(cost) is None:
+        replica, cause = self._placement(cost, prefix)
+        if not self.queues and not self._resuming and replica is not None:
             self._count(priority, "admitted", "immediate")
-            return self._admit(priority, cost, None)
+            return self._admit(priority, cost, None, replica, prefix)
         if self.queues.depth(priority) >= self.config.max_queue_length:
             retry = self._retry_after_s(len(self.queues) + 1)
             self._count(priority, "refused", "queue_full")
@@ -104,7 +125,7 @@ class AdmissionGate:
             )
         expected_wait = self._expected_wait_s(len(self.queues) + 1)
         if expected_wait > self._max_wait[priority]:
-            cause = self._refusal(cost) or "behind_others"
+            cause = cause or "behind_others"
             self._count(priority, "refused", "queue_timeout")
             raise AdmissionRefused(
                 "queue_timeout",
@@ -112,9 +133,9 @@ class AdmissionGate:
                 f"{self._max_wait[priority]:g} s",
                 max(expected_wait, 1.0),
             )
-        waiter = Waiter(priority, cost, now)
+        waiter = Waiter(priority, cost, now, prefix)
         self.queues.push(waiter)
-        self._count(priority, "queued", self._refusal(cost) or "behind_others")
+        self._count(priority, "queued", cause or "behind_others")
         self._dispatch()
         try:
             if not waiter.admitted.done() and on_queued is not None:
@@ -164,26 +185,93 @@ class AdmissionGate:
         self.active.discard(ticket)
         self._dispatch()
 
+    # -- replicas ---------------------------------------------------------------------------
+
+    def set_replica(self, index: int, capacity: CapacityModel) -> None:
+        """Replica ``index`` is ready (again) with ``capacity``; new streams may go to it."""
+        self.replicas[index] = capacity
+        self.placeable.add(index)
+        self._prefixes.pop(index, None)
+        self._dispatch()
+
+    def hold_replica(self, index: int) -> None:
+        """No new stream goes to replica ``index`` (it drains); its streams run on."""
+        self.placeable.discard(index)
+        self.update_gauges()
+
+    def replica_lost(self, index: int) -> list[Ticket]:
+        """Replica ``index`` is gone: no stream goes to it, and its streams' tickets (still
+        admitted) lose their replica until :meth:`relocate` gives them one. Returns them."""
+        self.placeable.discard(index)
+        self._prefixes.pop(index, None)
+        orphans = [t for t in self.active if t.replica == index]
+        for ticket in orphans:
+            ticket.replica = None
+        self.update_gauges()
+        return orphans
+
+    def streams_on(self, index: int) -> int:
+        """Admitted streams served by replica ``index``."""
+        return sum(1 for t in self.active if t.replica == index)
+
+    async def relocate(self, ticket: Ticket, timeout_s: float) -> int:
+        """A replica for an admitted stream whose replica was lost: the first placeable one
+        it fits on, ahead of every waiter; :class:`AdmissionRefused` ``engine_unavailable``
+        when none has room within ``timeout_s``."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (ticket, future)
+        self._resuming.append(entry)
+        self._dispatch()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(future)
+        except TimeoutError:
+            raise AdmissionRefused(
+                "engine_unavailable",
+                f"the stream's engine was lost and no replica could take it over within "
+                f"{timeout_s:g} s",
+                ENGINE_RETRY_AFTER_S,
+            ) from None
+        finally:
+            if entry in self._resuming:
+                self._resuming.remove(entry)
+            future.cancel()
+        assert ticket.replica is not None
+        return ticket.replica
+
+    def max_streams(self) -> int:
+        """Streams the placeable replicas hold now, together."""
+        return sum(self.replicas[i].max_streams() for i in self.placeable)
+
     # -- capacity changes -----------------------------------------------------------------------
 
-    def on_engine_stats(self, message: Stats) -> None:
-        """Fold an engine report into the capacity model, then admit whoever now fits."""
-        self.capacity.observe(message)
+    def on_engine_stats(self, message: Stats, replica: int = 0) -> None:
+        """Fold a replica's engine report into its capacity model, then admit whoever now
+        fits."""
+        capacity = self.replicas.get(replica)
+        if capacity is not None:
+            capacity.observe(message)
         self._dispatch()
 
     def snapshot(self) -> dict[str, Any]:
-        """The body of ``GET /v1/capacity``."""
+        """The body of ``GET /v1/capacity``: the placeable replicas' totals, the first one's
+        step numbers, and a line per replica."""
         active = len(self.active)
         now = self.clock()
+        placeable = sorted(self.placeable)
+        capacities = [self.replicas[i] for i in placeable]
+        first = capacities[0] if capacities else self.capacity
+        first_active = self.streams_on(placeable[0]) if placeable else active
         return {
-            "max_streams": self.capacity.max_streams(),
+            "max_streams": self.max_streams(),
             "active": active,
             "queued": len(self.queues),
-            "kv_pages_total": self.capacity.info.kv_pages_total,
-            "kv_pages_free": self.capacity.kv_pages_free,
-            "step_ms_p50": round(self.capacity.step_ms_p50(active), 3),
-            "rtf_headroom": round(self.capacity.rtf_headroom(active), 4),
-            "admission_open": self.capacity.admission_open,
+            "resuming": len(self._resuming),
+            "kv_pages_total": sum(c.info.kv_pages_total for c in capacities),
+            "kv_pages_free": sum(c.kv_pages_free for c in capacities),
+            "step_ms_p50": round(first.step_ms_p50(first_active), 3),
+            "rtf_headroom": round(first.rtf_headroom(first_active), 4),
+            "admission_open": any(c.admission_open for c in capacities),
             "queues": {
                 p: {
                     "depth": self.queues.depth(p),
@@ -192,24 +280,40 @@ class AdmissionGate:
                 for p in PRIORITIES
             },
             "limits": {
-                "realtime": self.capacity.realtime_limit(),
-                "kv_memory": self.capacity.kv_limit(),
-                "max_num_seqs": self.capacity.info.max_num_seqs,
+                "realtime": sum(c.realtime_limit() for c in capacities),
+                "kv_memory": sum(c.kv_limit() for c in capacities),
+                "max_num_seqs": sum(c.info.max_num_seqs for c in capacities),
             },
-            "step_budget_ms": round(self.capacity.step_budget_ms, 3),
-            "step_correction": round(self.capacity.correction, 4),
-            "realtime_factor": round(self.capacity.realtime_factor(), 4),
+            "step_budget_ms": round(first.step_budget_ms, 3),
+            "step_correction": round(first.correction, 4),
+            "realtime_factor": round(first.realtime_factor(), 4),
             "calibration": None
-            if self.capacity.info.calibration is None
-            else CALIBRATION_ADAPTER.dump_python(self.capacity.info.calibration, mode="json"),
+            if first.info.calibration is None
+            else CALIBRATION_ADAPTER.dump_python(first.info.calibration, mode="json"),
+            "replicas": [self._replica_snapshot(i) for i in sorted(self.replicas)],
+        }
+
+    def _replica_snapshot(self, index: int) -> dict[str, Any]:
+        capacity = self.replicas[index]
+        active = self.streams_on(index)
+        return {
+            "replica": index,
+            "placeable": index in self.placeable,
+            "max_streams": capacity.max_streams() if index in self.placeable else 0,
+            "active": active,
+            "kv_pages_free": capacity.kv_pages_free,
+            "step_ms_p50": round(capacity.step_ms_p50(active), 3),
+            "realtime_factor": round(capacity.realtime_factor(), 4),
+            "admission_open": index in self.placeable and capacity.admission_open,
         }
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _load(self) -> AdmittedLoad:
-        """The admitted streams as admission weighs one more (contexts from each stream's
-        shape and how long it has run at the frame rate)."""
+    def _load(self, replica: int) -> AdmittedLoad:
+        """The streams admitted to ``replica`` as admission weighs one more (contexts from
+        each stream's shape and how long it has run at the frame rate)."""
         now = self.clock()
+        tickets = [t for t in self.active if t.replica == replica]
         info = self.capacity.info
         rate = info.frame_rate * info.shape.steps_per_frame  # decode steps per second
         ttfa_s = self.capacity.engine_config.ttfa_target_ms / 1000.0
@@ -218,42 +322,89 @@ class AdmissionGate:
                 t.cost.final_context,
                 t.cost.prompt_tokens + int((now - t.admitted_at) * rate),
             )
-            for t in self.active
+            for t in tickets
         ]
-        recent = [t for t in self.active if t.admitted_at >= now - ttfa_s]
+        recent = [t for t in tickets if t.admitted_at >= now - ttfa_s]
         return AdmittedLoad(
-            streams=len(self.active),
-            kv_pages=sum(t.cost.kv_pages for t in self.active),
+            streams=len(tickets),
+            kv_pages=sum(t.cost.kv_pages for t in tickets),
             prefilling_tokens=sum(t.cost.prompt_tokens for t in recent),
             prefilling_streams=len(recent),
-            longest_final_context=max((t.cost.final_context for t in self.active), default=0),
+            longest_final_context=max((t.cost.final_context for t in tickets), default=0),
             longest_context_now=max(contexts_now, default=0),
         )
 
-    def _refusal(self, cost: StreamCost) -> str | None:
-        return self.capacity.refusal(self._load(), cost)
+    def _placement(
+        self, cost: StreamCost, prefix: str | None = None
+    ) -> tuple[int | None, str | None]:
+        """The replica a stream of ``cost`` should start on, or ``None`` and why none can
+        take it now: the most real-time headroom, then one that served ``prefix`` lately,
+        then the fewest streams, then the lowest index."""
+        best: int | None = None
+        best_key: tuple[int, bool, int, int] | None = None
+        reason: str | None = None if self.placeable else "engine_unavailable"
+        for index in sorted(self.placeable):
+            capacity, load = self.replicas[index], self._load(index)
+            why = capacity.refusal(load, cost)
+            if why is not None:
+                reason = reason or why
+                continue
+            final = max(load.longest_final_context or 0, cost.final_context)
+            headroom = capacity.realtime_limit(final) - load.streams
+            served = prefix is not None and prefix in self._prefixes.get(index, {})
+            key = (headroom, served, -load.streams, -index)
+            if best_key is None or key > best_key:
+                best, best_key = index, key
+        return (best, None) if best is not None else (None, reason)
 
-    def _admit(self, priority: Priority, cost: StreamCost, enqueued_at: float | None) -> Ticket:
-        """A ticket for an admitted stream (``enqueued_at``: when it started waiting, if it
-        did)."""
+    def _admit(
+        self,
+        priority: Priority,
+        cost: StreamCost,
+        enqueued_at: float | None,
+        replica: int,
+        prefix: str | None,
+    ) -> Ticket:
+        """A ticket for a stream admitted to ``replica`` (``enqueued_at``: when it started
+        waiting, if it did)."""
         now = self.clock()
         waited = 0.0 if enqueued_at is None else now - enqueued_at
         rate = 1.0 - self.capacity.engine_config.realtime_headroom
-        ticket = Ticket(priority, cost, now, waited, now + cost.audio_s * rate)
+        ticket = Ticket(priority, cost, now, waited, now + cost.audio_s * rate, replica)
         self.active.add(ticket)
+        if prefix is not None:
+            recent = self._prefixes.setdefault(replica, OrderedDict())
+            recent[prefix] = None
+            recent.move_to_end(prefix)
+            while len(recent) > _PREFIXES_KEPT:
+                recent.popitem(last=False)
         self.update_gauges()
         return ticket
 
     def _dispatch(self) -> None:
-        """Admit waiters, in queue order, while the next one fits."""
-        while True:
+        """Place streams to resume, then admit waiters in queue order, while the next fits."""
+        while self._resuming:
+            ticket, future = self._resuming[0]
+            replica = None if future.done() else self._placement(ticket.cost)[0]
+            if not future.done() and replica is None:
+                break
+            self._resuming.popleft()
+            if not future.done():
+                ticket.replica = replica
+                future.set_result(None)
+        while not self._resuming:
             now = self.clock()
             active: Counter[str] = Counter(t.priority for t in self.active)
-            waiter = self.queues.peek(now, active, self.capacity.max_streams())
-            if waiter is None or self._refusal(waiter.cost) is not None:
+            waiter = self.queues.peek(now, active, self.max_streams())
+            if waiter is None:
+                break
+            replica, _ = self._placement(waiter.cost, waiter.prefix)
+            if replica is None:
                 break
             self.queues.remove(waiter)
-            ticket = self._admit(waiter.priority, waiter.cost, waiter.enqueued_at)
+            ticket = self._admit(
+                waiter.priority, waiter.cost, waiter.enqueued_at, replica, waiter.prefix
+            )
             self._granted[waiter] = ticket
             waiter.admitted.set_result(None)
             self._count(waiter.priority, "admitted", "after_wait")
@@ -296,6 +447,8 @@ class AdmissionGate:
                 self.queues.oldest_age_s(priority, now)
             )
         self.metrics.streams_admitted.set(len(self.active))
-        self.metrics.max_streams.set(self.capacity.max_streams())
-        self.metrics.admission_open.set(1 if self.capacity.admission_open else 0)
-        self.metrics.realtime_factor.set(self.capacity.realtime_factor())
+        self.metrics.max_streams.set(self.max_streams())
+        is_open = any(self.replicas[i].admission_open for i in self.placeable)
+        self.metrics.admission_open.set(1 if is_open else 0)
+        factors = [self.replicas[i].realtime_factor() for i in self.placeable]
+        self.metrics.realtime_factor.set(max(factors, default=self.capacity.realtime_factor()))

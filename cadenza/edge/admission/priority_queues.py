@@ -31,6 +31,7 @@ class Waiter:
     priority: Priority
     cost: StreamCost
     enqueued_at: float
+    prefix: str | None = None  # the prompt-prefix key placement prefers a replica by
     admitted: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )

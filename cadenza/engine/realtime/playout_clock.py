@@ -4,7 +4,9 @@ The first chunk is due ``ttfa_target`` after the request arrives. The listener s
 once it holds ``reserve`` of audio past that first chunk's arrival, so frame ``f`` plays at
 ``playout_start + f * frame_period``. A chunk that arrives after its first frame's play time
 is an underrun; ``slack`` (due minus delivery time) says by how much a chunk beat or missed
-its deadline.
+its deadline. A resumed stream starts over at ``first_frame`` (the frames its listener already
+had): its next chunk is due like a first one, and frame ``f`` plays at ``playout_start +
+(f - first_frame) * frame_period``.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ class PlayoutClock:
     frame_period_s: float
     reserve_s: float
     playout_start_s: float | None = None  # set when the first chunk is delivered
+    first_frame: int = 0
 
     def due_s(self, frame: int) -> float:
         """When frame ``frame`` must be delivered (monotonic seconds)."""
         if self.playout_start_s is None:
             return self.arrival_s + self.ttfa_target_s
-        return self.playout_start_s + frame * self.frame_period_s
+        return self.playout_start_s + (frame - self.first_frame) * self.frame_period_s
 
     def delivered(self, first_frame: int, now_s: float) -> float:
         """Record a chunk starting at ``first_frame`` delivered at ``now_s``; its slack in

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from cadenza.contract import messages
 from cadenza.contract.engine_stats import StepRecord, StepReport
-from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
+from cadenza.contract.request import FinishReason, ResumePoint, StreamOutput, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from tests.support.contract_examples import engine_info, engine_stats
 
@@ -25,6 +25,9 @@ REQUEST = SynthesisRequest(
 
 EVERY_KIND = [
     messages.AddRequest(REQUEST),
+    messages.AddRequest(
+        SynthesisRequest("id3", "again", resume=ResumePoint(((1, 2), (3, 4)), frames_sent=1))
+    ),
     messages.AbortRequest("id1"),
     messages.Shutdown(),
     messages.Ready(engine_info()),
@@ -46,11 +49,15 @@ def test_every_kind_round_trips(message: messages.Message) -> None:
 def test_an_output_keeps_its_audio_and_codes_exact() -> None:
     audio = np.linspace(-1, 1, 999, dtype=np.float32)
     codes = np.arange(24, dtype=np.uint16).reshape(3, 8)
-    output = StreamOutput("id2", audio, FinishReason.ERROR, "boom", codes, error_code="internal")
+    rows = np.arange(-2, 10, dtype=np.int32).reshape(4, 3)
+    output = StreamOutput(
+        "id2", audio, FinishReason.ERROR, "boom", codes, error_code="internal", rows=rows
+    )
     back = messages.decode(messages.encode(messages.Output.of(output)))
     assert isinstance(back, messages.Output)
     restored = back.stream_output()
     assert np.array_equal(restored.audio, audio) and np.array_equal(restored.codes, codes)
+    assert np.array_equal(restored.rows, rows)
     assert (restored.finish_reason, restored.error, restored.error_code) == (
         FinishReason.ERROR,
         "boom",
@@ -63,6 +70,8 @@ def test_torn_audio_is_refused() -> None:
         messages.Output("x", b"\x00\x00\x00").stream_output()
     with pytest.raises(messages.WireError, match="torn"):
         messages.Output("x", b"", codes=b"\x00" * 6, num_codebooks=8).stream_output()
+    with pytest.raises(messages.WireError, match="torn"):
+        messages.Output("x", b"", rows=b"\x00" * 6, row_width=1).stream_output()
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,8 @@ CLIENT = "client-a"
 
 
 class FakeEngine:
-    """``require_ready`` and ``generate`` of an engine client, scripted."""
+    """``require_ready`` and ``generate`` of an engine client (and ``client_for`` of the
+    model service: every replica is this one), scripted."""
 
     def __init__(
         self,
@@ -55,6 +56,9 @@ class FakeEngine:
         if self.unavailable is not None:
             raise self.unavailable
         return self.info
+
+    def client_for(self, replica: int | None) -> FakeEngine:
+        return self
 
     async def generate(self, request: SynthesisRequest) -> AsyncGenerator[StreamOutput, None]:
         self.requests.append(request)
@@ -547,5 +551,76 @@ def test_streams_active_counts_every_open_lease() -> None:
             lease.close()
         assert value(admission, "cadenza_streams_active") == 0
         assert finished(admission, "cancelled") == 3
+
+    asyncio.run(scenario())
+
+
+# -- engine losses ------------------------------------------------------------------------------
+
+
+class LosingEngine(FakeEngine):
+    """Every replica is this one. The first run sends one output (two rows, two frames),
+    then loses its replica (the gate orphans the stream, the replica comes back at once); the
+    next runs finish."""
+
+    def __init__(self, restarts: bool = True) -> None:
+        super().__init__()
+        self.gate: AdmissionGate | None = None
+        self.restarts = restarts
+
+    async def generate(self, request: SynthesisRequest) -> AsyncGenerator[StreamOutput, None]:
+        self.requests.append(request)
+        if len(self.requests) > 1:
+            yield StreamOutput(
+                request.request_id, np.zeros(RATE // 10, np.float32), FinishReason.EOS
+            )
+            return
+        yield StreamOutput(
+            request.request_id,
+            np.zeros(RATE // 10, np.float32),
+            codes=np.zeros((2, 4), np.uint16),
+            rows=np.array([[5], [6]], np.int32),
+        )
+        assert self.gate is not None
+        capacity = self.gate.replicas[0]
+        self.gate.replica_lost(0)
+        if self.restarts:
+            self.gate.set_replica(0, capacity)
+        raise EngineUnavailable("engine process exited")
+
+
+def test_a_stream_whose_engine_is_lost_resumes_where_it_stood() -> None:
+    async def scenario() -> None:
+        engine = LosingEngine()
+        admission = build(engine=engine)
+        engine.gate = admission.gate
+        lease = await open_lease(admission)
+        outputs = await drain(lease)
+        assert [o.finish_reason for o in outputs] == [None, FinishReason.EOS]
+        resumed = engine.requests[1]
+        assert resumed.resume is not None
+        assert resumed.resume.rows == ((5,), (6,)) and resumed.resume.frames_sent == 2
+        assert lease.resumes == 1 and finished(admission, "eos") == 1
+        assert not admission.gate.active
+        resumes = admission.model_metrics.stream_resumes.labels(outcome="resumed")
+        assert resumes._value.get() == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_stream_no_replica_takes_in_time_fails_with_engine_unavailable() -> None:
+    async def scenario() -> None:
+        engine = LosingEngine(restarts=False)
+        admission = build(engine=engine)
+        admission.config = admission.config.model_copy(
+            update={"server": admission.config.server.model_copy(update={"resume_timeout_s": 0.05})}
+        )
+        engine.gate = admission.gate
+        lease = await open_lease(admission)
+        with pytest.raises(EdgeError) as failed:
+            await drain(lease)
+        assert failed.value.code == "engine_unavailable" and failed.value.status == 503
+        assert "no replica could take it over" in failed.value.message
+        assert finished(admission, "error") == 1 and not admission.gate.active
 
     asyncio.run(scenario())

@@ -169,3 +169,26 @@ def test_a_stop_id_ends_the_speech_at_a_frame_boundary(checkpoint, snac_dir) -> 
     sampling = SamplingParams(temperature=0.0, top_k=0, stop_ids=(mid_frame, boundary))
     got = _run(engine, [SynthesisRequest("r", "Good morning to you all.", "leo", 0.35, sampling)])
     assert got["r"] == tokens[:8]  # the mid-frame id did not stop it; the boundary one did
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [_greedy(1.1), SamplingParams(seed=3, temperature=0.8, top_k=40, repetition_penalty=1.1)],
+)
+def test_a_resumed_stream_goes_on_with_the_same_tokens_and_audio(
+    checkpoint, snac_dir, sampling
+) -> None:
+    from cadenza.contract.request import ResumePoint
+    from tests.unit.engine.test_resume import _audio, _codes, _outputs, _rows
+
+    engine = _engine(checkpoint[0], snac_dir[0])
+    text = "Good morning to you all."
+    whole = _outputs(engine, SynthesisRequest("whole", text, "leo", 1.5, sampling))
+    head = _outputs(engine, SynthesisRequest("head", text, "leo", 1.5, sampling), stop_after=3)
+    point = ResumePoint(tuple(map(tuple, _rows(head).tolist())), len(_codes(head)))
+    tail = _outputs(engine, SynthesisRequest("head", text, "leo", 1.5, sampling, resume=point))
+    assert len(_codes(head)) > 0 and len(_codes(tail)) > 0
+    np.testing.assert_array_equal(np.concatenate([_rows(head), _rows(tail)]), _rows(whole))
+    np.testing.assert_array_equal(np.concatenate([_codes(head), _codes(tail)]), _codes(whole))
+    joined = np.concatenate([_audio(head), _audio(tail)])
+    np.testing.assert_allclose(joined, _audio(whole), atol=1e-5)

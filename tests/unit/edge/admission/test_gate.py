@@ -198,3 +198,72 @@ def test_the_realtime_factor_is_exported_as_it_changes() -> None:
         "cadenza_admission_realtime_factor", {"model": "cadenza-tiny"}
     )
     assert value == pytest.approx(2.0) and g.snapshot()["realtime_factor"] == pytest.approx(2.0)
+
+
+def two_replicas(max_streams: int = 2) -> AdmissionGate:
+    g = gate(max_streams=max_streams)
+    config = g.config
+    g.set_replica(1, CapacityModel(info(max_num_seqs=max_streams), EngineConfig(), config))
+    return g
+
+
+def test_streams_are_placed_on_the_replica_with_the_most_headroom() -> None:
+    async def scenario() -> None:
+        g = two_replicas(max_streams=2)
+        tickets = [await g.acquire("realtime", COST) for _ in range(4)]
+        assert sorted(t.replica for t in tickets) == [0, 0, 1, 1]
+        snapshot = g.snapshot()
+        assert snapshot["max_streams"] == 4 and snapshot["active"] == 4
+        assert [r["active"] for r in snapshot["replicas"]] == [2, 2]
+        for ticket in tickets:
+            g.release(ticket)
+        # equal headroom: the replica that served the prompt prefix lately wins
+        first = await g.acquire("realtime", COST, prefix="voice-a")
+        g.release(first)
+        again = await g.acquire("realtime", COST, prefix="voice-a")
+        assert again.replica == first.replica
+        g.release(again)
+
+    asyncio.run(scenario())
+
+
+def test_a_lost_replica_s_streams_resume_before_any_waiter_and_draining_takes_none() -> None:
+    async def scenario() -> None:
+        g = two_replicas(max_streams=1)
+        on_0 = await g.acquire("realtime", COST)
+        on_1 = await g.acquire("realtime", COST)
+        assert {on_0.replica, on_1.replica} == {0, 1}
+        lost = on_0.replica
+        assert g.replica_lost(lost) == [on_0] and on_0.replica is None
+        assert g.snapshot()["max_streams"] == 1
+        waiter = asyncio.create_task(g.acquire("standard", COST))
+        resumed = asyncio.create_task(g.relocate(on_0, timeout_s=5))
+        await asyncio.sleep(0.01)
+        assert not resumed.done() and not waiter.done()
+        g.release(on_1)  # room on the live replica: the orphan goes first
+        assert await asyncio.wait_for(resumed, 1) == on_1.replica
+        assert not waiter.done()
+        g.set_replica(lost, CapacityModel(info(max_num_seqs=1), EngineConfig(), g.config))
+        ticket = await asyncio.wait_for(waiter, 1)
+        assert ticket.replica == lost
+        g.hold_replica(lost)  # draining: its stream runs on, nothing new goes there
+        assert g.streams_on(lost) == 1 and lost not in g.placeable
+        g.release(on_0)
+        g.release(ticket)
+        assert not g.active
+
+    asyncio.run(scenario())
+
+
+def test_a_stream_no_replica_can_take_in_time_is_refused() -> None:
+    async def scenario() -> None:
+        g = gate(max_streams=1)
+        ticket = await g.acquire("realtime", COST)
+        g.replica_lost(0)
+        with pytest.raises(AdmissionRefused) as refused:
+            await g.relocate(ticket, timeout_s=0.05)
+        assert refused.value.code == "engine_unavailable"
+        assert g.snapshot()["resuming"] == 0 and g.snapshot()["max_streams"] == 0
+        g.release(ticket)
+
+    asyncio.run(scenario())

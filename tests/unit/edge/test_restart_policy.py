@@ -1,0 +1,26 @@
+"""Restart backoff: doubling and capped within a streak of failures, a fresh streak after a
+stable run, and giving up (with the reason) after too many failures in a row."""
+
+from cadenza.config import EngineConfig
+from cadenza.edge.restart_policy import STABLE_AFTER_S, RestartPolicy
+
+
+def test_backoff_doubles_up_to_the_cap_then_gives_up_with_the_reason() -> None:
+    config = EngineConfig(restart_backoff_s=0.5, restart_backoff_max_s=3.0, max_start_failures=6)
+    policy = RestartPolicy(config)
+    delays = [policy.on_lost(float(t), "boom") for t in range(5)]
+    assert delays == [0.5, 1.0, 2.0, 3.0, 3.0]
+    assert policy.gave_up is None
+    assert policy.on_lost(5.0, "still boom") is None
+    assert policy.gave_up is not None and "6 times in a row" in policy.gave_up
+    assert "still boom" in policy.gave_up
+
+
+def test_an_engine_that_ran_a_while_starts_a_new_streak() -> None:
+    policy = RestartPolicy(EngineConfig(restart_backoff_s=1.0, max_start_failures=3))
+    assert policy.on_lost(0.0, "crash") == 1.0
+    policy.on_ready(1.0)
+    assert policy.on_lost(2.0, "crash soon after") == 2.0  # not stable: same streak
+    policy.on_ready(3.0)
+    assert policy.on_lost(3.0 + STABLE_AFTER_S, "crash much later") == 1.0
+    assert policy.failures_in_a_row == 1 and policy.gave_up is None
