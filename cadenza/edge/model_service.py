@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from cadenza.config import CadenzaConfig
+from cadenza.contract.cpu_replicas import core_sharers, usable_cores
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.errors import ENGINE_RETRY_AFTER_S, EngineError, EngineUnavailable
 from cadenza.contract.messages import Stats
@@ -210,7 +211,12 @@ class ModelService:
 
     def _on_ready(self, replica: EngineReplica) -> None:
         assert replica.info is not None
-        capacity = CapacityModel(replica.info, self.config.engine, self.config.admission)
+        sharers = 1
+        if replica.info.device == "cpu":
+            sharers = core_sharers(len(self.replicas), len(usable_cores()))
+        capacity = CapacityModel(
+            replica.info, self.config.engine, self.config.admission, core_sharers=sharers
+        )
         if self._gate is None:
             self._gate = AdmissionGate(self.config.admission, capacity, self.metrics)
             self._gate.placeable.clear()

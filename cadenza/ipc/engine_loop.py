@@ -30,6 +30,7 @@ import zmq
 
 from cadenza.config import CadenzaConfig
 from cadenza.contract import messages
+from cadenza.contract.cpu_replicas import core_sharers, cores_per_replica, usable_cores
 from cadenza.contract.errors import RequestRejected
 from cadenza.contract.request import FinishReason, StreamOutput
 from cadenza.ipc.serving_engine import ServingEngine
@@ -143,15 +144,34 @@ def _reject(request_id: str, reason: str, outbound: zmq.Socket[bytes]) -> None:
     outbound.send(messages.encode(messages.Output.of(rejected)))
 
 
-def _use_replica_device(config: CadenzaConfig, replica: int) -> None:
-    """Replicas of a model spread over the machine's GPUs, one per device (round robin)."""
-    if config.model.device == "cpu":
-        return
+def _place_replica(config: CadenzaConfig, replica: int) -> CadenzaConfig:
+    """Where replica ``replica`` of ``engine.replicas`` runs, and the configuration it runs
+    with (call before torch is imported). On a GPU machine the replicas spread over the
+    devices, one per device (round robin). On the CPU they divide the cores as
+    :mod:`cadenza.contract.cpu_replicas` says: each pinned to its own share, running that many
+    torch threads (unless ``model.torch_threads`` says otherwise), or all sharing every core
+    with OpenMP threads that sleep instead of spinning when idle, so that a busy replica gets
+    the cores an idle one leaves."""
+    replicas = config.engine.replicas
+    cores = usable_cores()
+    share = cores_per_replica(replicas, len(cores))
+    if core_sharers(replicas, len(cores)) > 1:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if count > 1:
-        torch.cuda.set_device(replica % count)
+    if config.model.device != "cpu" and count > 0:
+        if count > 1:
+            torch.cuda.set_device(replica % count)
+        return config
+    if share == 0:
+        return config
+    mine = cores[replica % replicas * share : (replica % replicas + 1) * share]
+    os.sched_setaffinity(0, mine)
+    if config.model.torch_threads:
+        return config
+    model = config.model.model_copy(update={"torch_threads": len(mine)})
+    return config.model_copy(update={"model": model})
 
 
 def main() -> None:
@@ -163,7 +183,7 @@ def main() -> None:
     args = parser.parse_args()
     config = CadenzaConfig.model_validate(json.loads(args.config_json))
     configure_logging(config.server.log_level, process=f"engine-{args.replica}")
-    _use_replica_device(config, args.replica)
+    config = _place_replica(config, args.replica)
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     try:
         run_engine_loop(config, context, args.inbound, args.outbound)

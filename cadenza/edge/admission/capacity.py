@@ -12,9 +12,11 @@ Two budgets, both from the engine (its ``ready`` info and its ``stats`` reports)
   how many decoding streams fit that step, with every prediction scaled by the *realtime
   factor*: the 90th percentile of how much slower than predicted the engine's steps actually
   ran, per half-second report over the last ``admission.jitter_window_s`` (before any report,
-  the calibration's own measured jitter). Admitting against a high percentile rather than the
-  mean is what lets the promise survive a noisy host: a stream is admitted only if ``B + 1``
-  streams still fit at that percentile.
+  the calibration's own measured jitter), and never less than the jitter times the engine
+  replicas that share this one's CPU cores (:mod:`cadenza.contract.cpu_replicas`: any of them
+  may be busy). Admitting against a high percentile rather than the mean is what lets the
+  promise survive a noisy host: a stream is admitted only if ``B + 1`` streams still fit at
+  that percentile.
 * **What admitting costs**: a new stream's prompt has to be prefilled in the spare time of
   the steps the running streams leave, within the first half of its TTFA target, together
   with the prompts of the streams admitted just before it that may still be prefilling. A
@@ -90,8 +92,10 @@ class CapacityModel:
         engine: EngineConfig,
         admission: AdmissionConfig,
         clock: Callable[[], float] = time.monotonic,
+        core_sharers: int = 1,
     ) -> None:
         self.info = info
+        self.core_sharers = core_sharers
         self.engine_config = engine
         self.config = admission
         self.clock = clock
@@ -165,7 +169,7 @@ class CapacityModel:
         ``jitter_window_s`` (and at least the latest reports, however old: an idle server
         keeps its last verdict rather than trusting a calibration the machine may have
         drifted from); with fewer than three, the worst of them or the calibration's
-        jitter, whichever is larger."""
+        jitter, whichever is larger; at least ``core_sharers`` times the jitter."""
         now = self.clock()
         while (
             len(self._ratios) > _KEEP_REPORTS
@@ -179,6 +183,7 @@ class CapacityModel:
             factor = ratios[min(int(0.9 * len(ratios)), len(ratios) - 1)]
         else:
             factor = max([jitter, *ratios])
+        factor = max(factor, self.core_sharers * jitter)
         return min(max(factor, _FACTOR_RANGE[0]), _FACTOR_RANGE[1])
 
     def realtime_limit(self, context_per_stream: int | None = None) -> int:

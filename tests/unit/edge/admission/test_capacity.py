@@ -63,6 +63,15 @@ def test_the_calibrations_jitter_counts_before_live_steps_do() -> None:
     assert model.realtime_limit() == 8  # 12 ms / 1.5
 
 
+def test_replicas_sharing_the_cores_count_each_step_as_slow_as_all_busy() -> None:
+    model = CapacityModel(info(), EngineConfig(), AdmissionConfig(), core_sharers=2)
+    assert model.realtime_factor() == pytest.approx(2.0)
+    assert model.realtime_limit() == 6  # 12 ms / 2
+    for _ in range(5):  # fast live steps (the other replica idle) do not lift the floor
+        model.observe(timed_stats(0.5))
+    assert model.realtime_factor() == pytest.approx(2.0)
+
+
 def test_a_prompt_is_admitted_only_if_the_spare_step_time_can_prefill_it() -> None:
     calibrated = info()
     assert calibrated.calibration is not None
