@@ -358,6 +358,7 @@ async def webrtc_offer(request: Request) -> dict[str, str]:
     client = state.authenticate(
         request.headers.get("authorization"), request.client.host if request.client else None
     )
+    state.lifecycle.check_open()  # 503 shutting_down while the server drains
     state.engine_info()  # 503 while the engine is not ready
     raw = await read_body(request, max_bytes=MAX_SDP_BYTES, timeout_s=server.request_body_timeout_s)
     offer = parse_offer(raw)

@@ -122,9 +122,10 @@ class WebSocketEndpoint:
     async def run(self) -> None:
         await self.websocket.accept()
         try:
+            self.state.lifecycle.check_open()
             info = self.state.default.require_ready()
-        except EngineError as exc:
-            error = EdgeError.from_engine(exc)
+        except (EngineError, EdgeError) as exc:
+            error = exc if isinstance(exc, EdgeError) else EdgeError.from_engine(exc)
             await self._goodbye(CLOSE_UNAVAILABLE, error.code, error.message, error.retry_after_s)
             return
         if not await self._authenticate():

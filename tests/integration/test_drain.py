@@ -5,12 +5,14 @@ with ``shutting_down``, and exits 0."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import threading
 import time
 
 import httpx
 import pytest
+import websockets
 
 from cadenza.client.sdk import StreamError, connect
 from tests.integration.server import RunningServer
@@ -59,6 +61,14 @@ def test_sigterm_lets_open_streams_finish_and_refuses_new_ones(tmp_path) -> None
     refused = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=10)
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "shutting_down"
     assert int(refused.headers["Retry-After"]) >= 1
+    offer = httpx.post(f"{server.url}/v1/webrtc/offer", json={"sdp": "x", "type": "offer"})
+    assert offer.status_code == 503 and offer.json()["error"]["code"] == "shutting_down"
+
+    async def websocket_greeting() -> dict:
+        async with websockets.connect(server.url.replace("http", "ws") + "/v1/stream") as ws:
+            return json.loads(await ws.recv())
+
+    assert asyncio.run(websocket_greeting())["code"] == "shutting_down"
     for listener in listeners:
         listener.join(60)
     assert sizes == [4 * 24000 * 2] * 2  # every open stream played to its end
