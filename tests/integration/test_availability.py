@@ -265,20 +265,10 @@ def test_a_model_that_can_no_longer_start_stops_being_restarted_and_says_why(
     tmp_path_factory,
 ) -> None:
     pytest.importorskip("snac")
-    import json
-
-    import torch
-
-    from tests.unit.codecs.test_snac import SMALL, _reference
-    from tests.unit.engine.orpheus_checkpoints import save_tiny_orpheus
+    from tests.unit.engine.orpheus_checkpoints import save_tiny_orpheus_and_snac
 
     root = tmp_path_factory.mktemp("crash-loop")
-    orpheus_dir, snac_dir = root / "orpheus", root / "snac"
-    orpheus_dir.mkdir()
-    snac_dir.mkdir()
-    save_tiny_orpheus(orpheus_dir)
-    (snac_dir / "config.json").write_text(json.dumps(SMALL))
-    torch.save(_reference(SMALL, seed=1).state_dict(), snac_dir / "pytorch_model.bin")
+    orpheus_dir, snac_dir = save_tiny_orpheus_and_snac(root)
     env = {
         "CADENZA_ENGINE__MAX_START_FAILURES": "2",
         "CADENZA_ENGINE__RESTART_BACKOFF_S": "0.1",

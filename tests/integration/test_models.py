@@ -5,17 +5,14 @@ name; unknown models and voices are refused with what exists."""
 from __future__ import annotations
 
 import asyncio
-import json
 
 import httpx
 import pytest
-import torch
 
 from cadenza.client.sdk import StreamError, connect
 from cadenza.client.webrtc import WebRTCPeer
 from tests.integration.server import serving
-from tests.unit.codecs.test_snac import SMALL, _reference
-from tests.unit.engine.orpheus_checkpoints import save_tiny_orpheus
+from tests.unit.engine.orpheus_checkpoints import save_tiny_orpheus_and_snac
 
 pytest.importorskip("snac")
 
@@ -23,12 +20,7 @@ pytest.importorskip("snac")
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
-    orpheus_dir, snac_dir = root / "orpheus", root / "snac"
-    orpheus_dir.mkdir()
-    snac_dir.mkdir()
-    save_tiny_orpheus(orpheus_dir)
-    (snac_dir / "config.json").write_text(json.dumps(SMALL))
-    torch.save(_reference(SMALL, seed=1).state_dict(), snac_dir / "pytorch_model.bin")
+    orpheus_dir, snac_dir = save_tiny_orpheus_and_snac(root)
     config = root / "cadenza.toml"
     config.write_text(
         '[[models]]\nname = "cadenza-tiny"\npath = "cadenza-tiny"\n\n'

@@ -79,6 +79,22 @@ def save_tiny_orpheus(directory: Path, seed: int = 0) -> LlamaForCausalLM:
     return model
 
 
+def save_tiny_orpheus_and_snac(root: Path) -> tuple[Path, Path]:
+    """``root/orpheus`` (a tiny Orpheus checkpoint) and ``root/snac`` (a small random SNAC in
+    the ``snac`` package's layout): what a server serving Orpheus is pointed at."""
+    import json
+
+    from tests.unit.codecs.test_snac import SMALL, _reference
+
+    orpheus_dir, snac_dir = root / "orpheus", root / "snac"
+    orpheus_dir.mkdir()
+    snac_dir.mkdir()
+    save_tiny_orpheus(orpheus_dir)
+    (snac_dir / "config.json").write_text(json.dumps(SMALL))
+    torch.save(_reference(SMALL, seed=1).state_dict(), snac_dir / "pytorch_model.bin")
+    return orpheus_dir, snac_dir
+
+
 def reference_prompt(tokenizer: PreTrainedTokenizerFast, voice: str, text: str) -> list[int]:
     """The prompt as Canopy's package builds it."""
     return [
