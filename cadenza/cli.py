@@ -64,6 +64,12 @@ def _build_parser() -> argparse.ArgumentParser:
         help="engine processes per model (default 1; with several GPUs, one per device)",
     )
     serve.add_argument(
+        "--warm-spare",
+        action="store_true",
+        default=None,
+        help="keep a loaded engine per replica that replaces a lost one at once",
+    )
+    serve.add_argument(
         "--drain-timeout-s",
         type=float,
         help="on SIGTERM: how long open streams may run on before ending (default 30)",
@@ -218,6 +224,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
             "kind": getattr(args, "engine", None),
             "kv_dtype": getattr(args, "engine_kv_dtype", None),
             "replicas": getattr(args, "engine_replicas", None),
+            "warm_spare": getattr(args, "warm_spare", None),
         },
     }
 

@@ -178,6 +178,12 @@ class EngineConfig(_Section):
         description="engine processes per model, each with its own KV pool and calibration "
         "(on a machine with several GPUs and device cuda: one per device, round robin)",
     )
+    warm_spare: bool = Field(
+        False,
+        description="keep one more engine per replica loaded and idle, which replaces a lost "
+        "engine at once (its streams resume within their prefill, not a process start); costs "
+        "that engine's memory (its weights and KV pool) per replica",
+    )
     heartbeat_timeout_s: float = Field(
         30.0,
         gt=0,

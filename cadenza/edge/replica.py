@@ -8,8 +8,12 @@ A replica owns one engine process at a time (an :class:`EngineClient`). Its life
 
 It is *lost* when its process exits, reports ``fatal``, or sends nothing for
 ``engine.heartbeat_timeout_s`` (then it is killed); :class:`RestartPolicy` decides when the
-next start is and when to give up. Every change is reported to the owner through the callbacks
-(the model service, which tells admission, so that the replica's streams move elsewhere).
+next start is and when to give up. With ``engine.warm_spare`` the replica keeps a second engine
+loaded and idle: a lost engine is replaced by it at once (then a new spare loads in the
+background), so its streams resume within the resume's prefill instead of a process start.
+
+Every change is reported to the owner through the callbacks (the model service, which tells
+admission, so that the replica's streams move elsewhere).
 ``on_lost`` runs the moment the engine client notices the loss, before any of the replica's
 streams reads its failure: by then admission has taken their tickets off the replica, which is
 what tells each stream to resume rather than fail.
@@ -74,6 +78,9 @@ class EngineReplica:
         self.load_s = 0.0  # seconds the current engine took to start
         self._lost = asyncio.Event()
         self._supervisor: asyncio.Task[None] | None = None
+        self._spare: EngineClient | None = None  # loaded, idle, takes over a lost engine
+        self._spare_loading: asyncio.Task[None] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()  # one start or stop at a time
 
     # -- what the owner asks ------------------------------------------------------------------
@@ -111,6 +118,7 @@ class EngineReplica:
                 self.on_lost(self, "rolling restart")
                 await old.close()
             started = time.monotonic()
+            await self._drop_spare()  # a restart loads the files afresh, so no spare either
             try:
                 await self._start_engine()
             except EngineUnavailable as exc:
@@ -129,26 +137,82 @@ class EngineReplica:
         async with self._lock:
             client, self.client = self.client, None
             self._set_status("stopped")
+            await self._drop_spare()
             if client is not None:
                 await client.close()
 
     # -- supervision --------------------------------------------------------------------------
 
     async def _start_engine(self) -> None:
-        """One engine start (under the lock); ready on success. Raises EngineUnavailable."""
+        """One engine start (under the lock), or the warm spare taking over; ready on
+        success. Raises EngineUnavailable."""
         if self.status != "restarting":
             self._set_status("starting")
-        client = EngineClient(self.config, replica=self.index)
-        client.on_stats = lambda message: self._stats(client, message)
-        client.on_failure = lambda reason: self._failed(client, reason)
-        started = time.perf_counter()
-        await client.start()
-        self.load_s = time.perf_counter() - started
+        client = self._take_spare()
+        if client is None:
+            client = self._new_client()
+            started = time.perf_counter()
+            await client.start()
+            self.load_s = time.perf_counter() - started
         self.client, self.info, self.last_error = client, client.info, None
         self._lost.clear()
         self.policy.on_ready(time.monotonic())
         self._set_status("ready")
         self.on_ready(self)
+        self._load_spare()
+
+    def _new_client(self) -> EngineClient:
+        client = EngineClient(self.config, replica=self.index)
+        client.on_stats = lambda message: self._stats(client, message)
+        client.on_failure = lambda reason: self._failed(client, reason)
+        return client
+
+    def _take_spare(self) -> EngineClient | None:
+        """The warm spare, if it is ready to take streams (it leaves the spare's place)."""
+        spare, self._spare = self._spare, None
+        if spare is not None and spare.is_ready():
+            log.info("engine replica %d of %s: the warm spare takes over", self.index, self._name)
+            return spare
+        if spare is not None:
+            self._close_later(spare)
+        return None
+
+    def _close_later(self, client: EngineClient) -> None:
+        """Close ``client`` in the background (from a callback that cannot wait)."""
+        task = asyncio.create_task(client.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def _load_spare(self) -> None:
+        """Start loading a new warm spare in the background (with ``engine.warm_spare``)."""
+        loading = self._spare_loading is not None and not self._spare_loading.done()
+        if not self.config.engine.warm_spare or self._spare is not None or loading:
+            return
+        self._spare_loading = asyncio.create_task(
+            self._prepare_spare(), name=f"cadenza-replica-{self.index}-spare"
+        )
+
+    async def _prepare_spare(self) -> None:
+        client = self._new_client()
+        try:
+            await client.start()
+        except EngineUnavailable as exc:
+            log.warning("engine replica %d of %s: no warm spare: %s", self.index, self._name, exc)
+            return
+        if self.status == "stopped":
+            await client.close()
+            return
+        self._spare = client
+
+    async def _drop_spare(self) -> None:
+        if self._spare_loading is not None:
+            self._spare_loading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._spare_loading
+            self._spare_loading = None
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            await spare.close()
 
     def _stats(self, client: EngineClient, message: Stats) -> None:
         if client is self.client:
@@ -157,6 +221,13 @@ class EngineReplica:
     def _failed(self, client: EngineClient, reason: str) -> None:
         """The engine client lost its engine (called from its reader, or from its close,
         before it fails the streams); the supervisor restarts it."""
+        if client is self._spare:
+            self._spare = None  # the next start loads another
+            log.warning(
+                "engine replica %d of %s: warm spare lost: %s", self.index, self._name, reason
+            )
+            self._close_later(client)
+            return
         if client is not self.client or self.status in ("restarting", "stopped"):
             return  # a deliberate stop, or an engine already replaced
         self.last_error = reason
@@ -192,7 +263,8 @@ class EngineReplica:
                 self._set_status("failed")
                 log.error("engine replica %d of %s: %s", self.index, self._name, self.last_error)
                 return
-            await asyncio.sleep(delay)
+            if self._spare is None or not self._spare.is_ready():
+                await asyncio.sleep(delay)  # a loaded spare takes over without waiting
             try:
                 await self._start_engine()
             except EngineUnavailable as exc:

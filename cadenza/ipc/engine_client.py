@@ -82,7 +82,8 @@ class EngineClient:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the engine and wait until it has loaded. Raises :class:`EngineUnavailable`."""
+        """Start the engine and wait until it has loaded. Raises :class:`EngineUnavailable`
+        (or is cancelled) with nothing left running."""
         inbound, outbound = self._bind()
         if self.config.engine.mode == "process":
             self._process = subprocess.Popen(
@@ -108,24 +109,28 @@ class EngineClient:
                 daemon=True,
             )
             self._thread.start()
+        try:
+            await self._wait_ready()
+        except BaseException:
+            await self.close()  # cancelled while it loaded: stop the process too
+            raise
+        self._last_heartbeat = time.monotonic()
+        self._reader = asyncio.create_task(self._read_outputs(), name="cadenza-engine-reader")
+        self._reader.add_done_callback(self._reader_ended)
+
+    async def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.config.engine.startup_timeout_s
         while self.info is None:
             if time.monotonic() > deadline:
-                await self.close()
                 raise EngineUnavailable("engine did not become ready in time")
             if await self._from_engine.poll(100):
                 message = self._decode(await self._from_engine.recv())
                 if isinstance(message, messages.Fatal):
-                    await self.close()
                     raise EngineUnavailable(message.message)
                 if isinstance(message, messages.Ready):
                     self.info = message.info
             elif not self._engine_alive():
-                await self.close()
                 raise EngineUnavailable("engine exited during start-up")
-        self._last_heartbeat = time.monotonic()
-        self._reader = asyncio.create_task(self._read_outputs(), name="cadenza-engine-reader")
-        self._reader.add_done_callback(self._reader_ended)
 
     async def close(self) -> None:
         """Stop the engine and release every socket; pending streams fail ``unavailable``."""
@@ -140,7 +145,9 @@ class EngineClient:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
         if self._process is not None:
-            await asyncio.to_thread(self._stop_process, self._process)
+            # An engine that never became ready is not reading its messages: stop it at once.
+            patience = 10.0 if self.info is not None else 0.0
+            await asyncio.to_thread(self._stop_process, self._process, patience)
         if self._thread is not None:
             self._thread_stop.set()
             await asyncio.to_thread(self._thread.join, 30)
@@ -357,9 +364,9 @@ class EngineClient:
             queue.put_nowait(EngineUnavailable(reason))
 
     @staticmethod
-    def _stop_process(process: subprocess.Popen[bytes]) -> None:
+    def _stop_process(process: subprocess.Popen[bytes], patience_s: float) -> None:
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=patience_s)
         except subprocess.TimeoutExpired:
             process.terminate()
             try:

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 STATS_INTERVAL_S = 0.5
 IDLE_POLL_MS = 100
+EDGE_GONE_AFTER_S = 30.0
 MAX_LEAD_POLL_MS = 20  # streams far ahead: look again this soon (stats keep their pace)
 
 
@@ -55,6 +56,10 @@ def run_engine_loop(
 
     inbound = context.socket(zmq.PULL)
     outbound = context.socket(zmq.PUSH)
+    # A send the edge does not take for this long means the edge is gone: give up (and exit)
+    # instead of blocking forever, e.g. on the ``ready`` of an engine whose edge went away
+    # while it loaded.
+    outbound.setsockopt(zmq.SNDTIMEO, int(1000 * EDGE_GONE_AFTER_S))
     inbound.connect(inbound_address)
     outbound.connect(outbound_address)
     try:

@@ -317,3 +317,38 @@ def test_a_chaos_run_kills_replicas_and_every_admitted_stream_completes(
     assert set(chaos["gaps_ms"]) == {"count", "p50", "p99", "max"}  # a gap may be covered
     wait_all_ready(replicated)
     wait_idle(replicated)
+
+
+def test_a_warm_spare_takes_over_a_killed_engine_at_once(tmp_path) -> None:
+    env = {**FLOAT32, "CADENZA_ENGINE__WARM_SPARE": "true"}
+    with serving(tmp_path / "server.log", env) as server:
+        server.idle_tasks = server.metric("cadenza_edge_asyncio_tasks")
+        deadline = time.monotonic() + 60
+        while len(server.engine_pids()) < 2:  # the engine and its loaded spare
+            assert time.monotonic() < deadline, "no warm spare was started"
+            time.sleep(0.2)
+        reference, _ = asyncio.run(speak_codes(server))
+        spare = (set(server.engine_pids()) - {r["pid"] for r in replicas(server)}).pop()
+        resumed, _ = asyncio.run(speak_codes(server, kill_after_chunks=3))
+        np.testing.assert_array_equal(frames(resumed), frames(reference))
+        (replica,) = replicas(server)
+        assert replica["pid"] == spare and replica["status"] == "ready"
+        gap = server.metric("cadenza_stream_resume_gap_seconds_sum")
+        assert 0 < gap < 3.0  # the spare was loaded: no process start in the gap
+        assert server.metric("cadenza_engine_time_to_ready_seconds_sum") < 3.0
+        deadline = time.monotonic() + 60
+        while len(server.engine_pids()) < 2:  # a new spare loads behind it
+            assert time.monotonic() < deadline, "the spare was not replaced"
+            time.sleep(0.2)
+        wait_idle(server)
+        # Stop the server while a new spare is still loading: no engine outlives it.
+        os.kill(replicas(server)[0]["pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while len(server.engine_pids()) < 2:  # the next spare's process has started
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        engines = server.engine_pids()
+    deadline = time.monotonic() + 30
+    while alive := [pid for pid in engines if os.path.exists(f"/proc/{pid}")]:
+        assert time.monotonic() < deadline, f"engine processes outlived the server: {alive}"
+        time.sleep(0.2)
