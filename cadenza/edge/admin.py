@@ -8,8 +8,9 @@ interface when it has none: an open server must not let anyone on the network st
   exits 0. Answers 202 at once.
 * ``POST /admin/restart?model=NAME``: a rolling restart of the model's replicas (the default
   model without ``model``); each stops taking streams, its streams finish (or, past the drain
-  timeout, resume on another replica), then it restarts. Answers 202 at once; ``/readyz`` and
-  ``/admin/replicas`` show the progress.
+  timeout, resume on another replica), then it restarts; a replica that does not come back
+  stops the rollout. Answers 202 at once (409 ``busy`` while one is under way); ``/readyz``
+  and ``/admin/replicas`` show the progress.
 * ``GET /admin/replicas``: every model's replicas: state, process id, last error, streams.
 """
 
@@ -59,6 +60,8 @@ async def drain(request: Request) -> JSONResponse:
 async def restart(request: Request, model: str | None = None) -> JSONResponse:
     state = _authorize(request)
     service = state.service(model)
+    if service.restarting:
+        raise EdgeError(409, f"a rolling restart of {service.name!r} is under way", code="busy")
     timeout_s = state.config.server.drain_timeout_s
     _background(state, service.rolling_restart(timeout_s))
     body = {"status": "restarting", "model": service.name, "replicas": len(service.replicas)}

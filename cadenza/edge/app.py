@@ -74,6 +74,8 @@ def create_app(config: CadenzaConfig) -> FastAPI:
             yield
         finally:
             try:
+                for task in list(state.admin_tasks if state is not None else ()):
+                    task.cancel()  # a rolling restart must not start engines now
                 await lifecycle.drain(0.0)  # a drain that ran before leaves nothing to end
                 for session in list(state.webrtc_sessions if state is not None else ()):
                     with contextlib.suppress(Exception):

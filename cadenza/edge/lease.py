@@ -32,6 +32,7 @@ going on; the transport sees nothing but a late chunk. A draining server
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncGenerator
@@ -41,7 +42,7 @@ import numpy as np
 
 from cadenza.config import CadenzaConfig
 from cadenza.contract.engine_info import EngineInfo
-from cadenza.contract.errors import EngineError, EngineUnavailable
+from cadenza.contract.errors import ENGINE_RETRY_AFTER_S, EngineError, EngineUnavailable
 from cadenza.contract.request import ResumePoint, StreamOutput, SynthesisRequest
 from cadenza.contract.stream_length import request_duration_s
 from cadenza.edge.admission.gate import AdmissionGate, AdmissionRefused, QueuedCallback, Ticket
@@ -57,6 +58,7 @@ from cadenza.ipc.engine_client import EngineClient
 Transport = Literal["http", "websocket", "webrtc"]
 
 _MAX_RESUMES = 8  # engine losses one stream may survive
+_LOSS_NOTICE_S = 1.0  # how long a stream failed as unavailable waits for its engine's loss
 
 
 class StreamEngines(Protocol):
@@ -188,6 +190,7 @@ class StreamLease:
         self._frames_heard = 0
         self._client: EngineClient | None = None
         self._lost_at: float | None = None  # when its engine was lost, until audio is back
+        self._cut: str | None = None  # why a drain ended it
         self.resumes = 0
         admission.metrics.streams_active.inc()
         admission.lifecycle.opened(self)
@@ -203,11 +206,19 @@ class StreamLease:
                     yield output
                 return
             except EngineUnavailable as exc:
-                if not self._may_resume():
+                if not await self._should_resume():
                     self._end("error")
                     raise EdgeError.from_engine(exc) from exc
             except EngineError as exc:
                 self._end("error" if exc.code != "shutting_down" else "shutting_down")
+                if self.resumes and exc.code == "rejected":  # the new engine had no room
+                    message = f"the stream lost its engine and could not be resumed: {exc}"
+                    raise EdgeError(
+                        503,
+                        message,
+                        code="engine_unavailable",
+                        retry_after_s=ENGINE_RETRY_AFTER_S,
+                    ) from exc
                 raise EdgeError.from_engine(exc) from exc
             finally:
                 await from_engine.aclose()  # aborts the engine request if it did not finish
@@ -220,6 +231,7 @@ class StreamLease:
     def cut(self, reason: str) -> None:
         """End the stream now (a drain ran out of time): the transport reads
         ``shutting_down`` after what it has been sent."""
+        self._cut = reason
         if self._client is not None and not self.ended:
             self._client.end_stream(self.request.request_id, reason, "shutting_down")
 
@@ -258,16 +270,26 @@ class StreamLease:
         finally:
             await generator.aclose()  # aborts the engine request if it did not finish
 
-    def _may_resume(self) -> bool:
-        """Whether the stream's engine was lost (its ticket lost its replica) and the stream
-        may move: resuming is on, the server is not draining, and it has moves left."""
-        return (
-            self._ticket.replica is None
-            and self.admission.config.server.resume_timeout_s > 0
-            and not self.admission.lifecycle.draining
-            and self.resumes < _MAX_RESUMES
-            and not self.ended
-        )
+    async def _should_resume(self) -> bool:
+        """Whether the stream moves to another engine after its engine said it is unavailable:
+        resuming is on, the server is not draining, the stream has moves left, and its replica
+        was lost (its ticket lost its replica). That is normally so before the stream hears;
+        an engine that failed the stream first (it died an instant before its loss was
+        noticed) is given ``_LOSS_NOTICE_S`` to be declared lost. One that is still alive then
+        (it refused the stream as unavailable) fails it: moving to the same engine again
+        would not help."""
+        if (
+            self.admission.config.server.resume_timeout_s <= 0
+            or self.admission.lifecycle.draining
+            or self.resumes >= _MAX_RESUMES
+            or self.ended
+            or self._cut is not None
+        ):
+            return False
+        deadline = time.monotonic() + _LOSS_NOTICE_S
+        while self._ticket.replica is not None and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return self._ticket.replica is None
 
     async def _resume(self) -> None:
         """Find the stream a replica to go on from; :class:`EdgeError` 503
@@ -285,6 +307,9 @@ class StreamLease:
             raise EdgeError(
                 503, str(exc), code="engine_unavailable", retry_after_s=exc.retry_after_s
             ) from exc
+        if self._cut is not None:  # a drain ended the stream while it waited
+            self._end("shutting_down")
+            raise EdgeError(503, self._cut, code="shutting_down")
         resumes.labels(outcome="resumed").inc()
         self.resumes += 1
 

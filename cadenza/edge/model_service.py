@@ -15,6 +15,7 @@ ready, the model refuses new streams with 503 and ``Retry-After``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -33,6 +34,8 @@ from cadenza.edge.lifecycle import Lifecycle
 from cadenza.edge.metrics import Metrics, ModelMetrics
 from cadenza.edge.replica import REPLICA_STATES, EngineReplica
 from cadenza.ipc.engine_client import EngineClient
+
+log = logging.getLogger(__name__)
 
 _FAILED_RETRY_AFTER_S = 60.0  # a model whose engine gave up restarting needs a person
 
@@ -70,6 +73,7 @@ class ModelService:
         self._gate: AdmissionGate | None = None  # once the first replica is ready
         self._admission: Admission | None = None
         self.load_s = 0.0  # seconds the replicas took to start
+        self._rolling = asyncio.Lock()
 
     @classmethod
     async def start(
@@ -193,19 +197,34 @@ class ModelService:
 
     # -- rolling restart ----------------------------------------------------------------------
 
+    @property
+    def restarting(self) -> bool:
+        """A rolling restart is under way."""
+        return self._rolling.locked()
+
     async def rolling_restart(self, drain_timeout_s: float) -> None:
         """Restart the replicas one at a time: each takes no new streams, its streams run on
         until they end (or ``drain_timeout_s``; those still running then resume on another
-        replica), then a new engine replaces it and must be ready before the next."""
-        for replica in self.replicas:
-            if replica.status == "failed":
-                continue
-            replica.hold()
-            self.gate.hold_replica(replica.index)
-            deadline = time.monotonic() + drain_timeout_s
-            while self.gate.streams_on(replica.index) and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            await replica.restart()
+        replica), then a new engine replaces it and must be ready before the next. A replica
+        whose new engine does not come up stops the rollout (the others keep their engines);
+        one rolling restart at a time."""
+        async with self._rolling:
+            for replica in self.replicas:
+                if replica.status != "ready":
+                    continue  # failed, or being restarted by its supervisor already
+                replica.hold()
+                self.gate.hold_replica(replica.index)
+                deadline = time.monotonic() + drain_timeout_s
+                while self.gate.streams_on(replica.index) and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
+                if not await replica.restart():
+                    log.error(
+                        "rolling restart of %s stopped: replica %d did not come back (%s)",
+                        self.name,
+                        replica.index,
+                        replica.last_error,
+                    )
+                    return
 
     # -- replica events -----------------------------------------------------------------------
 

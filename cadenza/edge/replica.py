@@ -30,7 +30,6 @@ from typing import Literal
 
 from cadenza.config import CadenzaConfig
 from cadenza.contract.engine_info import EngineInfo
-from cadenza.contract.errors import EngineUnavailable
 from cadenza.contract.messages import Stats
 from cadenza.edge.metrics import ModelMetrics
 from cadenza.edge.restart_policy import RestartPolicy
@@ -107,10 +106,14 @@ class EngineReplica:
         if self.status == "ready":
             self._set_status("draining")
 
-    async def restart(self) -> None:
+    async def restart(self) -> bool:
         """Stop the engine (streams still on it are lost: the owner resumes them elsewhere)
-        and start a new one; the restart counts, the loss does not count as a crash."""
+        and start a new one; the restart counts, the loss does not count as a crash. Only a
+        replica that is ready or draining restarts (one being restarted by its supervisor,
+        failed or stopped is left alone). ``True`` when the new engine is ready."""
         async with self._lock:
+            if self.status not in ("ready", "draining"):
+                return self.is_ready()
             old = self.client
             self.client = None
             self._set_status("restarting")
@@ -121,12 +124,13 @@ class EngineReplica:
             await self._drop_spare()  # a restart loads the files afresh, so no spare either
             try:
                 await self._start_engine()
-            except EngineUnavailable as exc:
-                self._lost.set()  # the supervisor takes it from here, with backoff
+            except Exception as exc:  # EngineUnavailable, or the process could not start
                 self.last_error = str(exc)
-                return
+                self._lost.set()  # the supervisor takes it from here, with backoff
+                return False
             self.metrics.engine_restarts.inc()
             self.metrics.engine_time_to_ready.observe(time.monotonic() - started)
+            return True
 
     async def close(self) -> None:
         """Stop supervising and stop the engine."""
@@ -140,6 +144,8 @@ class EngineReplica:
             await self._drop_spare()
             if client is not None:
                 await client.close()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
     # -- supervision --------------------------------------------------------------------------
 
@@ -196,10 +202,10 @@ class EngineReplica:
         client = self._new_client()
         try:
             await client.start()
-        except EngineUnavailable as exc:
+        except Exception as exc:  # EngineUnavailable, or the process could not start
             log.warning("engine replica %d of %s: no warm spare: %s", self.index, self._name, exc)
             return
-        if self.status == "stopped":
+        if self.status in ("stopped", "failed"):
             await client.close()
             return
         self._spare = client
@@ -244,6 +250,8 @@ class EngineReplica:
                 self._lost.clear()
                 if self.status == "stopped":
                     return
+                if self.status == "ready":
+                    continue  # a rolling restart replaced the lost engine meanwhile
                 await self._recover(self.last_error or "engine lost")
             if self.status == "failed":
                 return
@@ -267,7 +275,7 @@ class EngineReplica:
                 await asyncio.sleep(delay)  # a loaded spare takes over without waiting
             try:
                 await self._start_engine()
-            except EngineUnavailable as exc:
+            except Exception as exc:  # EngineUnavailable, or the process could not start
                 reason = self.last_error = str(exc)
                 self.metrics.engine_crashes.inc()
                 log.error("engine replica %d of %s did not start: %s", self.index, self._name, exc)

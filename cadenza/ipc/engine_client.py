@@ -77,6 +77,7 @@ class EngineClient:
         self._reader: asyncio.Task[None] | None = None
         self._last_heartbeat = 0.0
         self._failure: str | None = None
+        self._lost_error: EngineUnavailable | None = None
         self._closed = False
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -84,6 +85,18 @@ class EngineClient:
     async def start(self) -> None:
         """Start the engine and wait until it has loaded. Raises :class:`EngineUnavailable`
         (or is cancelled) with nothing left running."""
+        try:
+            self._spawn()
+            await self._wait_ready()
+        except BaseException:
+            await self.close()  # cancelled while it loaded: stop the process too
+            raise
+        self._last_heartbeat = time.monotonic()
+        self._reader = asyncio.create_task(self._read_outputs(), name="cadenza-engine-reader")
+        self._reader.add_done_callback(self._reader_ended)
+
+    def _spawn(self) -> None:
+        """Bind the sockets and start the engine (a process, or a thread)."""
         inbound, outbound = self._bind()
         if self.config.engine.mode == "process":
             self._process = subprocess.Popen(
@@ -109,14 +122,6 @@ class EngineClient:
                 daemon=True,
             )
             self._thread.start()
-        try:
-            await self._wait_ready()
-        except BaseException:
-            await self.close()  # cancelled while it loaded: stop the process too
-            raise
-        self._last_heartbeat = time.monotonic()
-        self._reader = asyncio.create_task(self._read_outputs(), name="cadenza-engine-reader")
-        self._reader.add_done_callback(self._reader_ended)
 
     async def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.config.engine.startup_timeout_s
@@ -206,6 +211,8 @@ class EngineClient:
         try:
             self._send(messages.AddRequest(request))
             while True:
+                if queue.empty() and self._lost_error is not None:
+                    raise self._lost_error  # its queue was full when the engine was lost
                 item = await queue.get()
                 if isinstance(item, EngineError):
                     finished = item.code != "slow_consumer"
@@ -356,12 +363,15 @@ class EngineClient:
         self._fail_all(reason)
 
     def _fail_all(self, reason: str) -> None:
+        """Every stream ends with :class:`EngineUnavailable` after the outputs it has not read
+        yet (none is dropped: their rows are what a resumed stream goes on from)."""
         if self.on_failure is not None:
             self.on_failure(reason)
+        self._lost_error = EngineUnavailable(reason)
         for queue in self._streams.values():
-            while queue.full():
-                queue.get_nowait()
-            queue.put_nowait(EngineUnavailable(reason))
+            if not queue.full():
+                queue.put_nowait(self._lost_error)
+            # a full queue gets it once drained (see generate)
 
     @staticmethod
     def _stop_process(process: subprocess.Popen[bytes], patience_s: float) -> None:

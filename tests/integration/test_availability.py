@@ -178,6 +178,8 @@ def test_a_rolling_restart_replaces_every_replica_and_moves_no_stream(replicated
                 if not statuses:
                     restart = await http.post("/admin/restart")
                     assert restart.status_code == 202
+                    again = await http.post("/admin/restart")  # one rollout at a time
+                    assert again.status_code == 409 and again.json()["error"]["code"] == "busy"
                 statuses.append((await http.get("/readyz")).status_code)
         return codes, statuses
 
