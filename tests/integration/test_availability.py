@@ -165,6 +165,8 @@ def test_a_webrtc_utterance_survives_the_kill(replicated) -> None:
 
 def test_a_rolling_restart_replaces_every_replica_and_moves_no_stream(replicated) -> None:
     before = {r["pid"] for r in replicas(replicated)}
+    unknown = httpx.post(f"{replicated.url}/admin/restart", params={"model": "nope"})
+    assert unknown.status_code == 400 and unknown.json()["error"]["code"] == "model_not_found"
 
     async def speak_while_restarting() -> tuple[int, list[int]]:
         codes = 0

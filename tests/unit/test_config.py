@@ -76,9 +76,20 @@ def test_reference_lists_every_key_with_its_variable():
         ("CADENZA_ENGINE__MAX_LEAD_MS", "0", "engine.max_lead_ms"),
         ("CADENZA_ADMISSION__JITTER_WINDOW_S", "-1", "admission.jitter_window_s"),
         ("CADENZA_ADMISSION__REALTIME_MAX_WAIT_S", "soon", "admission.realtime_max_wait_s"),
+        ("CADENZA_ENGINE__REPLICAS", "0", "engine.replicas"),
+        ("CADENZA_ENGINE__REPLICAS", "two", "engine.replicas"),
+        ("CADENZA_ENGINE__HEARTBEAT_TIMEOUT_S", "0", "engine.heartbeat_timeout_s"),
+        ("CADENZA_ENGINE__RESTART_BACKOFF_S", "-1", "engine.restart_backoff_s"),
+        ("CADENZA_ENGINE__MAX_START_FAILURES", "0", "engine.max_start_failures"),
+        ("CADENZA_ENGINE__RESUME_REPLAY_FRAMES", "-5", "engine.resume_replay_frames"),
+        ("CADENZA_ENGINE__WARM_SPARE", "perhaps", "engine.warm_spare"),
+        ("CADENZA_SERVER__DRAIN_TIMEOUT_S", "-1", "server.drain_timeout_s"),
+        ("CADENZA_SERVER__RESUME_TIMEOUT_S", "later", "server.resume_timeout_s"),
     ],
 )
-def test_admission_engine_and_kernel_settings_refuse_garbage(monkeypatch, variable, value, where):
+def test_admission_engine_availability_and_kernel_settings_refuse_garbage(
+    monkeypatch, variable, value, where
+):
     monkeypatch.setenv(variable, value)
     with pytest.raises(ConfigError, match=where.replace(".", r"\.")):
         load_config()
