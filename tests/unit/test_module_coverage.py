@@ -20,7 +20,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "cadenza/codecs/registry.py": ("tests/unit/codecs/test_snac.py", "one function"),
     "cadenza/edge/model_service.py": ("tests/integration/test_models.py", "needs engines"),
     "cadenza/edge/replica.py": ("tests/integration/test_availability.py", "needs engines"),
-    "cadenza/edge/admin.py": ("tests/integration/test_availability.py", "operator routes"),
     "cadenza/edge/draining_server.py": ("tests/integration/test_drain.py", "signals a process"),
     "cadenza/edge/sampling_fields.py": (
         "tests/unit/edge/test_speech_http.py",
