@@ -319,6 +319,12 @@ class LimitsConfig(_Section):
     max_prompt_audio_s: float = Field(
         20.0, gt=0, description="longest speech prompt (microphone audio) a request may carry"
     )
+    max_context_s: float = Field(
+        120.0,
+        gt=0,
+        description="conversation sessions keep their most recent turns up to this many "
+        "seconds of audio as the next turn's context (older turns are dropped)",
+    )
 
 
 class GuardConfig(_Section):

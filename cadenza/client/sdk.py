@@ -43,6 +43,7 @@ class Session:
         self.ready = ready
         self.last_stats: dict[str, Any] | None = None
         self.last_queued: dict[str, Any] | None = None  # the server's queue notice, if it sent one
+        self.last_conversation: dict[str, Any] | None = None  # the latest "conversation" notice
         self.last_started: dict[str, Any] | None = None
         self._microphone_rate: int | None = None
 
@@ -58,11 +59,17 @@ class Session:
         priority: str = "realtime",
         use_audio_prompt: bool = False,
         model: str | None = None,
+        conversation: bool = False,
+        user_voice: str | None = None,
+        user_text: str = "",
         **sampling: float | int,
     ) -> AsyncGenerator[AudioChunk, None]:
         """Audio chunks as the server streams them. ``model``: one of the server's models
         (``None``: its default); ``sampling``: ``temperature``, ``top_k``, ``top_p``,
-        ``min_p``, ``repetition_penalty`` (unset: the model's defaults). Raises
+        ``min_p``, ``repetition_penalty`` (unset: the model's defaults). ``conversation``:
+        the session's earlier turns are the context (models that take one); with
+        ``use_audio_prompt`` the microphone audio is the user's turn, spoken as
+        ``user_voice`` and transcribed as ``user_text`` (docs/protocol.md). Raises
         :class:`StreamError`."""
         request: dict[str, Any] = {
             "type": "speak",
@@ -72,11 +79,14 @@ class Session:
             "priority": priority,
             "use_audio_prompt": use_audio_prompt,
         }
+        if conversation:
+            request |= {"conversation": True, "user_text": user_text}
         for key, value in (
             ("sample_rate", sample_rate),
             ("max_duration_s", max_duration_s),
             ("seed", seed),
             ("model", model),
+            ("user_voice", user_voice),
             *sampling.items(),
         ):
             if value is not None:
@@ -101,6 +111,8 @@ class Session:
                 if event.get("type") == "done" and event.get("stream_id") == stream_id:
                     finished = True
                     self.last_stats = event.get("stats")
+                    if conversation:  # what the conversation holds now
+                        await self._next_control({"conversation"})
                     return
         finally:
             if not finished:
@@ -115,6 +127,11 @@ class Session:
             self._microphone_rate = sample_rate
         for start in range(0, len(pcm), 32768):
             await self.connection.send(pcm[start : start + 32768])
+
+    async def reset_conversation(self) -> None:
+        """Forget the session's conversation turns."""
+        await self.connection.send(json.dumps({"type": "reset_conversation"}))
+        await self._next_control({"conversation"})
 
     async def ping(self, data: Any = None) -> Any:
         await self.connection.send(json.dumps({"type": "ping", "data": data}))
@@ -140,6 +157,8 @@ class Session:
                 raise _stream_error(event)
             if event.get("type") == "queued":
                 self.last_queued = dict(event)
+            if event.get("type") == "conversation":
+                self.last_conversation = dict(event)
             if event.get("type") in kinds:
                 return dict(event)
 

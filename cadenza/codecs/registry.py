@@ -1,5 +1,5 @@
-"""Codecs by name: the built-in names build from a seed; a directory loads a checkpoint (SNAC
-when its config says so, else EnCodec)."""
+"""Codecs by name: the built-in names build from a seed; a directory loads a checkpoint (Mimi
+from a Mimi or Sesame CSM directory, SNAC when its config says so, else EnCodec)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import torch
 
 from cadenza.codecs.codec import AudioCodec
 from cadenza.codecs.encodec import ENCODEC_24KHZ, load_encodec
+from cadenza.codecs.mimi import is_mimi_directory, load_mimi
 from cadenza.codecs.snac import SNAC_24KHZ, is_snac_directory, load_snac
 from cadenza.hub_cache import resolve_checkpoint
 
@@ -20,13 +21,16 @@ def load_codec(
     noise: bool = True,
 ) -> AudioCodec:
     """``"encodec_24khz"`` or ``"snac_24khz"`` (random weights from ``seed``), or a checkpoint
-    of either: a directory or a hub id in the local hub cache. ``noise``: SNAC's noise layers
+    of EnCodec, SNAC or Mimi (a Mimi directory, or a Sesame CSM one for the Mimi inside it): a
+    directory or a hub id in the local hub cache. ``noise``: SNAC's noise layers
     on (the model's behaviour) or off (reproducible audio). Raises
     :class:`~cadenza.codecs.codec.CodecError` for anything else."""
     if name_or_path in BUILT_IN_CODECS:
         directory = None
     else:
         directory = resolve_checkpoint(name_or_path, ("config.json",))
+    if directory is not None and is_mimi_directory(directory):
+        return load_mimi(str(directory), device=device, seed=seed)
     if name_or_path == SNAC_24KHZ or (directory is not None and is_snac_directory(directory)):
         return load_snac(str(directory or name_or_path), device=device, seed=seed, noise=noise)
     return load_encodec(str(directory or name_or_path), device=device, seed=seed)

@@ -29,6 +29,20 @@ class ResumePoint:
 
 
 @dataclass(frozen=True)
+class ContextTurn:
+    """An earlier turn of a conversation, for models that take one (Sesame CSM): who spoke
+    (one of the model's voices), what was said (may be empty when unknown) and how it sounded,
+    as the codec's frames (``[frames][codebooks]``, what the model said, as its outputs carried
+    them) or as float32 little-endian mono samples at the codec's rate (what a user said;
+    the engine encodes them)."""
+
+    voice: str
+    text: str = ""
+    codes: tuple[tuple[int, ...], ...] = ()
+    audio: bytes | None = None
+
+
+@dataclass(frozen=True)
 class SynthesisRequest:
     """One stream: speak ``text`` in ``voice``, at most ``max_duration_s`` seconds of audio.
 
@@ -37,7 +51,9 @@ class SynthesisRequest:
     resamples); the engine encodes it to codec frames that come before the text.
 
     ``resume``: set when the edge moves a running stream to another engine (see
-    :class:`ResumePoint`); everything else is the original request."""
+    :class:`ResumePoint`); everything else is the original request. ``context``: the
+    conversation so far (:class:`ContextTurn`, oldest first), placed before the text by
+    models that take context."""
 
     request_id: str
     text: str
@@ -47,10 +63,18 @@ class SynthesisRequest:
     prompt_audio: bytes | None = None
     prompt_sample_rate: int = 24000
     resume: ResumePoint | None = None
+    context: tuple[ContextTurn, ...] = ()
 
     @property
     def prompt_audio_samples(self) -> int:
         return len(self.prompt_audio) // 4 if self.prompt_audio else 0
+
+    def context_audio_s(self, frame_rate: float) -> float:
+        """Seconds of audio in :attr:`context` (codes at ``frame_rate``, audio at
+        :attr:`prompt_sample_rate`)."""
+        frames = sum(len(turn.codes) for turn in self.context)
+        samples = sum(len(turn.audio) // 4 for turn in self.context if turn.audio)
+        return frames / frame_rate + samples / self.prompt_sample_rate
 
 
 @dataclass

@@ -150,7 +150,9 @@ class Admission:
         except RateLimited as exc:
             raise EdgeError.from_rate_limit(exc) from exc
         prompt_s = request.prompt_audio_samples / request.prompt_sample_rate
-        cost = self.gate.capacity.stream_cost(request.text, audio_s, prompt_s)
+        prompt_s += request.context_audio_s(info.frame_rate)
+        prompt_text = "".join(turn.text for turn in request.context) + request.text
+        cost = self.gate.capacity.stream_cost(prompt_text, audio_s, prompt_s)
         try:
             ticket = await self.gate.acquire(priority, cost, on_queued, prefix=request.voice)
         except AdmissionRefused as exc:

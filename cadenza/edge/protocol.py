@@ -57,6 +57,12 @@ class Speak(_Message, SamplingFields):
     max_duration_s: float | None = None
     priority: Literal["realtime", "standard", "batch"] = "realtime"
     use_audio_prompt: bool = False
+    # Conversation mode (models that take context, such as Sesame CSM): the session's earlier
+    # turns come before the text; with use_audio_prompt the microphone audio is the user's
+    # turn, spoken as ``user_voice`` (a speaker id of the model), transcribed as ``user_text``.
+    conversation: bool = False
+    user_voice: str | None = None
+    user_text: str = ""
 
 
 class AudioIn(_Message):
@@ -87,14 +93,23 @@ class Close(_Message):
     type: Literal["close"]
 
 
+class ResetConversation(_Message):
+    """Forget the session's conversation turns."""
+
+    type: Literal["reset_conversation"]
+
+
 ClientMessage = Annotated[
-    Speak | AudioIn | Hello | Cancel | Ping | Close, Field(discriminator="type")
+    Speak | AudioIn | Hello | Cancel | Ping | Close | ResetConversation,
+    Field(discriminator="type"),
 ]
 _CLIENT_MESSAGE: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
-CLIENT_TYPES = ("speak", "audio_in", "hello", "cancel", "ping", "close")
+CLIENT_TYPES = ("speak", "audio_in", "hello", "cancel", "ping", "close", "reset_conversation")
 
 
-def parse_client_message(text: str) -> Speak | AudioIn | Hello | Cancel | Ping | Close:
+def parse_client_message(
+    text: str,
+) -> Speak | AudioIn | Hello | Cancel | Ping | Close | ResetConversation:
     """One text message from a client. Raises :class:`ProtocolError` with ``invalid_json``,
     ``unknown_type`` or ``invalid_message``."""
     try:

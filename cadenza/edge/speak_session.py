@@ -10,14 +10,20 @@ A session plays one utterance at a time::
     cancel                  playing               StopUtterance(id), Send(done cancelled)
     close                   any                   [StopUtterance, Send(done)], CloseConnection(1000)
     ping {data}             any                   Send(pong {data})
+    reset_conversation      any                   Send(conversation {turns: 0, audio_s: 0})
+    (a conversation utterance ends)               Send(conversation {turns, audio_s})
     audio_in / binary       any (WebSocket)       (microphone audio kept for speech prompts)
     garbage                 any                   Send(error <code>)   the session goes on
     (nothing for idle_timeout_s while idle)       Send(error idle_timeout), CloseConnection(4000)
 
 The transport executes the events in order (a ``StopUtterance`` is awaited before the ``Send``
 after it) and calls :meth:`SpeakSession.utterance_ended` when an utterance it started ends,
-however it ends. Transport-specific checks of a ``speak`` (the formats and rates each one
-offers) come in as ``check_speak``.
+however it ends, with the codec frames its audio came from. A ``speak`` with ``conversation``
+sends the session's :class:`~cadenza.edge.conversation.Conversation` as context; the turns it
+adds (the user's microphone audio, the model's answer) join the conversation only once the
+answer produced audio, so a refused or failed ``speak`` leaves the conversation as it was.
+Transport-specific checks of a ``speak`` (the formats and rates each one offers) come in as
+``check_speak``.
 """
 
 from __future__ import annotations
@@ -29,11 +35,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cadenza.contract.request import SynthesisRequest
+from cadenza.contract.request import ContextTurn, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.edge import protocol
+from cadenza.edge.conversation import Conversation
 from cadenza.edge.microphone import MicrophoneBuffer
-from cadenza.edge.protocol import AudioIn, Cancel, Close, Hello, Ping, ProtocolError, Speak
+from cadenza.edge.protocol import (
+    AudioIn,
+    Cancel,
+    Close,
+    Hello,
+    Ping,
+    ProtocolError,
+    ResetConversation,
+    Speak,
+)
 
 CLOSE_NORMAL = 1000
 CLOSE_IDLE = 4000
@@ -55,6 +71,7 @@ class StartUtterance:
     sample_rate: int
     prompt_audio: bytes | None = None  # float32 at the codec's rate, when use_audio_prompt
     prompt_sample_rate: int = 24000
+    context: tuple[ContextTurn, ...] = ()  # conversation mode: the turns before the text
 
     def synthesis_request(self, default_sampling: SamplingParams) -> SynthesisRequest:
         """The engine request, unset sampling settings taken from ``default_sampling``."""
@@ -66,7 +83,18 @@ class StartUtterance:
             sampling=self.speak.sampling(default_sampling),
             prompt_audio=self.prompt_audio,
             prompt_sample_rate=self.prompt_sample_rate,
+            context=self.context,
         )
+
+
+@dataclass(frozen=True)
+class _ConversationTurn:
+    """A conversation utterance in flight: what joins the conversation if it speaks."""
+
+    stream_id: int
+    model: str
+    speak: Speak
+    user_audio: bytes | None
 
 
 @dataclass(frozen=True)
@@ -97,9 +125,11 @@ class SpeakSession:
         max_prompt_audio_s: float,
         binary_audio: bool,
         idle_timeout_s: float | None = None,
+        max_context_s: float = 120.0,
     ) -> None:
         """``binary_audio``: binary messages carry microphone audio (WebSocket) rather than
-        being refused (the WebRTC control channel, whose microphone is a track)."""
+        being refused (the WebRTC control channel, whose microphone is a track).
+        ``max_context_s``: the conversation's bound (seconds of audio in its turns)."""
         self.check_speak = check_speak
         self.codec_sample_rate = codec_sample_rate
         self.max_prompt_audio_s = max_prompt_audio_s
@@ -108,6 +138,8 @@ class SpeakSession:
         self.active_stream_id: int | None = None
         self.microphone: MicrophoneBuffer | None = None
         self._stream_ids = itertools.count(1)
+        self.conversation = Conversation(max_context_s)
+        self._turn: _ConversationTurn | None = None
 
     # -- input ------------------------------------------------------------------------------
 
@@ -124,6 +156,9 @@ class SpeakSession:
             return [*self._stop(), CloseConnection(CLOSE_NORMAL)]
         if isinstance(message, Ping):
             return [Send(protocol.server_message("pong", data=message.data))]
+        if isinstance(message, ResetConversation):
+            self.conversation.reset()
+            return [Send(protocol.server_message("conversation", turns=0, audio_s=0.0))]
         if isinstance(message, AudioIn):
             if self.binary_audio:
                 self.microphone = MicrophoneBuffer(
@@ -151,10 +186,29 @@ class SpeakSession:
             self.microphone = MicrophoneBuffer("pcm", sample_rate, self.max_prompt_audio_s)
         self.microphone.append_samples(samples)
 
-    def utterance_ended(self, stream_id: int) -> None:
-        """The transport's utterance ``stream_id`` is over (finished, failed or stopped)."""
+    def utterance_ended(
+        self, stream_id: int, codes: np.ndarray | None = None, frame_rate: float = 0.0
+    ) -> list[Event]:
+        """The transport's utterance ``stream_id`` is over (finished, failed or stopped);
+        ``codes [frames, codebooks]``: the frames its audio came from (``None``: none). For a
+        conversation utterance, returns the ``conversation`` message to send (its turns joined
+        the conversation if it spoke)."""
         if self.active_stream_id == stream_id:
             self.active_stream_id = None
+        turn = self._turn
+        if turn is None or turn.stream_id != stream_id:
+            return []
+        self._turn = None
+        if codes is None or not len(codes):
+            return [Send(self._conversation_message())]
+        speak = turn.speak
+        if turn.user_audio is not None and speak.user_voice is not None:
+            self.conversation.add_user_turn(
+                turn.model, speak.user_voice, speak.user_text, turn.user_audio,
+                self.codec_sample_rate,
+            )  # fmt: skip
+        self.conversation.add_model_turn(turn.model, speak.voice, speak.text, codes, frame_rate)
+        return [Send(self._conversation_message())]
 
     # -- time -------------------------------------------------------------------------------
 
@@ -179,11 +233,47 @@ class SpeakSession:
         stream_id = next(self._stream_ids)
         try:
             sample_rate = self.check_speak(speak)
+            if speak.conversation:
+                return self._converse(speak, stream_id, sample_rate)
             prompt = self._take_prompt() if speak.use_audio_prompt else None
         except ProtocolError as exc:
             return [Send(protocol.error_message(exc.code, exc.message, stream_id))]
         self.active_stream_id = stream_id
         return [StartUtterance(stream_id, speak, sample_rate, prompt, self.codec_sample_rate)]
+
+    def _converse(self, speak: Speak, stream_id: int, sample_rate: int) -> list[Event]:
+        """A ``speak`` in conversation mode: the conversation (and the user's new turn, from
+        the microphone) as context. Raises :class:`ProtocolError`."""
+        model = speak.model or ""
+        if not self.conversation.belongs_to(model):
+            raise ProtocolError(
+                "conversation_model",
+                f"this session's conversation is with model "
+                f"{self.conversation.model or 'the default'!r}; send reset_conversation first",
+            )
+        context = self.conversation.turns
+        user_audio = None
+        if speak.use_audio_prompt:
+            if speak.user_voice is None:
+                raise ProtocolError(
+                    "invalid_message", "user_voice: the speaker id of the microphone audio"
+                )
+            user_audio = self._take_prompt()
+            user = ContextTurn(voice=speak.user_voice, text=speak.user_text, audio=user_audio)
+            context = (*context, user)
+        self.active_stream_id = stream_id
+        self._turn = _ConversationTurn(stream_id, model, speak, user_audio)
+        start = StartUtterance(
+            stream_id, speak, sample_rate, None, self.codec_sample_rate, context=context
+        )
+        return [start]
+
+    def _conversation_message(self) -> str:
+        return protocol.server_message(
+            "conversation",
+            turns=len(self.conversation.turns),
+            audio_s=round(self.conversation.audio_s, 2),
+        )
 
     def _take_prompt(self) -> bytes:
         if self.microphone is None:

@@ -30,6 +30,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from fastapi import APIRouter, Request
 
 from cadenza.edge import protocol
+from cadenza.edge.conversation import SaidFrames
 from cadenza.edge.errors import EdgeError
 from cadenza.edge.http_io import read_body
 from cadenza.edge.jitter_buffer import FrameKind, JitterBuffer
@@ -115,6 +116,7 @@ class WebRTCSession:
             check_speak=check_webrtc_speak,
             codec_sample_rate=info.sample_rate,
             max_prompt_audio_s=state.config.limits.max_prompt_audio_s,
+            max_context_s=state.config.limits.max_context_s,
             binary_audio=False,
         )
         self.channel: Any = None
@@ -208,12 +210,17 @@ class WebRTCSession:
     # -- an utterance -----------------------------------------------------------------------
 
     async def _play(self, start: StartUtterance) -> None:
+        said = SaidFrames()
         try:
-            await self._play_utterance(start)
+            await self._play_utterance(start, said)
         finally:
-            self.session.utterance_ended(start.stream_id)
+            for event in self.session.utterance_ended(
+                start.stream_id, said.codes(), said.frame_rate
+            ):
+                if isinstance(event, Send):
+                    self._send(event.text)
 
-    async def _play_utterance(self, start: StartUtterance) -> None:
+    async def _play_utterance(self, start: StartUtterance, said: SaidFrames) -> None:
         stream_id = start.stream_id
 
         async def queued(position: int, wait_s: float) -> None:
@@ -222,6 +229,7 @@ class WebRTCSession:
         try:
             service = self.state.service(start.speak.model, transport="webrtc")
             info = service.info()
+            said.frame_rate = info.frame_rate
             resampler = StreamResampler(info.sample_rate, RTC_RATE)
             lease = await service.admission.open(
                 transport="webrtc",
@@ -248,6 +256,7 @@ class WebRTCSession:
         try:
             async with contextlib.aclosing(lease.outputs()) as outputs:
                 async for output in outputs:
+                    said.add(output.codes)
                     self.buffer.push(resampler.process(output.audio))
                     if output.finished:
                         self.buffer.push(resampler.flush())

@@ -31,6 +31,7 @@ from cadenza.contract.errors import EngineError
 from cadenza.contract.request import StreamOutput
 from cadenza.edge import protocol
 from cadenza.edge.admission.api_keys import bearer_token
+from cadenza.edge.conversation import SaidFrames
 from cadenza.edge.errors import EdgeError
 from cadenza.edge.media.opus import OpusPacketEncoder
 from cadenza.edge.media.resampler import StreamResampler
@@ -134,6 +135,7 @@ class WebSocketEndpoint:
             check_speak=lambda speak: protocol.resolve_sample_rate(speak, info.sample_rate),
             codec_sample_rate=info.sample_rate,
             max_prompt_audio_s=self.state.config.limits.max_prompt_audio_s,
+            max_context_s=self.state.config.limits.max_context_s,
             binary_audio=True,
             idle_timeout_s=self.config.ws_idle_timeout_s,
         )
@@ -222,18 +224,23 @@ class WebSocketEndpoint:
 
     async def _play(self, start: StartUtterance, session: SpeakSession) -> None:
         stream_id = start.stream_id
+        said = SaidFrames()
         try:
-            await self._play_utterance(start)
+            await self._play_utterance(start, said)
         except _SlowConsumer:  # its lease is closed by now: the slot is free
             with contextlib.suppress(_ClientGone):
                 await self._drop("slow_consumer", "client is not reading fast enough", stream_id)
         except _ClientGone:
             pass
         finally:
-            session.utterance_ended(stream_id)
+            events = session.utterance_ended(stream_id, said.codes(), said.frame_rate)
+            with contextlib.suppress(_ClientGone, _SlowConsumer):
+                for event in events:
+                    if isinstance(event, Send):
+                        await self._send_text(event.text)
             self._wake.set()
 
-    async def _play_utterance(self, start: StartUtterance) -> None:
+    async def _play_utterance(self, start: StartUtterance, said: SaidFrames) -> None:
         stream_id = start.stream_id
 
         async def queued(position: int, wait_s: float) -> None:
@@ -242,6 +249,7 @@ class WebSocketEndpoint:
         try:
             service = self.state.service(start.speak.model, transport="websocket")
             info = service.info()
+            said.frame_rate = info.frame_rate
             encode = _payload_encoder(
                 start.speak.format, info.sample_rate, start.sample_rate, info.frame_rate
             )
@@ -269,6 +277,7 @@ class WebSocketEndpoint:
             started = time.perf_counter()
             async with contextlib.aclosing(lease.outputs()) as outputs:
                 async for output in outputs:
+                    said.add(output.codes)
                     for payload, seconds in encode(output, output.finished):
                         frame = protocol.encode_audio_frame(stream_id, listener.chunks, payload)
                         await self._send_bytes(frame)

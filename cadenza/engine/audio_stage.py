@@ -34,8 +34,10 @@ EMPTY_AUDIO = np.zeros(0, dtype=np.float32)
 
 
 def _new_rows(seq: Sequence) -> np.ndarray | None:
-    """The rows ``seq`` generated since its previous output (``None``: none)."""
-    assert seq.audio is not None
+    """The rows ``seq`` generated since its previous output (``None``: none, or a raw token
+    request, which is not resumed)."""
+    if seq.audio is None:
+        return None
     start, end = seq.audio.rows_sent, seq.num_generated
     if end <= start:
         return None

@@ -4,7 +4,9 @@ sequence whose last token was computed.
 The batch is flattened: decode tokens first (one per sequence), then prefill chunks. The runner
 builds the token rows, positions, cache slots and the :class:`AttentionContext`, runs the model,
 asks it for logits only at each sampling sequence's last token, and samples them in one batched
-call.
+call. For a two-level model (:attr:`AudioTokenModel.depth`) that call samples each row's first
+id; the depth decoder then runs for every sampling sequence in lockstep, one level at a time,
+each level sampled (per sequence, from its own generator) before the next is computed.
 
 A bad request must fail alone: if the batched forward raises, each sequence is run by itself
 and only the ones that raise fail; a sequence whose logits hold NaN fails; a sampler error fails
@@ -45,7 +47,7 @@ class ModelRunner:
         result = StepResult()
         if batch.is_empty:
             return result
-        logits, sampling = self._forward_isolated(batch, result)
+        logits, hidden, sampling = self._forward_isolated(batch, result)
         if not sampling:
             return result
         has_nan = torch.isnan(logits).flatten(1).any(dim=1).tolist()
@@ -60,7 +62,10 @@ class ModelRunner:
             return result
         constraints = [self.layout.constraints(seq) for seq in seqs]
         try:
-            rows = sample_rows(logits[keep], seqs, self.masks, constraints)
+            if hidden is None:
+                rows = sample_rows(logits[keep], seqs, self.masks, constraints)
+            else:
+                rows = self._sample_two_levels(logits[keep], hidden[keep], seqs, constraints)
         except Exception as exc:  # a sampler failure fails this step's samplers only
             log.exception("sampling failed")
             result.failed += [(seq, _describe(exc)) for seq in seqs]
@@ -68,16 +73,52 @@ class ModelRunner:
         result.rows = list(zip(seqs, rows, strict=True))
         return result
 
+    @torch.inference_mode()
+    def _sample_two_levels(
+        self,
+        logits: torch.Tensor,
+        hidden: torch.Tensor,
+        seqs: list[Sequence],
+        constraints: list[tuple[int, list[int | None] | None]],
+    ) -> list[list[int]]:
+        """Rows of a two-level model: the first id from the backbone's ``logits [S, 1, V]``,
+        the others from the depth decoder, level by level."""
+        depth = self.model.depth
+        assert depth is not None
+        masks = self.masks
+
+        def level_masks(level: int) -> torch.Tensor | None:
+            return None if masks is None else masks[:, level : level + 1]
+
+        def forced_at(level: int) -> list[tuple[int, list[int | None] | None]]:
+            return [(m, None if f is None else [f[level]]) for m, f in constraints]
+
+        first = sample_rows(logits, seqs, level_masks(0), forced_at(0))
+        ids = torch.tensor([row[0] for row in first], dtype=torch.long, device=self.device)
+        columns = [ids]
+        loop = depth.begin(hidden, ids)
+        level_logits = loop.logits
+        for level in range(1, depth.num_levels + 1):
+            sampled = sample_rows(
+                level_logits[:, None, :], seqs, level_masks(level), forced_at(level), level
+            )
+            ids = torch.tensor([row[0] for row in sampled], dtype=torch.long, device=self.device)
+            columns.append(ids)
+            if level < depth.num_levels:
+                level_logits = loop.advance(ids)
+        rows: list[list[int]] = torch.stack(columns, dim=1).tolist()
+        return rows
+
     def _forward_isolated(
         self, batch: ScheduledBatch, result: StepResult
-    ) -> tuple[torch.Tensor, list[Sequence]]:
-        """Logits of the batch's samplers; on failure, each sequence alone (failures go to
-        ``result``)."""
+    ) -> tuple[torch.Tensor, torch.Tensor | None, list[Sequence]]:
+        """Logits (and a two-level model's hidden states) of the batch's samplers; on failure,
+        each sequence alone (failures go to ``result``)."""
         try:
             return self.forward(batch)
         except Exception:
             log.exception("batched forward failed; retrying each sequence alone")
-        logits, sampling = [], []
+        logits, hiddens, sampling = [], [], []
         for seq, num_new in batch.items():
             alone = ScheduledBatch()
             if seq in batch.decodes:
@@ -85,21 +126,26 @@ class ModelRunner:
             else:
                 alone.prefills.append((seq, num_new))
             try:
-                seq_logits, seq_sampling = self.forward(alone)
+                seq_logits, seq_hidden, seq_sampling = self.forward(alone)
             except Exception as exc:
                 log.error("request %s failed: %s", seq.request_id, exc)
                 result.failed.append((seq, _describe(exc)))
                 continue
             logits.append(seq_logits)
+            if seq_hidden is not None:
+                hiddens.append(seq_hidden)
             sampling.extend(seq_sampling)
         if not logits:
-            return torch.empty(0), []
-        return torch.cat(logits), sampling
+            return torch.empty(0), None, []
+        return torch.cat(logits), torch.cat(hiddens) if hiddens else None, sampling
 
     @torch.inference_mode()
-    def forward(self, batch: ScheduledBatch) -> tuple[torch.Tensor, list[Sequence]]:
+    def forward(
+        self, batch: ScheduledBatch
+    ) -> tuple[torch.Tensor, torch.Tensor | None, list[Sequence]]:
         """``logits [S, K, V]`` for the sequences whose last token this step computes (they
-        sample a row), and those sequences, in order."""
+        sample a row), a two-level model's hidden states ``[S, H]`` there (``None`` for
+        others), and those sequences, in order."""
         rows: list[list[int]] = []
         positions: list[int] = []
         slots: list[int] = []
@@ -156,14 +202,17 @@ class ModelRunner:
             decode_key_slots=key_slots,
             decode_key_mask=key_mask,
         )
-        logits = self.model(
+        inputs = (
             torch.tensor(rows, dtype=torch.long, device=self.device),
             torch.tensor(positions, dtype=torch.long, device=self.device),
             context,
             self.kv_cache,
             torch.tensor(logits_indices, dtype=torch.long, device=self.device),
         )
-        return logits, sampling
+        if self.model.depth is None:
+            return self.model(*inputs), None, sampling
+        hidden = self.model.hidden_states(*inputs)
+        return self.model.first_logits(hidden), hidden, sampling
 
 
 def _describe(exc: BaseException) -> str:

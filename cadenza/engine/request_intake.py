@@ -16,8 +16,11 @@ have produced. Its playout clock starts over at the frames already heard.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -29,10 +32,12 @@ from cadenza.contract.request import ResumePoint, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.contract.stream_length import frames_for_duration, request_duration_s
 from cadenza.engine.layouts.token_layout import layout_steps_for_frames
-from cadenza.engine.models.model import AudioTokenModel
+from cadenza.engine.models.model import AudioTokenModel, PromptTurn
 from cadenza.engine.realtime.playout_clock import PlayoutClock
 from cadenza.engine.sampler import replay_draws
 from cadenza.engine.sequence import AudioProgress, Sequence
+
+ENCODED_TURNS_KEPT = 64  # conversation turns whose encoded audio is remembered
 
 
 class RequestIntake:
@@ -51,6 +56,7 @@ class RequestIntake:
         self.extra_keys = extra_keys
         self.config = config
         self.limits = limits
+        self._encoded: OrderedDict[bytes, list[list[int]]] = OrderedDict()
 
     def speech(self, request: SynthesisRequest) -> Sequence:
         """The sequence that speaks ``request``. Raises :class:`RequestRejected`."""
@@ -62,7 +68,18 @@ class RequestIntake:
             )
         duration_s = request_duration_s(request.text, request.max_duration_s, self.limits)
         target_frames = frames_for_duration(duration_s, self.codec.frame_rate)
-        prompt = self.model.build_prompt(request.text, request.voice, self._prompt_codes(request))
+        prompt_codes = self._prompt_codes(request)
+        if request.context:
+            turns = self._context(request)
+            if prompt_codes:  # a speech prompt is the speaker's own last turn, untranscribed
+                turns.append((request.voice, "", prompt_codes))
+            prompt = self._prompt(
+                lambda: self.model.build_prompt_with_context(request.text, request.voice, turns)
+            )
+        else:
+            prompt = self._prompt(
+                lambda: self.model.build_prompt(request.text, request.voice, prompt_codes)
+            )
         seq = self._sequence(
             request.request_id,
             prompt,
@@ -129,6 +146,78 @@ class RequestIntake:
         seq.audio.rows_sent = len(point.rows)
         seq.audio.playout.first_frame = point.frames_sent
 
+    @staticmethod
+    def _prompt(build: Callable[[], list[list[int]]]) -> list[list[int]]:
+        try:
+            return build()
+        except ValueError as exc:
+            raise RequestRejected(str(exc)) from exc
+
+    def _context(self, request: SynthesisRequest) -> list[PromptTurn]:
+        """The conversation turns as codec frames (audio encoded); refused when the model
+        takes no context or a turn is not this model's."""
+        if not self.model.takes_context:
+            raise RequestRejected("this model takes no conversation context")
+        assert self.codec is not None
+        turns: list[PromptTurn] = []
+        width, size = self.codec.num_codebooks, self.codec.codebook_size
+        for index, turn in enumerate(request.context):
+            where = f"context turn {index}"
+            if turn.voice not in self.model.voices:
+                raise RequestRejected(
+                    f"{where}: unknown voice {turn.voice!r}; voices: {', '.join(self.model.voices)}"
+                )
+            if turn.audio is not None and turn.codes:
+                raise RequestRejected(f"{where}: give its audio or its codes, not both")
+            frames = [list(frame) for frame in turn.codes]
+            if any(len(f) != width or not all(0 <= c < size for c in f) for f in frames):
+                raise RequestRejected(
+                    f"{where}: codes must be frames of {width} ids in [0, {size})"
+                )
+            if turn.audio is not None:
+                if request.prompt_sample_rate != self.codec.sample_rate:
+                    raise RequestRejected(
+                        f"{where}: audio must be at the codec's {self.codec.sample_rate} Hz"
+                    )
+                frames = self._encode_context(turn.audio, where)
+            turns.append((turn.voice, turn.text, frames))
+        return turns
+
+    def _encode_context(self, audio: bytes, where: str) -> list[list[int]]:
+        """:meth:`_encode`, remembered: a conversation sends its user turns again with every
+        new turn, and each is encoded once."""
+        key = hashlib.blake2b(audio, digest_size=16).digest()
+        frames = self._encoded.get(key)
+        if frames is None:
+            frames = self._encode(audio, where)
+            self._encoded[key] = frames
+            while len(self._encoded) > ENCODED_TURNS_KEPT:
+                self._encoded.popitem(last=False)
+        else:
+            self._encoded.move_to_end(key)
+        return frames
+
+    def _encode(self, audio_bytes: bytes, what: str) -> list[list[int]]:
+        """float32 samples at the codec's rate -> codec frames; refused if too long or not
+        audio."""
+        assert self.codec is not None
+        if len(audio_bytes) % 4 or not audio_bytes:
+            raise RequestRejected(f"{what}: audio must be float32 samples")
+        audio = np.frombuffer(audio_bytes, dtype="<f4")
+        seconds = audio.size / self.codec.sample_rate
+        if seconds > self.limits.max_prompt_audio_s:
+            raise RequestRejected(
+                f"{what} is {seconds:.1f} s of audio; the limit is "
+                f"{self.limits.max_prompt_audio_s} s"
+            )
+        if not np.isfinite(audio).all():
+            raise RequestRejected(f"{what}: audio holds NaN or infinite samples")
+        try:
+            codes = self.codec.encode_audio(audio.copy())
+        except CodecError as exc:
+            raise RequestRejected(f"{what}: {exc}") from exc
+        return [list(map(int, frame)) for frame in codes.T.tolist()]
+
     def _prompt_codes(self, request: SynthesisRequest) -> list[list[int]] | None:
         """The speech prompt as codec frames; refused if too long or not audio."""
         if not request.prompt_audio:
@@ -141,17 +230,7 @@ class RequestIntake:
                 f"prompt audio must be at the codec's {self.codec.sample_rate} Hz, "
                 f"not {request.prompt_sample_rate} Hz"
             )
-        audio = np.frombuffer(request.prompt_audio, dtype="<f4")
-        seconds = audio.size / request.prompt_sample_rate
-        if seconds > self.limits.max_prompt_audio_s:
-            raise RequestRejected(
-                f"speech prompt is {seconds:.1f} s; the limit is {self.limits.max_prompt_audio_s} s"
-            )
-        try:
-            codes = self.codec.encode_audio(audio.copy())
-        except CodecError as exc:
-            raise RequestRejected(f"speech prompt: {exc}") from exc
-        return [list(map(int, frame)) for frame in codes.T.tolist()]
+        return self._encode(request.prompt_audio, "speech prompt")
 
     def _sequence(
         self,

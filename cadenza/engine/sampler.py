@@ -19,13 +19,16 @@ def sample_rows(
     seqs: list[Sequence],
     masks: torch.Tensor | None,
     constraints: list[tuple[int, list[int | None] | None]],
+    codebook: int = 0,
 ) -> list[list[int]]:
     """``logits [S, K, V]`` -> one row of ``K`` ids per sequence.
 
     ``masks [M, K, V]`` bool (``None``: no restriction) with ``constraints[i] = (mask index,
     forced ids or None)`` for sequence ``i``. Forced ids replace the sampled ones. When the
     masks leave at most half the vocabulary, everything works on the allowed ids only (same
-    result: an excluded id can never be drawn).
+    result: an excluded id can never be drawn). ``codebook``: the row's first codebook, for
+    a part of a row (a depth decoder samples a row one codebook at a time); the repetition
+    penalty then looks at the ids seen in those codebooks.
     """
     logits = logits.float()
     num_seqs, _, vocab = logits.shape
@@ -42,7 +45,10 @@ def sample_rows(
             allowed = allowed.index_select(-1, columns)
     penalized = [i for i, s in enumerate(seqs) if s.sampling.repetition_penalty != 1.0]
     if penalized:
-        seen = torch.stack([seqs[i].seen_mask(vocab) for i in penalized]).to(device)
+        width = logits.shape[1]
+        seen = torch.stack(
+            [seqs[i].seen_mask(vocab)[codebook : codebook + width] for i in penalized]
+        ).to(device)
         if columns is not None:
             seen = seen.index_select(-1, columns)
         penalty = torch.tensor(

@@ -62,9 +62,9 @@ def test_a_model_with_int8_weights_stays_close_to_fp32():
         forward = engine.runner.forward
 
         def wrapped(batch, forward=forward, recorded=recorded):
-            step_logits, sampling = forward(batch)
+            step_logits, hidden, sampling = forward(batch)
             recorded.append(step_logits.clone())
-            return step_logits, sampling
+            return step_logits, hidden, sampling
 
         engine.runner.forward = wrapped
         engine.synthesize("int8 weights", max_duration_s=0.2)

@@ -1,11 +1,13 @@
 """Loading a local Hugging Face-format checkpoint directory (config.json + safetensors).
 
 Supported: ``model_type: "llama"`` (``LlamaForCausalLM``), tied or untied embeddings, rotary
-scaling ``default`` or ``llama3``, single-file or sharded safetensors. How its tokens spell
-audio comes from, in order: a ``cadenza.json`` beside ``config.json`` (a full declaration, or
-``{"preset": "orpheus", ...}`` with overrides), else recognition of a known family from the
-checkpoint's own files (Orpheus: :mod:`~cadenza.engine.models.orpheus`), else none (a text
-LM). Anything else is refused with a message that names what is unsupported.
+scaling ``default`` or ``llama3``, single-file or sharded safetensors; and ``model_type: "csm"``
+(Sesame CSM, :mod:`~cadenza.engine.models.csm`, whose Mimi codec is in the same files). How a
+Llama checkpoint's tokens spell audio comes from, in order: a ``cadenza.json`` beside
+``config.json`` (a full declaration, or ``{"preset": "orpheus", ...}`` with overrides), else
+recognition of a known family from the checkpoint's own files (Orpheus:
+:mod:`~cadenza.engine.models.orpheus`), else none (a text LM). Anything else is refused with
+a message that names what is unsupported.
 """
 
 from __future__ import annotations
@@ -20,8 +22,17 @@ from safetensors.torch import load_file
 
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.layouts.flat import FlatLayout
+from cadenza.engine.models.csm import (
+    SPEAKERS,
+    CsmModel,
+    CsmPrompt,
+    csm_sampling_defaults,
+    is_csm_config,
+    map_csm_key,
+)
 from cadenza.engine.models.llama import Llama3RopeScaling, LlamaBackboneConfig
 from cadenza.engine.models.llama_causal_lm import LlamaForCausalLM
+from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.models.orpheus import is_orpheus_checkpoint, orpheus_audio_config
 from cadenza.engine.models.prompt_format import (
     PromptFormat,
@@ -76,12 +87,16 @@ class AudioLayoutConfig(BaseModel):
     sampling: SamplingDefaults = SamplingDefaults()
 
 
-def load_checkpoint(path: str | Path, device: torch.device, dtype: torch.dtype) -> LlamaForCausalLM:
+def load_checkpoint(path: str | Path, device: torch.device, dtype: torch.dtype) -> AudioTokenModel:
     directory = Path(path)
     config = _read_json(directory / "config.json")
     model_type = config.get("model_type")
+    if is_csm_config(config):
+        return load_csm_checkpoint(directory, config, device, dtype)
     if model_type != "llama":
-        raise CheckpointError(f"{directory}: model_type {model_type!r} is not supported (llama is)")
+        raise CheckpointError(
+            f"{directory}: model_type {model_type!r} is not supported (llama and csm are)"
+        )
     backbone = _llama_backbone_config(config, directory)
     eos = config.get("eos_token_id")
     eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
@@ -111,6 +126,88 @@ def load_checkpoint(path: str | Path, device: torch.device, dtype: torch.dtype) 
     return model.to(device=device, dtype=dtype).eval()
 
 
+def load_csm_checkpoint(
+    directory: Path, config: dict[str, Any], device: torch.device, dtype: torch.dtype
+) -> CsmModel:
+    """A Sesame CSM checkpoint in the ``transformers`` layout (the codec's weights stay for
+    the codec loader)."""
+    depth_config = config.get("depth_decoder_config")
+    if not isinstance(depth_config, dict):
+        raise CheckpointError(f"{directory}: a CSM config needs a depth_decoder_config object")
+    backbone = _llama_backbone_config(config, directory, default_theta=500000.0)
+    depth = _llama_backbone_config(depth_config, directory, default_theta=500000.0)
+    try:
+        num_codebooks = int(config.get("num_codebooks") or 32)
+        vocab_size = int(config.get("vocab_size") or 2051)
+        text_vocab_size = int(config.get("text_vocab_size") or 128256)
+        eos_code = int(config.get("codebook_eos_token_id") or 0)
+        codec = config.get("codec_config") or {}
+        codebook_size = int(codec.get("codebook_size", 2048))
+        backbone_hidden = int(depth_config.get("backbone_hidden_size", backbone.hidden_size))
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"{directory}: invalid CSM config: {exc!r}") from exc
+    if backbone_hidden != backbone.hidden_size:
+        raise CheckpointError(f"{directory}: depth decoder and backbone widths disagree")
+    try:
+        encode_text = _text_encoder(directory, "tokenizer.json", add_special_tokens=False)
+        sampling = SamplingDefaults.model_validate(csm_sampling_defaults(directory)).params()
+        with torch.device("meta"):
+            model = CsmModel(
+                backbone,
+                depth,
+                num_codebooks=num_codebooks,
+                vocab_size=vocab_size,
+                text_vocab_size=text_vocab_size,
+                prompt=CsmPrompt(encode_text, num_codebooks, _csm_voices(directory)),
+                codec_name=str(directory),
+                default_sampling=sampling,
+                codebook_size=codebook_size,
+                eos_code=eos_code,
+            )
+    except (ValueError, OSError, ValidationError) as exc:
+        raise CheckpointError(f"{directory}: {exc}") from exc
+    state: dict[str, torch.Tensor] = {}
+    for key, tensor in _load_weights(directory).items():
+        mapped = map_csm_key(key)
+        if mapped is not None:
+            state[mapped] = tensor
+    # Codebook embeddings are tied between backbone and depth decoder (transformers saves one).
+    backbone_key, depth_key = "embed_audio_tokens.weight", "depth_decoder.embed_tokens.weight"
+    if config.get("tie_codebooks_embeddings", True):
+        if backbone_key not in state and depth_key in state:
+            state[backbone_key] = state[depth_key]
+        elif depth_key not in state and backbone_key in state:
+            state[depth_key] = state[backbone_key]
+    try:
+        model.load_state_dict(state, strict=True, assign=True)
+    except RuntimeError as exc:
+        raise CheckpointError(f"{directory}: weights do not fit the config: {exc}") from exc
+    for module, config_of in (
+        (model.backbone_model, backbone),
+        (model.depth_decoder.transformer, depth),
+    ):
+        module.rotary = type(module.rotary)(
+            config_of.head_dim, config_of.rope_theta, config_of.rope_llama3
+        )
+    model.offsets = torch.arange(num_codebooks) * vocab_size
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def _csm_voices(directory: Path) -> tuple[str, ...]:
+    """Speaker ids: ``cadenza.json``'s ``voices`` (ids as strings) if present, else 0 and 1."""
+    path = directory / "cadenza.json"
+    if not path.exists():
+        return SPEAKERS
+    voices = _read_json(path).get("voices")
+    if (
+        not isinstance(voices, list)
+        or not voices
+        or not all(isinstance(v, str) and v.isdigit() for v in voices)
+    ):
+        raise CheckpointError(f'{path}: voices must be a list of speaker ids such as ["0"]')
+    return tuple(voices)
+
+
 def read_llama_backbone_config(directory: Path) -> LlamaBackboneConfig:
     """The backbone shape from ``directory/config.json`` alone (no weights are read)."""
     config = _read_json(directory / "config.json")
@@ -119,7 +216,9 @@ def read_llama_backbone_config(directory: Path) -> LlamaBackboneConfig:
     return _llama_backbone_config(config, directory)
 
 
-def _llama_backbone_config(config: dict[str, Any], directory: Path) -> LlamaBackboneConfig:
+def _llama_backbone_config(
+    config: dict[str, Any], directory: Path, default_theta: float = 10000.0
+) -> LlamaBackboneConfig:
     for flag in ("attention_bias", "mlp_bias"):
         if config.get(flag):
             raise CheckpointError(f"{directory}: {flag} = true is not supported")
@@ -127,7 +226,7 @@ def _llama_backbone_config(config: dict[str, Any], directory: Path) -> LlamaBack
         raise CheckpointError(f"{directory}: hidden_act {config['hidden_act']!r} is not supported")
     try:
         rope = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
-        theta = float(rope.get("rope_theta", config.get("rope_theta", 10000.0)))
+        theta = float(rope.get("rope_theta", config.get("rope_theta", default_theta)))
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         llama3 = None
         if rope_type == "llama3":

@@ -1,8 +1,10 @@
-"""The base class every model family implements for the engine."""
+"""The base class every model family implements for the engine, and the protocol of a
+two-level model's depth decoder."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -13,12 +15,47 @@ from cadenza.engine.layouts.token_layout import TokenLayout
 from cadenza.kernels.attention_context import AttentionContext
 
 
+class DepthLoop(Protocol):
+    """One frame's depth decoding for a batch of ``S`` streams, all at the same level.
+
+    :attr:`logits` ``[S, V]`` are those of the next level to sample; :meth:`advance` takes the
+    ids sampled from them and returns the logits of the level after (the loop never asks past
+    the last level)."""
+
+    logits: torch.Tensor
+
+    def advance(self, ids: torch.Tensor) -> torch.Tensor: ...
+
+
+class DepthDecoding(Protocol):
+    """The second level of a two-level model (Sesame CSM, the Moshi family): after the backbone
+    step that samples a frame's first codebook, a small decoder emits the other
+    ``num_levels`` codebooks one after another, each sampled before the next is computed. Its
+    state lives only within one frame."""
+
+    num_levels: int
+
+    def begin(self, hidden: torch.Tensor, first_ids: torch.Tensor) -> DepthLoop:
+        """Start the frame of each stream from the backbone's hidden state ``[S, H]`` at its
+        last position and the first codebook's sampled ids ``[S]``."""
+        ...
+
+
+PromptTurn = tuple[str, str, list[list[int]]]
+"""A conversation turn as a prompt takes it: voice, text, codec frames."""
+
+
 class AudioTokenModel(nn.Module, ABC):
     """A decoder over token rows (``layout.num_codebooks`` ids per position), paged KV.
 
     ``forward(input_ids [N, K], positions [N], context, kv_cache, logits_indices [S])`` runs a
     step's flattened batch, stores its KV, and returns ``logits [S, K, V]`` for the tokens at
     ``logits_indices`` only.
+
+    A two-level model sets :attr:`depth`: its rows are ``K`` wide but one step samples only
+    the first id from the backbone (``forward`` returns ``logits [S, 1, V]``); the runner then
+    gets the hidden states (:meth:`hidden_states`, :meth:`first_logits`) and runs the depth
+    decoder for the rest of the row.
     """
 
     layout: TokenLayout
@@ -29,6 +66,7 @@ class AudioTokenModel(nn.Module, ABC):
     eos_ids: frozenset[int] = frozenset()
     family: str = "custom"
     default_sampling: SamplingParams = SamplingParams()
+    takes_context: bool = False  # builds prompts from earlier conversation turns
 
     @abstractmethod
     def forward(
@@ -40,12 +78,39 @@ class AudioTokenModel(nn.Module, ABC):
         logits_indices: torch.Tensor,
     ) -> torch.Tensor: ...
 
+    @property
+    def depth(self) -> DepthDecoding | None:
+        """The depth decoder of a two-level model (``None``: one level)."""
+        return None
+
+    def hidden_states(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        context: AttentionContext,
+        kv_cache: PagedKVCache,
+        logits_indices: torch.Tensor,
+    ) -> torch.Tensor:
+        """A two-level model's final hidden states ``[S, H]`` at ``logits_indices``."""
+        raise TypeError(f"{type(self).__name__} is not a two-level model")
+
+    def first_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """A two-level model's first-codebook logits ``[S, 1, V]`` from :meth:`hidden_states`."""
+        raise TypeError(f"{type(self).__name__} is not a two-level model")
+
     def build_prompt(
         self, text: str, voice: str, prompt_codes: list[list[int]] | None = None
     ) -> list[list[int]]:
         """Token rows that ask the model to speak ``text`` in ``voice``, after a speech prompt
         given as codec frames (``[frames][codebooks]``), if any."""
         raise TypeError(f"{type(self).__name__} does not synthesize speech from text")
+
+    def build_prompt_with_context(
+        self, text: str, voice: str, context: list[PromptTurn]
+    ) -> list[list[int]]:
+        """Token rows that ask the model to speak ``text`` in ``voice`` after the conversation
+        ``context`` (oldest turn first); only models with :attr:`takes_context`."""
+        raise TypeError(f"{type(self).__name__} takes no conversation context")
 
     @property
     def device(self) -> torch.device:

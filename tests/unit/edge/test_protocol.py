@@ -24,6 +24,7 @@ from cadenza.edge.protocol import (
     Hello,
     Ping,
     ProtocolError,
+    ResetConversation,
     Speak,
     decode_audio_frame,
     encode_audio_frame,
@@ -112,6 +113,10 @@ def test_audio_in_defaults_to_16_khz_pcm_and_accepts_opus() -> None:
         (message(type="hello", api_key="k-123"), Hello(type="hello", api_key="k-123")),
         (message(type="cancel"), Cancel(type="cancel")),
         (message(type="close"), Close(type="close")),
+        (
+            message(type="reset_conversation"),
+            ResetConversation(type="reset_conversation"),
+        ),
         (message(type="ping"), Ping(type="ping", data=None)),
         (
             message(type="ping", data={"t": [1, 2.5, "x"]}),
@@ -124,7 +129,9 @@ def test_the_other_client_messages_parse(text: str, expected: Any) -> None:
 
 
 def test_every_client_type_is_covered() -> None:
-    assert set(CLIENT_TYPES) == {"speak", "audio_in", "hello", "cancel", "ping", "close"}
+    assert set(CLIENT_TYPES) == {
+        "speak", "audio_in", "hello", "cancel", "ping", "close", "reset_conversation"
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -442,6 +442,10 @@ client_texts = st.one_of(
         [
             speak(),
             speak(use_audio_prompt=True),
+            speak(conversation=True),
+            speak(conversation=True, use_audio_prompt=True, user_voice="1"),
+            speak(conversation=True, use_audio_prompt=True),
+            text(type="reset_conversation"),
             speak(format="opus"),
             speak(format="encodec", sample_rate=8000),
             speak(sample_rate=0),
@@ -514,6 +518,6 @@ def test_any_sequence_of_client_messages_plays_at_most_one_utterance(
                 assert event.stream_id == playing
                 playing = None
             elif isinstance(event, Send):
-                assert sent(event)["type"] in {"error", "pong", "done"}
+                assert sent(event)["type"] in {"error", "pong", "done", "conversation"}
         assert session.active_stream_id == playing
         assert sum(isinstance(e, StartUtterance) for e in events) <= 1

@@ -21,9 +21,9 @@ def _record_logits(engine: Engine) -> list[torch.Tensor]:
     forward = engine.runner.forward
 
     def wrapped(batch):
-        logits, sampling = forward(batch)
+        logits, hidden, sampling = forward(batch)
         recorded.append(logits.detach().clone())
-        return logits, sampling
+        return logits, hidden, sampling
 
     engine.runner.forward = wrapped  # type: ignore[method-assign]
     return recorded

@@ -1,0 +1,253 @@
+"""Sesame CSM checkpoints against transformers' ``CsmForConditionalGeneration``: loaded from
+the public layout, the exact prompt, greedy frames (backbone and depth decoder) identical
+under batching of streams at different positions, chunked prefill and prefix caching, a
+context turn with audio, seeded sampling independent of the batch, a resumed stream, and the
+whole pipeline text to audio equal to the reference's generate with ``output_audio``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from cadenza.config import EngineConfig
+from cadenza.contract.errors import RequestRejected
+from cadenza.contract.request import ContextTurn, ResumePoint, SynthesisRequest
+from cadenza.contract.sampling import SamplingParams
+from cadenza.engine.engine import Engine
+from cadenza.engine.models import csm
+from cadenza.engine.models.checkpoint import CheckpointError
+from cadenza.engine.models.registry import load_model
+from tests.support.float32_compute import FLOAT32_COMPUTE
+from tests.unit.engine.csm_checkpoints import reference_prompt_ids, save_tiny_csm
+from tests.unit.engine.test_resume import _audio, _codes, _outputs, _rows
+
+FRAMES = 5
+DURATION_S = FRAMES / 12.5
+GREEDY = SamplingParams(temperature=0.0, top_k=0)
+UNDECODABLE = [2048, 2049, 2050]  # past Mimi's codebook: cadenza never samples them
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("csm")
+    return directory, save_tiny_csm(directory)
+
+
+_REFERENCE: dict[tuple, list[list[int]]] = {}
+
+
+def reference_frames(model, ids: list[int], frames: int = FRAMES, audio=None) -> list[list[int]]:
+    """transformers' greedy frames for prompt ``ids`` (cached per prompt)."""
+    key = (tuple(ids), frames, None if audio is None else audio.shape)
+    if key not in _REFERENCE:
+        # As the processor returns it: without a mask, generate would infer one from the pad
+        # id, which is also the audio token's id, and hide every audio position.
+        extra = {"attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
+        if audio is not None:
+            extra |= {
+                "input_values": torch.from_numpy(audio)[None, None],
+                "input_values_cutoffs": torch.tensor([[audio.size]]),
+            }
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=torch.tensor([ids]),
+                max_new_tokens=frames,
+                do_sample=False,
+                depth_decoder_do_sample=False,
+                suppress_tokens=UNDECODABLE,
+                depth_decoder_suppress_tokens=UNDECODABLE,
+                **extra,
+            )
+        _REFERENCE[key] = out[0].tolist()
+    return _REFERENCE[key]
+
+
+def _engine(directory, **config) -> Engine:
+    defaults = {"page_size": 8, "kv_cache_memory_bytes": 8 << 20, **FLOAT32_COMPUTE}
+    return Engine.from_pretrained(
+        str(directory), engine_config=EngineConfig(**{**defaults, **config})
+    )
+
+
+def _run(engine: Engine, requests: list[SynthesisRequest], stagger: int = 0) -> dict:
+    seqs = {}
+    for request in requests:
+        engine.add_request(request)
+        seqs[request.request_id] = engine.sequence(request.request_id)
+        for _ in range(stagger):  # the next stream joins a batch already decoding
+            engine.step()
+    while engine.has_unfinished_requests():
+        engine.step()
+    engine.check_integrity()
+    return {rid: [list(row) for row in seq.output_rows] for rid, seq in seqs.items()}
+
+
+def test_loaded_from_the_public_layout(checkpoint) -> None:
+    directory, _ = checkpoint
+    model = load_model(str(directory), seed=0, device=torch.device("cpu"), dtype=torch.float32)
+    assert model.family == "csm" and model.codec_name == str(directory)
+    assert model.voices == ("0", "1") and model.depth is not None
+    assert model.default_sampling == SamplingParams(temperature=0.9, top_k=50)
+    prompt = model.build_prompt("Hello there, friend.", "1")
+    assert [row[0] for row in prompt] == reference_prompt_ids(
+        directory, "Hello there, friend.", "1"
+    )
+    assert all(row[1:] == [-1] * 31 for row in prompt)  # text rows
+
+
+def test_a_broken_checkpoint_is_refused_with_the_reason(checkpoint, tmp_path) -> None:
+    directory, _ = checkpoint
+    import json
+
+    config = json.loads((directory / "config.json").read_text())
+    del config["depth_decoder_config"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="depth_decoder_config"):
+        load_model(str(tmp_path), seed=0, device=torch.device("cpu"), dtype=torch.float32)
+
+
+def test_greedy_frames_equal_transformers_batched_staggered_chunked_and_prefix_cached(
+    checkpoint,
+) -> None:
+    directory, reference = checkpoint
+    texts = [("0", "Hi."), ("1", "Good morning to you all, my friends."), ("0", "Hi there.")]
+    engine = _engine(
+        directory,
+        max_num_batched_tokens=16,
+        max_num_seqs=4,
+        page_size=4,
+        enable_prefix_caching=True,
+    )
+    requests = [
+        SynthesisRequest(f"r{i}", text, voice, DURATION_S, GREEDY)
+        for i, (voice, text) in enumerate(texts)
+    ]
+    first = _run(engine, requests[:1])
+    rest = _run(engine, requests[1:], stagger=2)  # "[0]Hi" starts from the cached page
+    got = {**first, **rest}
+    for i, (voice, text) in enumerate(texts):
+        expected = reference_frames(reference, reference_prompt_ids(directory, text, voice))
+        assert got[f"r{i}"] == expected
+    assert engine.stats().prefix_hit_tokens > 0
+
+
+def test_a_context_turn_with_audio_equals_transformers(checkpoint) -> None:
+    directory, reference = checkpoint
+    engine = _engine(directory)
+    audio = np.random.default_rng(0).uniform(-0.5, 0.5, 4 * 1920).astype(np.float32)
+    turn = ContextTurn(voice="1", text="How are you?", audio=audio.tobytes())
+    request = SynthesisRequest("r", "Fine.", "0", DURATION_S, GREEDY, context=(turn,))
+    got = _run(engine, [request])["r"]
+    with torch.no_grad():
+        frames = reference.codec_model.encode(torch.from_numpy(audio)[None, None]).audio_codes
+    num_frames = frames.shape[-1]
+    ids = [
+        *reference_prompt_ids(directory, "How are you?", "1"),
+        *[128002] * num_frames,
+        128003,
+        *reference_prompt_ids(directory, "Fine.", "0"),
+    ]
+    assert got == reference_frames(reference, ids, audio=audio)
+
+
+def test_context_given_as_codes_is_the_same_prompt_and_reuses_the_cache(checkpoint) -> None:
+    directory, _ = checkpoint
+    engine = _engine(directory, page_size=4, enable_prefix_caching=True)
+    first = _run(engine, [SynthesisRequest("a", "Hello.", "0", DURATION_S, GREEDY)])["a"]
+    turn = ContextTurn(voice="0", text="Hello.", codes=tuple(map(tuple, first)))
+    before = engine.stats().prefix_hit_tokens
+    second = _run(engine, [SynthesisRequest("b", "Bye.", "0", DURATION_S, GREEDY, context=(turn,))])
+    # the first turn's prompt and its generated frames (all but the last) were still cached
+    prompt_rows = len(reference_prompt_ids(directory, "Hello.", "0"))
+    assert engine.stats().prefix_hit_tokens - before >= (prompt_rows + FRAMES - 1) // 4 * 4
+    assert len(second["b"]) == FRAMES
+
+
+def test_seeded_sampling_does_not_depend_on_the_batch(checkpoint) -> None:
+    directory, _ = checkpoint
+    sampling = SamplingParams(seed=7, temperature=0.9, top_k=50)
+    alone = _run(_engine(directory), [SynthesisRequest("a", "Hi.", "0", DURATION_S, sampling)])
+    others = [
+        SynthesisRequest(f"o{i}", "Other words.", "1", DURATION_S, SamplingParams(seed=i))
+        for i in range(2)
+    ]
+    batched = _run(
+        _engine(directory),
+        [others[0], SynthesisRequest("a", "Hi.", "0", DURATION_S, sampling), others[1]],
+        stagger=1,
+    )
+    assert batched["a"] == alone["a"]
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SamplingParams(seed=3, temperature=0.9, top_k=50)])
+def test_a_resumed_stream_goes_on_with_the_same_frames_and_audio(checkpoint, sampling) -> None:
+    engine = _engine(checkpoint[0])
+    request = SynthesisRequest("whole", "Good morning.", "1", 1.2, sampling)
+    whole = _outputs(engine, request)
+    head_request = SynthesisRequest("head", "Good morning.", "1", 1.2, sampling)
+    head = _outputs(engine, head_request, stop_after=2)
+    point = ResumePoint(tuple(map(tuple, _rows(head).tolist())), len(_codes(head)))
+    tail = _outputs(
+        engine, SynthesisRequest("head", "Good morning.", "1", 1.2, sampling, resume=point)
+    )
+    np.testing.assert_array_equal(np.concatenate([_rows(head), _rows(tail)]), _rows(whole))
+    joined = np.concatenate([_audio(head), _audio(tail)])
+    np.testing.assert_allclose(joined, _audio(whole), atol=1e-5)
+
+
+def test_text_to_audio_equals_transformers_generate_with_audio(checkpoint) -> None:
+    directory, reference = checkpoint
+    engine = _engine(directory)
+    audio = engine.synthesize(
+        "Good morning.", voice="0", max_duration_s=DURATION_S, sampling=GREEDY
+    )
+    ids = reference_prompt_ids(directory, "Good morning.", "0")
+    with torch.no_grad():
+        expected = reference.generate(
+            input_ids=torch.tensor([ids]),
+            max_new_tokens=FRAMES,
+            do_sample=False,
+            depth_decoder_do_sample=False,
+            suppress_tokens=UNDECODABLE,
+            depth_decoder_suppress_tokens=UNDECODABLE,
+            output_audio=True,
+        )[0].numpy()
+    assert audio.shape == expected.shape == (FRAMES * 1920,)
+    # cadenza clips to [-1, 1] (a random codec overshoots it)
+    np.testing.assert_allclose(audio, np.clip(expected, -1.0, 1.0), atol=1e-4)
+
+
+def test_garbage_voices_and_context_are_refused(checkpoint) -> None:
+    engine = _engine(checkpoint[0])
+    bad = [
+        SynthesisRequest("a", "Hi.", "7", DURATION_S),
+        SynthesisRequest("b", "Hi.", "0", DURATION_S, context=(ContextTurn(voice="x"),)),
+        SynthesisRequest(
+            "c", "Hi.", "0", DURATION_S, context=(ContextTurn(voice="1", codes=((1, 2),)),)
+        ),
+        SynthesisRequest(
+            "d", "Hi.", "0", DURATION_S, context=(ContextTurn(voice="1", codes=((5000,) * 32,)),)
+        ),
+        SynthesisRequest(
+            "e", "Hi.", "0", DURATION_S, context=(ContextTurn(voice="1", audio=b"abc"),)
+        ),
+    ]
+    for request in bad:
+        with pytest.raises(RequestRejected):
+            engine.add_request(request)
+    engine.check_integrity()
+    assert engine.num_requests == 0
+
+
+def test_speakers_come_from_cadenza_json(checkpoint, tmp_path) -> None:
+    directory, _ = checkpoint
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (tmp_path / name).write_bytes((directory / name).read_bytes())
+    (tmp_path / "cadenza.json").write_text('{"voices": ["0", "1", "4"]}')
+    model = load_model(str(tmp_path), seed=0, device=torch.device("cpu"), dtype=torch.float32)
+    assert model.voices == ("0", "1", "4")
+    (tmp_path / "cadenza.json").write_text('{"voices": ["alice"]}')
+    with pytest.raises(CheckpointError, match="speaker ids"):
+        load_model(str(tmp_path), seed=0, device=torch.device("cpu"), dtype=torch.float32)
+    assert csm.SPEAKERS == ("0", "1")
