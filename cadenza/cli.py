@@ -166,7 +166,7 @@ def _build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="benchmarks, side by side in one run")
     bench.add_argument(
         "target",
-        choices=["engine", "codec", "snac", "precision", "pacing"],
+        choices=["engine", "codec", "snac", "precision", "pacing", "csm"],
         help="what to measure",
     )
     bench.add_argument("--url", default="http://127.0.0.1:8000", help="server (pacing)")
@@ -179,6 +179,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "or rows of the linear products (precision: 1,16,32)",
     )
     bench.add_argument("--repeats", type=int, default=3, help="runs per measurement (median)")
+    bench.add_argument(
+        "--shape",
+        choices=["csm-small", "csm-1b"],
+        default="csm-small",
+        help="csm: the model's size (csm-1b: the public model's)",
+    )
     bench.add_argument("--config", type=Path, help=argparse.SUPPRESS)
     return parser
 
@@ -462,7 +468,13 @@ def _progress_line(text: str) -> None:
 
 
 def _bench(_: CadenzaConfig, args: argparse.Namespace) -> int:
-    from cadenza.bench import codec_throughput, cpu_precision, engine_throughput, snac_throughput
+    from cadenza.bench import (
+        codec_throughput,
+        cpu_precision,
+        csm_throughput,
+        engine_throughput,
+        snac_throughput,
+    )
 
     if args.target == "pacing":
         from cadenza.bench import pacing
@@ -470,7 +482,7 @@ def _bench(_: CadenzaConfig, args: argparse.Namespace) -> int:
         print(json.dumps(pacing.run(args.url, args.peers, args.seconds)))
         return 0
 
-    default = {"engine": "1,4,16", "snac": "1,4,8", "precision": "1,16,32"}.get(
+    default = {"engine": "1,4,16", "snac": "1,4,8", "precision": "1,16,32", "csm": "1,4,8"}.get(
         args.target, "1,4,8,16"
     )
     try:
@@ -487,6 +499,12 @@ def _bench(_: CadenzaConfig, args: argparse.Namespace) -> int:
         "snac": snac_throughput.run,
         "precision": cpu_precision.run,
     }
+    if args.target == "csm":
+        result = csm_throughput.run(
+            sizes, repeats=args.repeats, progress=not args.json, shape=args.shape
+        )
+        print(json.dumps(result, indent=None if args.json else 2))
+        return 0
     runner = runners[args.target]
     result = runner(sizes, repeats=args.repeats, progress=not args.json)
     print(json.dumps(result, indent=None if args.json else 2))

@@ -144,6 +144,8 @@ class Session:
             message = await self.connection.recv()
             if isinstance(message, str):
                 event = json.loads(message)
+                if event.get("type") == "conversation":
+                    self.last_conversation = dict(event)
                 if event.get("type") in ("done", "error") and event.get("stream_id") == stream_id:
                     return
 

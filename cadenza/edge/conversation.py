@@ -9,7 +9,9 @@ only what is new. The context is bounded: once the turns' audio adds up to more 
 ``max_context_s``, the oldest turns are dropped (whole turns; the next prompt then shares no
 prefix with the previous one and is computed in full once).
 
-A conversation belongs to one model (turns are that model's codec frames and voices).
+A conversation belongs to one model (turns are that model's codec frames and voices). Only
+answers said to their end join it: a cancelled (barged-in) or failed answer, and the user turn
+that asked it, are left out.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cadenza.contract.request import ContextTurn
+from cadenza.contract.request import ContextTurn, FinishReason, StreamOutput
 
 
 @dataclass(frozen=True)
@@ -80,16 +82,19 @@ class Conversation:
 
 
 class SaidFrames:
-    """The codec frames an utterance's audio came from, gathered from its outputs (what joins
-    a conversation as the model's turn)."""
+    """The codec frames an utterance's audio came from, gathered from its outputs, and whether
+    it was said to its end (what joins a conversation as the model's turn)."""
 
     def __init__(self) -> None:
         self._pieces: list[np.ndarray] = []
         self.frame_rate = 0.0
+        self.complete = False  # ended by the model or its length, not cancelled nor failed
 
-    def add(self, codes: np.ndarray | None) -> None:
-        if codes is not None and codes.size:
-            self._pieces.append(codes)
+    def add(self, output: StreamOutput) -> None:
+        if output.codes is not None and output.codes.size:
+            self._pieces.append(output.codes)
+        if output.finish_reason in (FinishReason.EOS, FinishReason.LENGTH):
+            self.complete = True
 
     def codes(self) -> np.ndarray | None:
         """``[frames, codebooks]`` so far (``None``: none)."""

@@ -18,10 +18,11 @@ A session plays one utterance at a time::
 
 The transport executes the events in order (a ``StopUtterance`` is awaited before the ``Send``
 after it) and calls :meth:`SpeakSession.utterance_ended` when an utterance it started ends,
-however it ends, with the codec frames its audio came from. A ``speak`` with ``conversation``
-sends the session's :class:`~cadenza.edge.conversation.Conversation` as context; the turns it
-adds (the user's microphone audio, the model's answer) join the conversation only once the
-answer produced audio, so a refused or failed ``speak`` leaves the conversation as it was.
+however it ends, with what it said. A ``speak`` with ``conversation`` sends the session's
+:class:`~cadenza.edge.conversation.Conversation` as context; the turns it adds (the user's
+microphone audio, the model's answer) join the conversation only once the answer was said to
+its end, so a refused, failed or cancelled ``speak`` leaves the conversation as it was (its
+microphone audio is used up: send it again to retry).
 Transport-specific checks of a ``speak`` (the formats and rates each one offers) come in as
 ``check_speak``.
 """
@@ -38,7 +39,7 @@ import numpy as np
 from cadenza.contract.request import ContextTurn, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.edge import protocol
-from cadenza.edge.conversation import Conversation
+from cadenza.edge.conversation import Conversation, SaidFrames
 from cadenza.edge.microphone import MicrophoneBuffer
 from cadenza.edge.protocol import (
     AudioIn,
@@ -158,6 +159,7 @@ class SpeakSession:
             return [Send(protocol.server_message("pong", data=message.data))]
         if isinstance(message, ResetConversation):
             self.conversation.reset()
+            self._turn = None  # an answer playing now does not join the new conversation
             return [Send(protocol.server_message("conversation", turns=0, audio_s=0.0))]
         if isinstance(message, AudioIn):
             if self.binary_audio:
@@ -186,21 +188,20 @@ class SpeakSession:
             self.microphone = MicrophoneBuffer("pcm", sample_rate, self.max_prompt_audio_s)
         self.microphone.append_samples(samples)
 
-    def utterance_ended(
-        self, stream_id: int, codes: np.ndarray | None = None, frame_rate: float = 0.0
-    ) -> list[Event]:
+    def utterance_ended(self, stream_id: int, said: SaidFrames | None = None) -> list[Event]:
         """The transport's utterance ``stream_id`` is over (finished, failed or stopped);
-        ``codes [frames, codebooks]``: the frames its audio came from (``None``: none). For a
-        conversation utterance, returns the ``conversation`` message to send (its turns joined
-        the conversation if it spoke)."""
+        ``said``: what it said. For a conversation utterance, returns the ``conversation``
+        message to send (its turns joined the conversation if it was said to its end)."""
         if self.active_stream_id == stream_id:
             self.active_stream_id = None
         turn = self._turn
         if turn is None or turn.stream_id != stream_id:
             return []
         self._turn = None
-        if codes is None or not len(codes):
+        codes = None if said is None else said.codes()
+        if said is None or not said.complete or codes is None:
             return [Send(self._conversation_message())]
+        frame_rate = said.frame_rate
         speak = turn.speak
         if turn.user_audio is not None and speak.user_voice is not None:
             self.conversation.add_user_turn(

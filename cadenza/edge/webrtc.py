@@ -214,9 +214,7 @@ class WebRTCSession:
         try:
             await self._play_utterance(start, said)
         finally:
-            for event in self.session.utterance_ended(
-                start.stream_id, said.codes(), said.frame_rate
-            ):
+            for event in self.session.utterance_ended(start.stream_id, said):
                 if isinstance(event, Send):
                     self._send(event.text)
 
@@ -256,7 +254,7 @@ class WebRTCSession:
         try:
             async with contextlib.aclosing(lease.outputs()) as outputs:
                 async for output in outputs:
-                    said.add(output.codes)
+                    said.add(output)
                     self.buffer.push(resampler.process(output.audio))
                     if output.finished:
                         self.buffer.push(resampler.flush())

@@ -233,7 +233,7 @@ class WebSocketEndpoint:
         except _ClientGone:
             pass
         finally:
-            events = session.utterance_ended(stream_id, said.codes(), said.frame_rate)
+            events = session.utterance_ended(stream_id, said)
             with contextlib.suppress(_ClientGone, _SlowConsumer):
                 for event in events:
                     if isinstance(event, Send):
@@ -277,7 +277,7 @@ class WebSocketEndpoint:
             started = time.perf_counter()
             async with contextlib.aclosing(lease.outputs()) as outputs:
                 async for output in outputs:
-                    said.add(output.codes)
+                    said.add(output)
                     for payload, seconds in encode(output, output.finished):
                         frame = protocol.encode_audio_frame(stream_id, listener.chunks, payload)
                         await self._send_bytes(frame)

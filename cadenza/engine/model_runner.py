@@ -61,16 +61,26 @@ class ModelRunner:
         if not seqs:
             return result
         constraints = [self.layout.constraints(seq) for seq in seqs]
+        nan_depth: set[int] = set()
         try:
             if hidden is None:
                 rows = sample_rows(logits[keep], seqs, self.masks, constraints)
             else:
-                rows = self._sample_two_levels(logits[keep], hidden[keep], seqs, constraints)
+                rows, nan_depth = self._sample_two_levels(
+                    logits[keep], hidden[keep], seqs, constraints
+                )
         except Exception as exc:  # a sampler failure fails this step's samplers only
             log.exception("sampling failed")
             result.failed += [(seq, _describe(exc)) for seq in seqs]
             return result
-        result.rows = list(zip(seqs, rows, strict=True))
+        result.failed += [
+            (seqs[i], "RuntimeError: the depth decoder produced NaN logits") for i in nan_depth
+        ]
+        result.rows = [
+            (seq, row)
+            for i, (seq, row) in enumerate(zip(seqs, rows, strict=True))
+            if i not in nan_depth
+        ]
         return result
 
     @torch.inference_mode()
@@ -80,9 +90,10 @@ class ModelRunner:
         hidden: torch.Tensor,
         seqs: list[Sequence],
         constraints: list[tuple[int, list[int | None] | None]],
-    ) -> list[list[int]]:
+    ) -> tuple[list[list[int]], set[int]]:
         """Rows of a two-level model: the first id from the backbone's ``logits [S, 1, V]``,
-        the others from the depth decoder, level by level."""
+        the others from the depth decoder, level by level; and the indices of the sequences
+        whose depth logits held NaN at some level (their rows mean nothing)."""
         depth = self.model.depth
         assert depth is not None
         masks = self.masks
@@ -98,7 +109,9 @@ class ModelRunner:
         columns = [ids]
         loop = depth.begin(hidden, ids)
         level_logits = loop.logits
+        nan = torch.zeros(len(seqs), dtype=torch.bool, device=level_logits.device)
         for level in range(1, depth.num_levels + 1):
+            nan |= torch.isnan(level_logits).any(dim=-1)
             sampled = sample_rows(
                 level_logits[:, None, :], seqs, level_masks(level), forced_at(level), level
             )
@@ -107,7 +120,7 @@ class ModelRunner:
             if level < depth.num_levels:
                 level_logits = loop.advance(ids)
         rows: list[list[int]] = torch.stack(columns, dim=1).tolist()
-        return rows
+        return rows, set(nan.nonzero().flatten().tolist())
 
     def _forward_isolated(
         self, batch: ScheduledBatch, result: StepResult

@@ -80,6 +80,7 @@ class RequestIntake:
             prompt = self._prompt(
                 lambda: self.model.build_prompt(request.text, request.voice, prompt_codes)
             )
+        target_frames = self._fit_positions(len(prompt), target_frames)
         seq = self._sequence(
             request.request_id,
             prompt,
@@ -120,6 +121,22 @@ class RequestIntake:
         seq.target_frames = frames
         return seq
 
+    def _fit_positions(self, prompt_len: int, target_frames: int) -> int:
+        """``target_frames``, fewer if the model's positions end sooner (the stream then ends
+        with ``length`` there); refused when the prompt leaves no room for a frame."""
+        limit = self.model.max_positions
+        if limit is None:
+            return target_frames
+        frames = target_frames
+        while frames > 0 and prompt_len + layout_steps_for_frames(self.layout, frames) > limit:
+            frames -= 1
+        if frames == 0 and target_frames > 0:
+            raise RequestRejected(
+                f"the prompt takes {prompt_len} of the model's {limit} positions and leaves "
+                "no room to speak; shorten the text or the conversation context"
+            )
+        return frames
+
     def _resume(self, seq: Sequence, point: ResumePoint) -> None:
         """Bring ``seq`` to where ``point`` says its stream was; :class:`RequestRejected`
         when the rows cannot be this model's output for this request."""
@@ -132,7 +149,12 @@ class RequestIntake:
             if len(row) != width or any(not 0 <= token < vocab for token in row):
                 raise RequestRejected("resume rows do not fit this model's vocabulary")
             mask_index, _ = self.layout.constraints(seq)
-            replay_draws(seq, vocab if allowed is None else allowed[mask_index], width)
+            draws = vocab if allowed is None else allowed[mask_index]
+            if self.model.depth is None:
+                replay_draws(seq, draws, width)
+            else:  # a two-level model draws each codebook of a row on its own
+                for _ in range(width):
+                    replay_draws(seq, draws, 1)
             seq.append(list(row))
             seq.end_frame, reason = self.layout.on_row(seq, list(row))
             if reason is not None or seq.num_generated >= seq.max_new_steps:
@@ -169,6 +191,11 @@ class RequestIntake:
                 )
             if turn.audio is not None and turn.codes:
                 raise RequestRejected(f"{where}: give its audio or its codes, not both")
+            if len(turn.text) > self.limits.max_input_chars:
+                raise RequestRejected(
+                    f"{where}: text is {len(turn.text)} characters; the limit is "
+                    f"{self.limits.max_input_chars}"
+                )
             frames = [list(frame) for frame in turn.codes]
             if any(len(f) != width or not all(0 <= c < size for c in f) for f in frames):
                 raise RequestRejected(

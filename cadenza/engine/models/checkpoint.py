@@ -144,6 +144,7 @@ def load_csm_checkpoint(
         codec = config.get("codec_config") or {}
         codebook_size = int(codec.get("codebook_size", 2048))
         backbone_hidden = int(depth_config.get("backbone_hidden_size", backbone.hidden_size))
+        max_positions = int(config.get("max_position_embeddings") or 2048)
     except (TypeError, ValueError, AttributeError) as exc:
         raise CheckpointError(f"{directory}: invalid CSM config: {exc!r}") from exc
     if backbone_hidden != backbone.hidden_size:
@@ -163,6 +164,7 @@ def load_csm_checkpoint(
                 default_sampling=sampling,
                 codebook_size=codebook_size,
                 eos_code=eos_code,
+                max_positions=max_positions,
             )
     except (ValueError, OSError, ValidationError) as exc:
         raise CheckpointError(f"{directory}: {exc}") from exc
@@ -190,7 +192,11 @@ def load_csm_checkpoint(
             config_of.head_dim, config_of.rope_theta, config_of.rope_llama3
         )
     model.offsets = torch.arange(num_codebooks) * vocab_size
-    return model.to(device=device, dtype=dtype).eval()
+    model.depth_decoder.split_heads()
+    model = model.to(device=device, dtype=dtype).eval()
+    # .to() converts each parameter on its own: tie the codebook embeddings again.
+    model.depth_decoder.embed_tokens.weight = model.embed_audio_tokens.weight
+    return model
 
 
 def _csm_voices(directory: Path) -> tuple[str, ...]:

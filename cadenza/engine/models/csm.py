@@ -68,6 +68,7 @@ class CsmDepthDecoder(nn.Module):
         self.codebooks_head = nn.Parameter(
             torch.empty(num_codebooks - 1, config.hidden_size, vocab_size)
         )
+        self.heads: nn.ModuleList | None = None  # the same weights as linears, for serving
         # Positions 0 (the backbone's state), 1 (codebook 0) ... num_codebooks - 1.
         self.scratch = DepthScratch(config.kv_spec, num_codebooks)
 
@@ -88,7 +89,23 @@ class CsmDepthDecoder(nn.Module):
 
     def head(self, hidden: torch.Tensor, codebook: int) -> torch.Tensor:
         """Logits ``[S, V]`` of ``codebook`` (1 ..) from the depth hidden states ``[S, H]``."""
+        if self.heads is not None:
+            logits: torch.Tensor = self.heads[codebook - 1](hidden)
+            return logits
         return hidden @ self.codebooks_head[codebook - 1]
+
+    def split_heads(self) -> None:
+        """Turn the per-codebook heads into linear layers (which serving then prepacks or
+        quantizes like every other linear); the stacked parameter is dropped. Call after the
+        weights are loaded."""
+        stacked = self.codebooks_head.detach()
+        heads = []
+        for weight in stacked:
+            linear = nn.Linear(weight.shape[0], weight.shape[1], bias=False)
+            linear.weight = nn.Parameter(weight.T.contiguous(), requires_grad=False)
+            heads.append(linear)
+        self.heads = nn.ModuleList(heads)
+        del self.codebooks_head
 
 
 class _CsmFrame:
@@ -150,10 +167,12 @@ class CsmModel(AudioTokenModel):
         default_sampling: SamplingParams,
         codebook_size: int = MIMI_CODEBOOK_SIZE,
         eos_code: int = 0,
+        max_positions: int | None = None,
     ) -> None:
         super().__init__()
         self.family = "csm"
         self.takes_context = True
+        self.max_positions = max_positions
         self.config = backbone
         self.vocab_size = vocab_size
         self.text_vocab_size = text_vocab_size

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -75,7 +76,9 @@ class RMSNorm(nn.Module):
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotary position embedding (the "rotate half" convention of Hugging Face Llama)."""
+    """Rotary position embedding (the "rotate half" convention of Hugging Face Llama). The
+    frequencies stay float32 whatever dtype the model is moved to (in bf16, angles at
+    position 1,000 would be off by about a radian)."""
 
     inv_freq: torch.Tensor
 
@@ -88,6 +91,12 @@ class RotaryEmbedding(nn.Module):
         if llama3 is not None:
             inv_freq = _llama3_inv_freq(inv_freq, llama3)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self._inv_freq32 = inv_freq
+
+    def _apply(self, fn: Any, recurse: bool = True) -> RotaryEmbedding:
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
+        self.inv_freq = self._inv_freq32.to(self.inv_freq.device)
+        return self
 
     def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``positions [T]`` -> ``cos, sin [T, 1, head_dim]`` (broadcast over heads)."""

@@ -67,6 +67,7 @@ class AudioTokenModel(nn.Module, ABC):
     family: str = "custom"
     default_sampling: SamplingParams = SamplingParams()
     takes_context: bool = False  # builds prompts from earlier conversation turns
+    max_positions: int | None = None  # positions the model was trained for (None: no limit)
 
     @abstractmethod
     def forward(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cadenza.contract.request import FinishReason, StreamOutput
 from cadenza.contract.sampling import SamplingParams
 from cadenza.edge.conversation import Conversation, SaidFrames
 from cadenza.edge.speak_session import Send, StartUtterance
@@ -43,14 +44,24 @@ def test_a_conversation_belongs_to_one_model_until_reset() -> None:
     assert conversation.belongs_to("other") and conversation.model is None
 
 
-def test_said_frames_gathers_an_utterances_codes() -> None:
-    said = SaidFrames()
-    assert said.codes() is None
-    said.add(None)
-    said.add(codes(2, 1))
-    said.add(codes(0))
-    said.add(codes(3, 2))
-    assert said.codes().shape == (5, 4)
+def said(frames: int, reason: FinishReason | None = FinishReason.EOS) -> SaidFrames:
+    result = SaidFrames()
+    result.frame_rate = FRAME_RATE
+    result.add(StreamOutput("r", np.zeros(0, np.float32), reason, codes=codes(frames)))
+    return result
+
+
+def test_said_frames_gathers_an_utterances_codes_and_how_it_ended() -> None:
+    gathered = SaidFrames()
+    assert gathered.codes() is None and not gathered.complete
+    audio = np.zeros(0, np.float32)
+    gathered.add(StreamOutput("r", audio))
+    gathered.add(StreamOutput("r", audio, codes=codes(2, 1)))
+    gathered.add(StreamOutput("r", audio, codes=codes(0)))
+    assert not gathered.complete
+    gathered.add(StreamOutput("r", audio, FinishReason.LENGTH, codes=codes(3, 2)))
+    assert gathered.codes().shape == (5, 4) and gathered.complete
+    assert not said(2, FinishReason.CANCELLED).complete
 
 
 def _conversation_start(session, **fields) -> StartUtterance:
@@ -63,14 +74,18 @@ def test_a_session_sends_its_turns_and_adds_the_answer_once_it_spoke() -> None:
     session = new_session()
     first = _conversation_start(session)
     assert first.context == () and first.prompt_audio is None
-    events = session.utterance_ended(first.stream_id, codes(4), FRAME_RATE)
+    events = session.utterance_ended(first.stream_id, said(4))
     assert sent(events[0]) == {"type": "conversation", "turns": 1, "audio_s": 0.32}
     second = _conversation_start(session)
     assert [t.text for t in second.context] == ["Answer me."]
     assert second.synthesis_request(SamplingParams()).context == second.context
-    (notice,) = session.utterance_ended(second.stream_id, None, FRAME_RATE)  # said nothing
-    assert sent(notice)["turns"] == 1 and len(session.conversation.turns) == 1
-    assert session.utterance_ended(second.stream_id, codes(2), FRAME_RATE) == []  # over
+    (notice,) = session.utterance_ended(second.stream_id, said(3, FinishReason.CANCELLED))
+    assert sent(notice)["turns"] == 1 and len(session.conversation.turns) == 1  # barged in
+    assert session.utterance_ended(second.stream_id, said(2)) == []  # over already
+    third = _conversation_start(session)
+    session.receive_text(text(type="reset_conversation"))  # while it plays
+    session.utterance_ended(third.stream_id, said(2))
+    assert session.conversation.turns == ()
 
 
 def test_the_microphone_is_the_users_turn() -> None:
@@ -80,7 +95,7 @@ def test_the_microphone_is_the_users_turn() -> None:
     start = _conversation_start(session, use_audio_prompt=True, user_voice="1", user_text="Hey")
     (user,) = start.context
     assert user.voice == "1" and user.text == "Hey" and len(user.audio) == 12000 * 4
-    session.utterance_ended(start.stream_id, codes(2), FRAME_RATE)
+    session.utterance_ended(start.stream_id, said(2))
     assert [t.voice for t in session.conversation.turns] == ["1", "0"]
 
 
@@ -94,7 +109,7 @@ def test_conversation_garbage_is_refused_and_changes_nothing() -> None:
         "invalid_message"
     )
     start = _conversation_start(session)
-    session.utterance_ended(start.stream_id, codes(2), FRAME_RATE)
+    session.utterance_ended(start.stream_id, said(2))
     other = session.receive_text(speak("x", model="other", conversation=True))
     assert single_error(other)["code"] == "conversation_model"
     (reset,) = session.receive_text(text(type="reset_conversation"))

@@ -251,3 +251,55 @@ def test_speakers_come_from_cadenza_json(checkpoint, tmp_path) -> None:
     with pytest.raises(CheckpointError, match="speaker ids"):
         load_model(str(tmp_path), seed=0, device=torch.device("cpu"), dtype=torch.float32)
     assert csm.SPEAKERS == ("0", "1")
+
+
+def test_the_models_positions_bound_the_utterance(checkpoint, tmp_path) -> None:
+    import json
+
+    directory, _ = checkpoint
+    for name in ("model.safetensors", "tokenizer.json"):
+        (tmp_path / name).write_bytes((directory / name).read_bytes())
+    config = json.loads((directory / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 16}))
+    engine = _engine(tmp_path)
+    got = _run(engine, [SynthesisRequest("a", "Hi.", "0", 10.0, GREEDY)])["a"]
+    # 1 s (12 frames) asked; 8 positions left after the prompt
+    assert len(got) == 16 - len(reference_prompt_ids(directory, "Hi.", "0")) == 8
+    with pytest.raises(RequestRejected, match="no room"):
+        engine.add_request(SynthesisRequest("b", "x" * 20, "0", 1.0, GREEDY))
+    engine.check_integrity()
+
+
+def test_nan_in_the_depth_decoder_fails_only_its_stream(checkpoint) -> None:
+    engine = _engine(checkpoint[0])
+    depth = engine.model.depth_decoder
+    head = depth.head
+
+    def poisoned(hidden, codebook):
+        logits = head(hidden, codebook)
+        if codebook == 5 and poisoned.on:
+            logits[0] = float("nan")  # the first stream of the batch
+        return logits
+
+    poisoned.on = True
+    depth.head = poisoned
+    requests = [SynthesisRequest(f"r{i}", "Hi.", "0", DURATION_S, GREEDY) for i in range(2)]
+    outputs = []
+    for request in requests:
+        engine.add_request(request)
+    while engine.has_unfinished_requests():
+        outputs += engine.step()
+        poisoned.on = False  # once is enough
+    endings = {o.request_id: o for o in outputs if o.finished}
+    assert endings["r0"].error_code == "internal" and "NaN" in endings["r0"].error
+    assert endings["r1"].finish_reason is not None and endings["r1"].error is None
+    engine.check_integrity()
+
+
+def test_bf16_weights_keep_float32_rotary_and_tied_codebook_embeddings(checkpoint) -> None:
+    directory, _ = checkpoint
+    model = load_model(str(directory), seed=0, device=torch.device("cpu"), dtype=torch.bfloat16)
+    assert model.backbone_model.rotary.inv_freq.dtype == torch.float32
+    assert model.depth_decoder.transformer.rotary.inv_freq.dtype == torch.float32
+    embeddings = model.embed_audio_tokens.weight
+    assert model.depth_decoder.embed_tokens.weight.data_ptr() == embeddings.data_ptr()
