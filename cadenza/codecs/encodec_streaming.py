@@ -38,27 +38,18 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils import parametrize
 
 from cadenza.codecs.codec import CodecError
 from cadenza.codecs.encodec import EncodecCodec
 from cadenza.codecs.ragged import Lengths, RaggedStage, gather_windows, pad_batch
+from cadenza.codecs.shared_stages import Elu, Residual, plain_weight
 from cadenza.codecs.slot_decoder import SlotDecoder
-
-
-def _plain_weight(module: nn.Module) -> torch.Tensor:
-    """The module's effective weight (``load_codec`` already folded weight norm in)."""
-    if parametrize.is_parametrized(module, "weight"):
-        raise CodecError("fold weight normalisation before streaming (load_codec does)")
-    weight = module.weight
-    assert isinstance(weight, torch.Tensor)
-    return weight.detach()
 
 
 class _CausalConv(RaggedStage):
     def __init__(self, layer: Any, max_streams: int, dtype: torch.dtype) -> None:
         conv = layer.conv
-        self.weight = _plain_weight(conv).to(dtype)
+        self.weight = plain_weight(conv).to(dtype)
         self.bias = conv.bias.detach().to(dtype)
         self.dilation = conv.dilation[0]
         self.pad = (conv.kernel_size[0] - 1) * self.dilation
@@ -121,7 +112,7 @@ class _CausalConvTranspose(RaggedStage):
 
     def __init__(self, layer: Any, max_streams: int, dtype: torch.dtype) -> None:
         conv = layer.conv
-        weight = _plain_weight(conv).to(dtype)  # [C_in, C_out, k]
+        weight = plain_weight(conv).to(dtype)  # [C_in, C_out, k]
         self.stride = stride = conv.stride[0]
         if conv.kernel_size[0] != 2 * stride:
             raise CodecError("streaming decode expects transposed kernels of twice the stride")
@@ -188,42 +179,13 @@ class _StreamingLSTM(RaggedStage):
         return result.permute(1, 2, 0), lengths
 
 
-class _Elu(RaggedStage):
-    def __init__(self, layer: nn.ELU, inplace: bool) -> None:
-        self.alpha = layer.alpha
-        self.inplace = inplace  # only where no other branch reads the input
-
-    def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
-    ) -> tuple[torch.Tensor, Lengths]:
-        return F.elu(x, self.alpha, inplace=self.inplace), lengths
-
-
-class _Resnet(RaggedStage):
-    def __init__(self, layer: Any, max_streams: int, dtype: torch.dtype) -> None:
-        # The block's first ELU reads the input the shortcut also reads: not in place.
-        self.block = [
-            _stage_for(sub, max_streams, dtype, inplace=index > 0)
-            for index, sub in enumerate(layer.block)
-        ]
-        self.shortcut = _stage_for(layer.shortcut, max_streams, dtype)
-
-    def reset(self, slot: int) -> None:
-        for stage in [*self.block, self.shortcut]:
-            stage.reset(slot)
-
-    def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
-    ) -> tuple[torch.Tensor, Lengths]:
-        if x.shape[-1] == 0:
-            return x, lengths
-        h, block_lengths = x, lengths
-        for stage in self.block:
-            h, block_lengths = stage.forward(h, block_lengths, slots, final)
-        skip, skip_lengths = self.shortcut.forward(x, lengths, slots, final)
-        if block_lengths != skip_lengths:
-            raise CodecError("residual branches fell out of step")
-        return skip[:, :, : h.shape[-1]] + h, skip_lengths
+def _resnet(layer: Any, max_streams: int, dtype: torch.dtype) -> Residual:
+    # The block's first ELU reads the input the shortcut also reads: not in place.
+    block = [
+        _stage_for(sub, max_streams, dtype, inplace=index > 0)
+        for index, sub in enumerate(layer.block)
+    ]
+    return Residual(block, _stage_for(layer.shortcut, max_streams, dtype))
 
 
 def _stage_for(
@@ -237,9 +199,9 @@ def _stage_for(
     if kind == "EncodecLSTM":
         return _StreamingLSTM(layer, max_streams, dtype)
     if kind == "EncodecResnetBlock":
-        return _Resnet(layer, max_streams, dtype)
+        return _resnet(layer, max_streams, dtype)
     if isinstance(layer, nn.ELU):
-        return _Elu(layer, inplace)
+        return Elu(layer, inplace)
     raise CodecError(f"no streaming version of decoder layer {kind}")
 
 

@@ -181,15 +181,20 @@ def build_random_mimi(config: MimiConfig, seed: int) -> MimiModel:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = MimiModel(config)
-    generator = torch.Generator().manual_seed(seed)
+    randomize_codebooks(model, torch.Generator().manual_seed(seed))
+    return model.eval()
+
+
+def randomize_codebooks(model: torch.nn.Module, generator: torch.Generator) -> None:
+    """Draw every codebook of a Mimi ``model`` (a ``MimiModel``, or one inside a CSM model)
+    from ``generator``, so that different codes decode differently."""
     with torch.no_grad():
-        for name, buffer in model.quantizer.named_buffers():
+        for name, buffer in model.named_buffers():
             if name.endswith("codebook.embed_sum"):
                 buffer.copy_(torch.randn(buffer.shape, generator=generator))
             elif name.endswith("codebook.cluster_usage"):
                 buffer.fill_(1.0)
     _forget_cached_codebooks(model)
-    return model.eval()
 
 
 def _forget_cached_codebooks(model: torch.nn.Module) -> None:

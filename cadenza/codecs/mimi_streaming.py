@@ -40,20 +40,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils import parametrize
 
 from cadenza.codecs.codec import CodecError
 from cadenza.codecs.mimi import MimiCodec
 from cadenza.codecs.ragged import Lengths, RaggedStage, gather_windows
+from cadenza.codecs.shared_stages import Elu, Identity, Residual, plain_weight
 from cadenza.codecs.slot_decoder import SlotDecoder
-
-
-def _plain_weight(conv: nn.Module) -> torch.Tensor:
-    if parametrize.is_parametrized(conv, "weight"):
-        raise CodecError("fold weight normalisation before streaming (load_mimi does)")
-    weight = conv.weight
-    assert isinstance(weight, torch.Tensor)
-    return weight.detach()
 
 
 def _bias(conv: nn.Module) -> torch.Tensor | None:
@@ -78,7 +70,7 @@ class CausalConv(RaggedStage):
         if layer.pad_mode not in ("constant", "replicate"):
             raise CodecError(f"no streaming version of {layer.pad_mode!r} padding")
         conv = layer.conv
-        self.weight = _plain_weight(conv)
+        self.weight = plain_weight(conv)
         self.bias = _bias(conv)
         self.stride: int = conv.stride[0]
         self.dilation: int = conv.dilation[0]
@@ -161,7 +153,7 @@ class CausalConvTranspose(RaggedStage):
 
     def __init__(self, layer: Any, max_streams: int) -> None:
         conv = layer.conv
-        weight = _plain_weight(conv)  # [C_in, C_out / groups, k]
+        weight = plain_weight(conv)  # [C_in, C_out / groups, k]
         self.stride = stride = conv.stride[0]
         if conv.kernel_size[0] != 2 * stride:
             raise CodecError("streaming expects transposed kernels of twice the stride")
@@ -286,50 +278,13 @@ class SlidingWindowTransformer(RaggedStage):
         return hidden.transpose(1, 2), lengths
 
 
-class Elu(RaggedStage):
-    def __init__(self, layer: nn.ELU, inplace: bool) -> None:
-        self.alpha = layer.alpha
-        self.inplace = inplace  # only where no other branch reads the input
-
-    def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
-    ) -> tuple[torch.Tensor, Lengths]:
-        return F.elu(x, self.alpha, inplace=self.inplace), lengths
-
-
-class _Identity(RaggedStage):
-    def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
-    ) -> tuple[torch.Tensor, Lengths]:
-        return x, lengths
-
-
-class Resnet(RaggedStage):
+def _resnet(layer: Any, max_streams: int) -> Residual:
     """``MimiResnetBlock``: ``shortcut(x) + block(x)`` (both branches stride 1)."""
-
-    def __init__(self, layer: Any, max_streams: int) -> None:
-        # The block's first ELU reads the input the shortcut also reads: not in place.
-        self.block = [
-            stage_for(sub, max_streams, inplace=index > 0) for index, sub in enumerate(layer.block)
-        ]
-        self.shortcut = stage_for(layer.shortcut, max_streams)
-
-    def reset(self, slot: int) -> None:
-        for stage in [*self.block, self.shortcut]:
-            stage.reset(slot)
-
-    def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
-    ) -> tuple[torch.Tensor, Lengths]:
-        if x.shape[-1] == 0:
-            return x, lengths
-        h, block_lengths = x, lengths
-        for stage in self.block:
-            h, block_lengths = stage.forward(h, block_lengths, slots, final)
-        skip, skip_lengths = self.shortcut.forward(x, lengths, slots, final)
-        if block_lengths != skip_lengths:
-            raise CodecError("residual branches fell out of step")
-        return skip[:, :, : h.shape[-1]] + h, skip_lengths
+    # The block's first ELU reads the input the shortcut also reads: not in place.
+    block = [
+        stage_for(sub, max_streams, inplace=index > 0) for index, sub in enumerate(layer.block)
+    ]
+    return Residual(block, stage_for(layer.shortcut, max_streams))
 
 
 def stage_for(layer: nn.Module, max_streams: int, inplace: bool = True) -> RaggedStage:
@@ -340,11 +295,11 @@ def stage_for(layer: nn.Module, max_streams: int, inplace: bool = True) -> Ragge
     if kind == "MimiConvTranspose1d":
         return CausalConvTranspose(layer, max_streams)
     if kind == "MimiResnetBlock":
-        return Resnet(layer, max_streams)
+        return _resnet(layer, max_streams)
     if isinstance(layer, nn.ELU):
         return Elu(layer, inplace)
     if isinstance(layer, nn.Identity):
-        return _Identity()
+        return Identity()
     raise CodecError(f"no streaming version of Mimi layer {kind}")
 
 

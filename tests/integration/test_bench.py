@@ -50,3 +50,14 @@ def test_the_precision_run_measures_speed_and_accuracy_of_every_setting() -> Non
     bf16 = result["backbone_accuracy"]["bf16_packed"]
     assert bf16["logits_cosine_min"] > 0.999
     assert 40.0 < result["codec"]["bf16_snr_db"] < 200.0
+
+
+def test_the_csm_run_compares_the_engine_transformers_and_mimi_streaming() -> None:
+    done = _bench("csm", "--batch-sizes", "1", "--repeats", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["benchmark"] == "csm" and result["shape"] == "csm-small"
+    (entry,) = result["results"]
+    assert entry["float32_decode_step_ms"] > 0 and entry["auto_depth_loop_ms"] > 0
+    assert result["transformers_frames_per_s_one_request"] > 0
+    assert result["mimi"][0]["streaming_audio_s_per_s"] > 0

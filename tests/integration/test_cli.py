@@ -112,9 +112,12 @@ def test_generate_refuses_bad_sampling_and_uncached_hub_ids(tmp_path):
 
 def test_generate_speaks_a_csm_checkpoint_as_the_reference_pipeline_does(tmp_path):
     import numpy as np
-    import torch
 
-    from tests.unit.engine.csm_checkpoints import reference_prompt_ids, save_tiny_csm
+    from tests.unit.engine.csm_checkpoints import (
+        reference_generate,
+        reference_prompt_ids,
+        save_tiny_csm,
+    )
 
     checkpoint = tmp_path / "csm"
     reference = save_tiny_csm(checkpoint)
@@ -128,17 +131,6 @@ def test_generate_speaks_a_csm_checkpoint_as_the_reference_pipeline_does(tmp_pat
         assert reader.getframerate() == 24000 and reader.getsampwidth() == 2
         got = np.frombuffer(reader.readframes(reader.getnframes()), dtype="<i2") / 32768.0
     ids = reference_prompt_ids(checkpoint, "Good morning.", "0")
-    undecodable = [2048, 2049, 2050]
-    with torch.no_grad():
-        expected = reference.generate(
-            input_ids=torch.tensor([ids]),
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            max_new_tokens=5,
-            do_sample=False,
-            depth_decoder_do_sample=False,
-            suppress_tokens=undecodable,
-            depth_decoder_suppress_tokens=undecodable,
-            output_audio=True,
-        )[0].numpy()
+    expected = reference_generate(reference, ids, 5, output_audio=True)[0].numpy()
     assert got.shape == expected.shape == (5 * 1920,)
     np.testing.assert_allclose(got, np.clip(expected, -1.0, 1.0), atol=2.0 / 32768)

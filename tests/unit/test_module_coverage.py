@@ -12,6 +12,11 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "cadenza/bench/codec_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/bench/engine_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/bench/cpu_precision.py": ("tests/integration/test_bench.py", "a benchmark"),
+    "cadenza/bench/csm_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
+    "cadenza/codecs/shared_stages.py": (
+        "tests/unit/codecs/test_encodec_streaming.py",
+        "the stages of both streaming decoders, tested through them (and test_mimi_streaming)",
+    ),
     "cadenza/bench/pacing.py": ("tests/integration/test_webrtc.py", "a benchmark"),
     "cadenza/bench/roofline.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/bench/snac_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),

@@ -6,10 +6,14 @@ real ids, safetensors saved by ``transformers``."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from transformers import CsmConfig, CsmForConditionalGeneration, MimiConfig
+
+from cadenza.codecs.mimi import randomize_codebooks
 
 FIRST_SPECIAL = 128_000
 TEXT_VOCAB = 128_256
@@ -83,18 +87,47 @@ def save_tiny_csm(directory: Path, seed: int = 0) -> CsmForConditionalGeneration
     torch.manual_seed(seed)
     model = CsmForConditionalGeneration(tiny_csm_config()).eval()
     generator = torch.Generator().manual_seed(seed + 1)
+    randomize_codebooks(model.codec_model, generator)
     with torch.no_grad():
-        for name, buffer in model.codec_model.named_buffers():
-            if name.endswith("embed_sum"):
-                buffer.copy_(torch.randn(buffer.shape, generator=generator))
-            elif name.endswith("cluster_usage"):
-                buffer.fill_(1.0)
         # The codebook embeddings are tied; a wider spread keeps greedy choices clear.
         model.depth_decoder.model.embed_tokens.weight.normal_(0.0, 0.5, generator=generator)
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     save_csm_tokenizer(directory)
     return model
+
+
+UNDECODABLE = [2048, 2049, 2050]  # past Mimi's codebook: cadenza never samples them
+
+
+def reference_generate(
+    model: CsmForConditionalGeneration,
+    ids: list[int],
+    frames: int,
+    audio: np.ndarray | None = None,
+    output_audio: bool = False,
+) -> Any:
+    """``transformers``' greedy generate for prompt ``ids`` (after a context turn's ``audio``,
+    when given), with the ids the codec cannot decode suppressed as cadenza does. The mask is
+    the processor's: without one, generate infers it from the pad id, which is also the audio
+    token's id, and hides every audio position."""
+    extra: dict[str, Any] = {"attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
+    if audio is not None:
+        extra |= {
+            "input_values": torch.from_numpy(audio)[None, None],
+            "input_values_cutoffs": torch.tensor([[audio.size]]),
+        }
+    with torch.no_grad():
+        return model.generate(
+            input_ids=torch.tensor([ids]),
+            max_new_tokens=frames,
+            do_sample=False,
+            depth_decoder_do_sample=False,
+            suppress_tokens=UNDECODABLE,
+            depth_decoder_suppress_tokens=UNDECODABLE,
+            output_audio=output_audio,
+            **extra,
+        )
 
 
 def reference_prompt_ids(directory: Path, text: str, speaker: str) -> list[int]:

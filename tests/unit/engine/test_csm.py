@@ -19,13 +19,16 @@ from cadenza.engine.models import csm
 from cadenza.engine.models.checkpoint import CheckpointError
 from cadenza.engine.models.registry import load_model
 from tests.support.float32_compute import FLOAT32_COMPUTE
-from tests.unit.engine.csm_checkpoints import reference_prompt_ids, save_tiny_csm
+from tests.unit.engine.csm_checkpoints import (
+    reference_generate,
+    reference_prompt_ids,
+    save_tiny_csm,
+)
 from tests.unit.engine.test_resume import _audio, _codes, _outputs, _rows
 
 FRAMES = 5
 DURATION_S = FRAMES / 12.5
 GREEDY = SamplingParams(temperature=0.0, top_k=0)
-UNDECODABLE = [2048, 2049, 2050]  # past Mimi's codebook: cadenza never samples them
 
 
 @pytest.fixture(scope="module")
@@ -41,25 +44,7 @@ def reference_frames(model, ids: list[int], frames: int = FRAMES, audio=None) ->
     """transformers' greedy frames for prompt ``ids`` (cached per prompt)."""
     key = (tuple(ids), frames, None if audio is None else audio.shape)
     if key not in _REFERENCE:
-        # As the processor returns it: without a mask, generate would infer one from the pad
-        # id, which is also the audio token's id, and hide every audio position.
-        extra = {"attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
-        if audio is not None:
-            extra |= {
-                "input_values": torch.from_numpy(audio)[None, None],
-                "input_values_cutoffs": torch.tensor([[audio.size]]),
-            }
-        with torch.no_grad():
-            out = model.generate(
-                input_ids=torch.tensor([ids]),
-                max_new_tokens=frames,
-                do_sample=False,
-                depth_decoder_do_sample=False,
-                suppress_tokens=UNDECODABLE,
-                depth_decoder_suppress_tokens=UNDECODABLE,
-                **extra,
-            )
-        _REFERENCE[key] = out[0].tolist()
+        _REFERENCE[key] = reference_generate(model, ids, frames, audio)[0].tolist()
     return _REFERENCE[key]
 
 
@@ -203,16 +188,7 @@ def test_text_to_audio_equals_transformers_generate_with_audio(checkpoint) -> No
         "Good morning.", voice="0", max_duration_s=DURATION_S, sampling=GREEDY
     )
     ids = reference_prompt_ids(directory, "Good morning.", "0")
-    with torch.no_grad():
-        expected = reference.generate(
-            input_ids=torch.tensor([ids]),
-            max_new_tokens=FRAMES,
-            do_sample=False,
-            depth_decoder_do_sample=False,
-            suppress_tokens=UNDECODABLE,
-            depth_decoder_suppress_tokens=UNDECODABLE,
-            output_audio=True,
-        )[0].numpy()
+    expected = reference_generate(reference, ids, FRAMES, output_audio=True)[0].numpy()
     assert audio.shape == expected.shape == (FRAMES * 1920,)
     # cadenza clips to [-1, 1] (a random codec overshoots it)
     np.testing.assert_allclose(audio, np.clip(expected, -1.0, 1.0), atol=1e-4)
