@@ -149,6 +149,10 @@ def _build_parser() -> argparse.ArgumentParser:
         "--priority", choices=["realtime", "standard", "batch"], default="realtime"
     )
     loadtest.add_argument("--api-key")
+    loadtest.add_argument("--model", help="the served model to load (default: the server's first)")
+    loadtest.add_argument(
+        "--voice", help="its voice (default: 'default' if it has one, else its first)"
+    )
     loadtest.add_argument("--baseline", help="a second server to sweep the same way (naive)")
     loadtest.add_argument("--start", type=int, default=1, help="sweep: first level")
     loadtest.add_argument("--limit", type=int, default=128, help="sweep: largest level")
@@ -432,6 +436,8 @@ def _loadtest(_: CadenzaConfig, args: argparse.Namespace) -> int:
             priority=args.priority,
             api_key=args.api_key,
             seed=args.seed,
+            model=args.model,
+            voice=args.voice,
             chaos=None
             if args.chaos_kill_every is None
             else ChaosSchedule.parse(args.chaos_kill_every),

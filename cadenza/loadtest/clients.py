@@ -41,7 +41,14 @@ async def ws_stream(
     chunks: list[Chunk] = []
     rate = 0
     try:
-        async for chunk in session.speak(text, format="pcm", priority=options.priority, seed=seed):
+        async for chunk in session.speak(
+            text,
+            format="pcm",
+            priority=options.priority,
+            seed=seed,
+            model=options.model,
+            voice=options.voice or "default",
+        ):
             now = time.monotonic()
             rate = chunk.sample_rate
             chunks.append(Chunk(now, len(chunk.data) / 2 / rate))
@@ -59,7 +66,8 @@ async def http_stream(
     client: httpx.AsyncClient, text: str, options: LoadOptions, level_start: float, seed: int
 ) -> StreamResult:
     body = {
-        "model": "cadenza-tiny",
+        "model": options.model or "cadenza-tiny",
+        "voice": options.voice or "default",
         "input": text,
         "response_format": "pcm",
         "priority": options.priority,
@@ -96,7 +104,12 @@ async def webrtc_stream(text: str, options: LoadOptions, level_start: float) -> 
     try:
         await peer.connect()
         sent = time.monotonic()
-        peer.send({"type": "speak", "text": text, "priority": options.priority})
+        speak = {"type": "speak", "text": text, "priority": options.priority}
+        if options.model is not None:
+            speak["model"] = options.model
+        if options.voice is not None:
+            speak["voice"] = options.voice
+        peer.send(speak)
         started = await peer.next_event({"started", "error"}, timeout_s=60)
         if started["type"] == "error":
             code = str(started.get("code"))

@@ -32,12 +32,15 @@ async def run_loadtest(
     progress: Progress | None = None,
 ) -> tuple[dict[str, Any], list[Path]]:
     """Run, write the outputs, return ``(report, paths)``. ``concurrency=None`` sweeps."""
+    options = await resolve_target(options)
     claim_before, ideal, ideal_long = await _server_capacity(options.url)
     capacity, levels = await _measure(options, concurrency, start, limit, progress)
     claim_after, _, _ = await _server_capacity(options.url)
     baseline = None
     if baseline_url is not None:
-        base_options = replace(options, url=baseline_url.rstrip("/"))
+        base_options = await resolve_target(
+            replace(options, url=baseline_url.rstrip("/"), model=None, voice=None)
+        )
         base_capacity, base_levels = await _measure(base_options, concurrency, 1, limit, progress)
         baseline = {
             "options": _options_dict(base_options),
@@ -69,6 +72,34 @@ async def _measure(
         level["passed"] = level_passes(level, options.slo_ttfa_ms)
         return (concurrency if level["passed"] else None), [level]
     return await sweep(options, start=start, limit=limit, progress=progress)
+
+
+async def resolve_target(options: LoadOptions) -> LoadOptions:
+    """``options`` with the model and voice the load goes to, checked against the server's
+    ``/v1/models`` (by default its first model, and its ``default`` voice or else its first).
+    Raises :class:`LoadTestError` naming what the server has."""
+    try:
+        async with httpx.AsyncClient(timeout=10) as client:
+            response = await client.get(f"{options.url}/v1/models", headers=_auth(options))
+    except httpx.HTTPError as exc:
+        raise LoadTestError(f"{options.url} is unreachable: {exc}") from exc
+    if response.status_code != 200:
+        raise LoadTestError(f"{options.url}/v1/models answered {response.status_code}")
+    served = {m["id"]: list(m.get("voices") or []) for m in response.json().get("data", [])}
+    if not served:
+        raise LoadTestError(f"{options.url} serves no model")
+    model = options.model or next(iter(served))
+    if model not in served:
+        raise LoadTestError(f"--model {model!r}: the server serves {', '.join(served)}")
+    voices = served[model]
+    voice = options.voice or ("default" if "default" in voices or not voices else voices[0])
+    if voices and voice not in voices:
+        raise LoadTestError(f"--voice {voice!r}: {model} has {', '.join(voices)}")
+    return replace(options, model=model, voice=voice)
+
+
+def _auth(options: LoadOptions) -> dict[str, str]:
+    return {"Authorization": f"Bearer {options.api_key}"} if options.api_key else {}
 
 
 async def _check_ready(url: str) -> None:

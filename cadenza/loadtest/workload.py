@@ -102,6 +102,8 @@ class LoadOptions:
     api_key: str | None = None
     seed: int = 0
     chaos: ChaosSchedule | None = None  # kill a random engine replica on this schedule
+    model: str | None = None  # the served model to load (None: the server's first)
+    voice: str | None = None  # its voice (None: "default" if it has one, else its first)
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):

@@ -172,3 +172,19 @@ def test_a_two_turn_csm_conversation_reuses_the_first_turns_kv(server) -> None:
     # the second prompt is the first prompt, its frames and the user's turn, then new text:
     # everything but the tail of the first turn's last page came from the cache
     assert after - before >= 16
+
+
+def test_the_load_tester_targets_a_model_and_its_voices(server, tmp_path) -> None:
+    from cadenza.loadtest.harness import LoadTestError, resolve_target, run_loadtest
+    from cadenza.loadtest.workload import LoadOptions
+
+    options = LoadOptions(url=server.url, duration_s=1.0, model="csm-tiny")
+    assert asyncio.run(resolve_target(options)).voice == "0"  # CSM has no "default" voice
+    default = asyncio.run(resolve_target(LoadOptions(url=server.url)))
+    assert (default.model, default.voice) == ("cadenza-tiny", "default")
+    for bad in ({"model": "nope"}, {"model": "csm-tiny", "voice": "default"}):
+        with pytest.raises(LoadTestError, match=r"serves|has"):
+            asyncio.run(resolve_target(LoadOptions(url=server.url, **bad)))
+    report, _ = asyncio.run(run_loadtest(options, out_dir=tmp_path, concurrency=1))
+    (level,) = report["levels"]
+    assert level["admitted"] >= 1 and level["errors"] == 0, level["errors_by_reason"]
