@@ -282,7 +282,11 @@ class EngineConfig(_Section):
         description="decoding streams per calibration point (stops once steps are too slow)",
     )
     calibration_steps: int = Field(
-        120, ge=2, le=1000, description="steps timed per point (a multiple of chunk_frames)"
+        120,
+        ge=2,
+        le=1000,
+        description="audio timed per calibration point, in 75 Hz codec frames (converted like "
+        "chunk_frames: 20 frames of a 12.5 Hz codec), a multiple of chunk_frames",
     )
     calibration_long_context: int = Field(
         1024, ge=0, description="prompt tokens of the long-context calibration point (0: none)"

@@ -107,6 +107,13 @@ def build_engine(
                     config.first_chunk_frames, codec_model.frame_rate
                 )
                 + codec_model.lookahead_frames,
+                # The same stretch of audio at any frame rate, in the layout's steps: a model
+                # of 12.5 frames a second is timed over 20 steps, not 120 (10 s of audio).
+                "calibration_steps": max(
+                    2,
+                    codec_chunk_frames(config.calibration_steps, codec_model.frame_rate)
+                    * layout.steps_per_frame,
+                ),
             }
         )
         policy = DeadlinePolicy(
