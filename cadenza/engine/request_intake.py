@@ -148,7 +148,16 @@ class RequestIntake:
         for row in point.rows:
             if len(row) != width or any(not 0 <= token < vocab for token in row):
                 raise RequestRejected("resume rows do not fit this model's vocabulary")
-            mask_index, _ = self.layout.constraints(seq)
+            mask_index, forced = self.layout.constraints(seq)
+            for k, token in enumerate(row):
+                if forced is not None and forced[k] is not None:
+                    possible = token == forced[k]
+                else:
+                    possible = masks is None or bool(masks[mask_index, k, token])
+                if not possible:
+                    raise RequestRejected(
+                        f"resume rows hold id {token}, which the model could not emit there"
+                    )
             draws = vocab if allowed is None else allowed[mask_index]
             if self.model.depth is None:
                 replay_draws(seq, draws, width)

@@ -215,10 +215,16 @@ def _csm_voices(directory: Path) -> tuple[str, ...]:
 
 
 def read_llama_backbone_config(directory: Path) -> LlamaBackboneConfig:
-    """The backbone shape from ``directory/config.json`` alone (no weights are read)."""
+    """The shape of the backbone that holds the paged KV, from ``directory/config.json`` alone
+    (no weights are read): a Llama's, or a CSM's backbone (its depth decoder's KV is a
+    per-frame scratch, not paged)."""
     config = _read_json(directory / "config.json")
+    if is_csm_config(config):
+        return _llama_backbone_config(config, directory, default_theta=500000.0)
     if config.get("model_type") != "llama":
-        raise CheckpointError(f"{directory}: model_type {config.get('model_type')!r} is not llama")
+        raise CheckpointError(
+            f"{directory}: model_type {config.get('model_type')!r} is neither llama nor csm"
+        )
     return _llama_backbone_config(config, directory)
 
 

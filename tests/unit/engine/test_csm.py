@@ -279,3 +279,18 @@ def test_bf16_weights_keep_float32_rotary_and_tied_codebook_embeddings(checkpoin
     assert model.depth_decoder.transformer.rotary.inv_freq.dtype == torch.float32
     embeddings = model.embed_audio_tokens.weight
     assert model.depth_decoder.embed_tokens.weight.data_ptr() == embeddings.data_ptr()
+
+
+def test_a_resume_point_with_ids_the_model_cannot_emit_is_refused(checkpoint) -> None:
+    engine = _engine(checkpoint[0])
+    point = ResumePoint(((2050,) * 32,), 0)  # the pad id: never sampled
+    with pytest.raises(RequestRejected, match="could not emit"):
+        engine.add_request(SynthesisRequest("r", "Hi.", "0", DURATION_S, GREEDY, resume=point))
+    engine.check_integrity()
+
+
+def test_plan_reads_the_paged_backbone_of_a_csm_checkpoint(checkpoint) -> None:
+    from cadenza.engine.models.checkpoint import read_llama_backbone_config
+
+    shape = read_llama_backbone_config(checkpoint[0])
+    assert (shape.num_layers, shape.num_kv_heads, shape.head_dim) == (2, 2, 16)
