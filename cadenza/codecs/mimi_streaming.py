@@ -207,6 +207,10 @@ class SlidingWindowTransformer(RaggedStage):
     positions and its position count. A chunk's queries attend to that window plus the
     chunk's own keys, masked per row: key position ``p`` is seen by query position ``q`` iff
     ``0 <= p``, ``q - window < p <= q``. Works on ``[B, C, T]`` like the conv stages.
+
+    The window is the decoder's largest state (8 MB a slot for the public model): it is held
+    for the slots opened so far (slots are handed out lowest first), growing by doubling up to
+    ``max_streams``, rather than for every slot the decoder could have.
     """
 
     def __init__(self, transformer: Any, max_streams: int) -> None:
@@ -222,12 +226,23 @@ class SlidingWindowTransformer(RaggedStage):
         self.head_dim: int = attention.head_dim
         self.scaling: float = attention.scaling
         weight = attention.k_proj.weight
-        size = (max_streams, len(self.layers), self.kv_heads, self.window, self.head_dim)
-        self.keys = weight.new_zeros(size)
-        self.values = weight.new_zeros(size)
+        self.max_streams = max_streams
+        self.keys = weight.new_zeros(self._shape(min(max_streams, 4)))
+        self.values = torch.zeros_like(self.keys)
         self.positions = torch.zeros(max_streams, dtype=torch.long, device=weight.device)
 
+    def _shape(self, slots: int) -> tuple[int, ...]:
+        return (slots, len(self.layers), self.kv_heads, self.window, self.head_dim)
+
     def reset(self, slot: int) -> None:
+        if slot >= self.keys.shape[0]:  # a slot past those held so far is being opened
+            held = self.keys.shape[0]
+            grown = min(self.max_streams, max(2 * held, slot + 1))
+            for name in ("keys", "values"):
+                old = getattr(self, name)
+                new = old.new_zeros(self._shape(grown))
+                new[:held] = old
+                setattr(self, name, new)
         self.keys[slot] = 0
         self.values[slot] = 0
         self.positions[slot] = 0

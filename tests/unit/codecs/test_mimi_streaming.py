@@ -177,3 +177,31 @@ def test_slot_misuse_is_refused(codec) -> None:
     with pytest.raises(CodecError, match="not open"):
         decoder.close(1)
     assert decoder.open() == 1
+
+
+def test_the_window_state_grows_with_the_slots_opened(codec) -> None:
+    """The transformer's window is held for the slots opened so far: opening a ninth stream
+    grows it, and streams decoding across the growth stay exact."""
+    decoder = codec.streaming_decoder(max_streams=12)
+    stage = next(s for s in decoder._stages if isinstance(s, SlidingWindowTransformer))
+    assert stage.keys.shape[0] == 4
+    codes = [_codes(8, seed=300 + i) for i in range(9)]
+    pieces: list[list[torch.Tensor]] = [[] for _ in codes]
+    slots = [decoder.open() for _ in range(3)]
+    for start in range(0, 8, 2):
+        if start == 4:  # six more streams join half-way: the window grows past 4 slots
+            slots += [decoder.open() for _ in range(6)]
+        chunks = {
+            slot: codes[i][:, start - (4 if i >= 3 else 0) :][:, :2]
+            for i, slot in enumerate(slots)
+            if i < 3 or start >= 4
+        }
+        out = decoder.decode(chunks)
+        for i, slot in enumerate(slots):
+            if slot in out:
+                pieces[i].append(out[slot])
+    assert stage.keys.shape[0] == 12  # 4, then 8 for the fifth slot, then at most max_streams
+    for i in range(3):
+        _assert_matches_offline(codec, codes[i], pieces[i])
+    for i in range(3, 9):
+        _assert_matches_offline(codec, codes[i][:, :4], pieces[i])
