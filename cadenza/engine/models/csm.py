@@ -22,7 +22,6 @@ through the Mimi codec stored in the same checkpoint.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from cadenza.engine.layouts.frame_rows import FrameRowLayout, text_row
 from cadenza.engine.models.depth_scratch import DepthScratch
 from cadenza.engine.models.llama import LlamaBackbone, LlamaBackboneConfig
 from cadenza.engine.models.model import AudioTokenModel, DepthDecoding, PromptTurn
+from cadenza.engine.models.prompt_format import TextEncoder
 from cadenza.kernels.attention_context import AttentionContext
 
 BEGIN_OF_TEXT = 128000
@@ -42,8 +42,6 @@ END_OF_TEXT = 128001
 SPEAKERS = ("0", "1")
 SAMPLING_DEFAULTS: dict[str, float] = {"temperature": 0.9, "top_k": 50}
 MIMI_CODEBOOK_SIZE = 2048
-
-TextEncoder = Callable[[str], list[int]]
 
 
 class CsmDepthDecoder(nn.Module):
