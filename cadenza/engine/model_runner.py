@@ -27,7 +27,7 @@ from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.sampler import sample_rows
 from cadenza.engine.scheduler import ScheduledBatch, StepResult
 from cadenza.engine.sequence import Sequence
-from cadenza.kernels.attention_context import AttentionContext, PrefillSpan, decode_key_slots
+from cadenza.kernels.attention_context import AttentionContext, PrefillSpan, decode_keys
 
 log = logging.getLogger(__name__)
 
@@ -205,15 +205,14 @@ class ModelRunner:
 
         page_tables = torch.from_numpy(decode_tables).to(self.device)
         seq_lens = torch.from_numpy(decode_lens).to(self.device)
-        key_slots, key_mask = decode_key_slots(page_tables, seq_lens, size)
+        keys = decode_keys(page_tables, seq_lens, size, self.kv_cache.spec.num_kv_heads)
         context = AttentionContext(
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=self.device),
             num_decodes=len(batch.decodes),
             decode_page_tables=page_tables,
             decode_seq_lens=seq_lens,
             prefills=tuple(spans),
-            decode_key_slots=key_slots,
-            decode_key_mask=key_mask,
+            decode_keys=keys,
         )
         inputs = (
             torch.tensor(rows, dtype=torch.long, device=self.device),

@@ -39,9 +39,7 @@ class TorchAttentionBackend:
             context.decode_page_tables,
             context.decode_seq_lens,
             scale,
-            key_slots=None
-            if context.decode_key_slots is None or context.decode_key_mask is None
-            else (context.decode_key_slots, context.decode_key_mask),
+            keys=context.decode_keys,
             k_scale=k_scale,
             v_scale=v_scale,
         )
@@ -60,7 +58,16 @@ class TorchAttentionBackend:
     ) -> torch.Tensor:
         """``q [N, Hq, D]``, ``k, v [N, Hkv, D]`` -> ``[N, Hq, D]``. ``k_scale, v_scale``: the
         layer's scales when the cache is int8."""
-        store_kv(k, v, k_cache, v_cache, context.slot_mapping, k_scale, v_scale)
+        store_kv(
+            k,
+            v,
+            k_cache,
+            v_cache,
+            context.slot_mapping,
+            k_scale,
+            v_scale,
+            every_slot_set=context.stores_every_token,
+        )
         pieces = []
         if context.num_decodes:
             pieces.append(

@@ -12,6 +12,7 @@ The model runner builds one context per step; every layer reads it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -34,11 +35,41 @@ class AttentionContext:
     decode_page_tables: torch.Tensor  # [num_decodes, max_pages] int32, -1 padded
     decode_seq_lens: torch.Tensor  # [num_decodes] int32, tokens cached after this step
     prefills: tuple[PrefillSpan, ...]
-    # Derived once per step for backends that gather pages (the same for every layer):
-    # the cache slot of every key position each decode sees, padded to the longest, and
-    # which of those positions are real.
-    decode_key_slots: torch.Tensor | None = None  # [num_decodes, L] int64
-    decode_key_mask: torch.Tensor | None = None  # [num_decodes, L] bool
+    # Derived once per step for backends that gather pages (the same for every layer).
+    decode_keys: DecodeKeys | None = None
+
+    @cached_property
+    def stores_every_token(self) -> bool:
+        """Whether every token has a cache slot (no ``-1`` in ``slot_mapping``)."""
+        return not self.slot_mapping.numel() or bool((self.slot_mapping >= 0).all())
+
+
+@dataclass(frozen=True)
+class DecodeKeys:
+    """Where every decode query's keys are, padded to the longest sequence ``L``, in the
+    layout the gathering attention wants: one key head's positions contiguous.
+
+    ``rows [B, Hkv, L]`` int64: the row of ``cache.view(-1, head_dim)`` (a layer's cache seen
+    as one row per slot and head) holding key position ``l`` of head ``h`` for query ``b``;
+    padding points at row 0. ``bias [B, 1, 1, L]`` float32: 0 at real positions, ``-inf`` at
+    padding (the additive mask for SDPA). ``slots``, ``mask [B, L]``: the same per slot."""
+
+    slots: torch.Tensor
+    mask: torch.Tensor
+    rows: torch.Tensor
+    bias: torch.Tensor
+
+
+def decode_keys(
+    page_tables: torch.Tensor, seq_lens: torch.Tensor, page_size: int, num_kv_heads: int
+) -> DecodeKeys:
+    """:class:`DecodeKeys` of decoding sequences with ``page_tables [B, max_pages]`` (-1
+    padded) and ``seq_lens [B]`` (keys each query sees)."""
+    slots, mask = decode_key_slots(page_tables, seq_lens, page_size)
+    heads = torch.arange(num_kv_heads, device=slots.device)
+    rows = slots[:, None, :] * num_kv_heads + heads[None, :, None]
+    bias = torch.zeros(mask.shape, device=mask.device).masked_fill_(~mask, float("-inf"))
+    return DecodeKeys(slots=slots, mask=mask, rows=rows, bias=bias[:, None, None, :])
 
 
 def decode_key_slots(

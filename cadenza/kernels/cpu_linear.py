@@ -23,6 +23,7 @@ from torch import nn
 from cadenza.kernels.linear_swap import swap_linears
 
 
+
 def native_bf16_matmul() -> bool:
     """Whether this CPU multiplies bf16 in hardware (AMX tiles or AVX512-BF16), where oneDNN's
     bf16 products beat fp32 ones; without them bf16 is emulated and slower."""
@@ -55,7 +56,9 @@ SMALL_PRODUCT_MACS = 2_500_000
 
 class PackedLinear(nn.Module):
     """``y = x @ weight.T`` with ``weight`` kept for reference and a packed copy for compute,
-    in ``compute_dtype`` (fp32, or bf16 for the CPU's bf16 units); fp32 in, fp32 out.
+    in ``compute_dtype`` (fp32, or bf16 for the CPU's bf16 units). Input fp32 (or already in
+    ``compute_dtype``); output fp32, or left in ``compute_dtype`` when ``keep_compute_dtype``
+    (for consumers that promote it themselves, saving a conversion of every output).
 
     Products smaller than :data:`SMALL_PRODUCT_MACS` (few rows through a small layer) use the
     fp32 ``weight`` directly: oneDNN's fixed cost per call would dominate them. With bf16 that
@@ -63,10 +66,16 @@ class PackedLinear(nn.Module):
 
     packed: torch.Tensor
 
-    def __init__(self, weight: torch.Tensor, compute_dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        compute_dtype: torch.dtype = torch.float32,
+        keep_compute_dtype: bool = False,
+    ) -> None:
         super().__init__()
         self.out_features, self.in_features = weight.shape
         self.compute_dtype = compute_dtype
+        self.keep_compute_dtype = keep_compute_dtype
         self.weight = nn.Parameter(weight.detach(), requires_grad=False)
         self.register_buffer(
             "packed",
@@ -75,16 +84,31 @@ class PackedLinear(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype != torch.float32 or x.device.type != "cpu":
+        if x.device.type != "cpu" or x.dtype not in (torch.float32, self.compute_dtype):
             return F.linear(x, self.weight)
         rows = x.numel() // self.in_features
         if rows * self.in_features * self.out_features < SMALL_PRODUCT_MACS:
-            return F.linear(x, self.weight)
+            return F.linear(x.float(), self.weight)
         flat = x.reshape(-1, self.in_features).to(self.compute_dtype)
         out = torch.ops.mkldnn._linear_pointwise(flat, self.packed, None, "none", [], "")
-        return out.to(torch.float32).reshape(*x.shape[:-1], self.out_features)
+        if not self.keep_compute_dtype:
+            out = out.to(torch.float32)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+
+# A module may list, in this attribute, the names of its linear layers whose outputs only feed
+# ops that promote them to fp32 themselves (residual adds, rotary, the KV store, another packed
+# product): those keep the compute dtype (:attr:`PackedLinear.keep_compute_dtype`).
+PROMOTING_CONSUMERS = "linears_with_promoting_consumers"
 
 
 def pack_linears(module: nn.Module, compute_dtype: torch.dtype = torch.float32) -> int:
-    """Replace every bias-free ``nn.Linear`` under ``module`` in place; returns how many."""
-    return swap_linears(module, lambda weight: PackedLinear(weight, compute_dtype))
+    """Replace every bias-free ``nn.Linear`` under ``module`` in place; returns how many. The
+    ones a module lists in :data:`PROMOTING_CONSUMERS` keep the compute dtype."""
+    count = swap_linears(module, lambda weight: PackedLinear(weight, compute_dtype))
+    for parent in module.modules():
+        for name in getattr(parent, PROMOTING_CONSUMERS, ()):
+            child = getattr(parent, name, None)
+            if isinstance(child, PackedLinear):
+                child.keep_compute_dtype = True
+    return count

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from cadenza.kernels.attention_context import decode_key_slots
+from cadenza.kernels.attention_context import DecodeKeys, decode_keys
 from cadenza.kernels.kv_quant import dequantize, quantize_per_token
 
 
@@ -30,13 +30,15 @@ def store_kv(
     slot_mapping: torch.Tensor,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    every_slot_set: bool = False,
 ) -> None:
     """Write ``k, v [N, Hkv, D]`` into the cache at ``slot_mapping [N]`` (int64; -1 skips),
-    quantizing to int8 with per-token, per-head scales when the cache is int8."""
+    quantizing to int8 with per-token, per-head scales when the cache is int8.
+    ``every_slot_set``: the caller knows there is no -1 (skips checking)."""
     num_kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
     flat_k = k_cache.view(-1, num_kv_heads, head_dim)
     flat_v = v_cache.view(-1, num_kv_heads, head_dim)
-    if slot_mapping.numel() and bool((slot_mapping < 0).any()):
+    if not every_slot_set and slot_mapping.numel() and bool((slot_mapping < 0).any()):
         keep = slot_mapping >= 0
         k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
     if k_cache.dtype == torch.int8:
@@ -65,7 +67,7 @@ def torch_paged_decode_attention(
     page_tables: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
-    key_slots: tuple[torch.Tensor, torch.Tensor] | None = None,
+    keys: DecodeKeys | None = None,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
@@ -73,35 +75,34 @@ def torch_paged_decode_attention(
 
     ``q [B, Hq, D]``; ``page_tables [B, max_pages]`` int32, -1 padded; ``seq_lens [B]`` int32,
     the number of cached tokens each query attends to (its own included). Returns ``[B, Hq, D]``.
-    ``key_slots``: the ``(slots, mask)`` of :func:`decode_key_slots` when the caller already
-    has them (they are the same for every layer of a step).
+    ``keys``: the step's :class:`DecodeKeys` when the caller already has them (they are the
+    same for every layer of a step).
+
+    Each key head's positions are gathered contiguous (``[B, Hkv, L, D]``) and the ``Hq / Hkv``
+    query heads that share it go to SDPA as that head's queries: one small dense attention per
+    key head, with no copy of the keys per query head (4x faster than SDPA's GQA path over
+    ``[B, L, Hkv, D]`` at 700 positions on the CPU, docs/benchmarks.md).
     """
     batch, num_q_heads, head_dim = q.shape
     page_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
-    slots, mask = key_slots or decode_key_slots(page_tables, seq_lens, page_size)
-    flat_slots = slots.reshape(-1)
-    shape = (batch, slots.shape[1], num_kv_heads, head_dim)
-    keys = k_cache.view(-1, num_kv_heads, head_dim).index_select(0, flat_slots).view(shape)
-    values = v_cache.view(-1, num_kv_heads, head_dim).index_select(0, flat_slots).view(shape)
+    if keys is None:
+        keys = decode_keys(page_tables, seq_lens, page_size, num_kv_heads)
+    rows = keys.rows.reshape(-1)
+    shape = (batch, num_kv_heads, keys.rows.shape[2], head_dim)
+    gathered_k = k_cache.view(-1, head_dim).index_select(0, rows).view(shape)
+    gathered_v = v_cache.view(-1, head_dim).index_select(0, rows).view(shape)
     if k_cache.dtype == torch.int8:
         assert k_scale is not None and v_scale is not None
-        keys = dequantize(keys, _gather_scales(k_scale, flat_slots, shape), q.dtype)
-        values = dequantize(values, _gather_scales(v_scale, flat_slots, shape), q.dtype)
+        gathered_k = dequantize(gathered_k, k_scale.reshape(-1)[rows].view(shape[:3]), q.dtype)
+        gathered_v = dequantize(gathered_v, v_scale.reshape(-1)[rows].view(shape[:3]), q.dtype)
     out = F.scaled_dot_product_attention(
-        q[:, :, None, :],
-        keys.transpose(1, 2).to(q.dtype),
-        values.transpose(1, 2).to(q.dtype),
-        attn_mask=mask[:, None, None, :],
+        q.reshape(batch, num_kv_heads, num_q_heads // num_kv_heads, head_dim),
+        gathered_k.to(q.dtype),
+        gathered_v.to(q.dtype),
+        attn_mask=keys.bias.to(q.dtype),
         scale=scale,
-        enable_gqa=num_q_heads != num_kv_heads,
     )
-    return out[:, :, 0, :]
-
-
-def _gather_scales(
-    scales: torch.Tensor, flat_slots: torch.Tensor, shape: tuple[int, int, int, int]
-) -> torch.Tensor:
-    return scales.view(-1, shape[2]).index_select(0, flat_slots).view(shape[:3])
+    return out.reshape(batch, num_q_heads, head_dim)
 
 
 def torch_paged_prefill_attention(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from cadenza.engine.kv.paged_kv_cache import KVSpec, PagedKVCache
-from cadenza.kernels.attention_context import AttentionContext, decode_key_slots
+from cadenza.kernels.attention_context import AttentionContext, decode_keys
 
 
 class DepthScratch:
@@ -46,15 +46,14 @@ class DepthScratch:
         position = torch.arange(start, start + count, device=device).repeat_interleave(rows)
         page_tables = row_index.to(torch.int32)[:, None]
         seq_lens = (position + 1).to(torch.int32)
-        key_slots, key_mask = decode_key_slots(page_tables, seq_lens, self.positions)
+        keys = decode_keys(page_tables, seq_lens, self.positions, self.spec.num_kv_heads)
         context = AttentionContext(
             slot_mapping=row_index * self.positions + position,
             num_decodes=rows * count,
             decode_page_tables=page_tables,
             decode_seq_lens=seq_lens,
             prefills=(),
-            decode_key_slots=key_slots,
-            decode_key_mask=key_mask,
+            decode_keys=keys,
         )
         self._contexts[key] = context
         return context

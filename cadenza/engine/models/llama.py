@@ -69,6 +69,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            # One fused op, bit-identical to the steps below in float32.
+            return nn.functional.rms_norm(x, self.weight.shape, self.weight, self.eps)
         dtype = x.dtype
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -99,10 +102,12 @@ class RotaryEmbedding(nn.Module):
         return self
 
     def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``positions [T]`` -> ``cos, sin [T, 1, head_dim]`` (broadcast over heads)."""
+        """``positions [T]`` -> ``cos, signed_sin [T, 1, head_dim]`` (broadcast over heads):
+        the angles' cosines, and their sines negated in the first half (what
+        :func:`apply_rotary` multiplies the swapped halves by)."""
         freqs = positions.float()[:, None] * self.inv_freq[None, :]
-        angles = torch.cat([freqs, freqs], dim=-1)[:, None, :]
-        return angles.cos(), angles.sin()
+        cos, sin = freqs.cos(), freqs.sin()
+        return torch.cat([cos, cos], dim=-1)[:, None, :], torch.cat([-sin, sin], dim=-1)[:, None, :]
 
 
 def _llama3_inv_freq(inv_freq: torch.Tensor, scaling: Llama3RopeScaling) -> torch.Tensor:
@@ -120,13 +125,27 @@ def _llama3_inv_freq(inv_freq: torch.Tensor, scaling: Llama3RopeScaling) -> torc
     return torch.where(medium, blended, scaled)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def apply_rotary(
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    signed_sin: torch.Tensor,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """Rotate ``x [..., head_dim]`` by :class:`RotaryEmbedding`'s angles: ``x * cos +
+    rotate_half(x) * sin`` with ``rotate_half(x) = [-x2, x1]``, computed as ``[x2, x1]`` times
+    the signed sines (the same products, bit for bit, with one op fewer). The result is in
+    ``dtype`` (default: ``x``'s)."""
     half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return (x * cos + rotated * sin).to(x.dtype)
+    swapped = torch.cat([x[..., half:], x[..., :half]], dim=-1)
+    return (x * cos + swapped * signed_sin).to(dtype or x.dtype)
 
 
 class LlamaAttention(nn.Module):
+    # Outputs that may stay in a packed product's compute dtype (cpu_linear): q and k are
+    # rotated into the activation dtype, v is converted by the KV store, o_proj's output goes
+    # into the residual add.
+    linears_with_promoting_consumers = ("qkv_proj", "o_proj")
+
     def __init__(self, config: LlamaBackboneConfig, layer_index: int) -> None:
         super().__init__()
         d, hd = config.hidden_size, config.head_dim
@@ -158,16 +177,22 @@ class LlamaAttention(nn.Module):
         backend: TorchAttentionBackend,
     ) -> torch.Tensor:
         num_tokens = x.shape[0]
-        if self.qkv_proj is not None:
-            q_out, kv_out = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-            q_flat, k_flat, v_flat = self.qkv_proj(x).split([q_out, kv_out, kv_out], dim=-1)
-        else:
-            q_flat, k_flat, v_flat = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        q = q_flat.reshape(num_tokens, self.num_heads, self.head_dim)
-        k = k_flat.reshape(num_tokens, self.num_kv_heads, self.head_dim)
-        v = v_flat.reshape(num_tokens, self.num_kv_heads, self.head_dim)
+        heads, kv_heads, head_dim = self.num_heads, self.num_kv_heads, self.head_dim
         cos, sin = rotary
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if self.qkv_proj is not None:
+            # q and k sit side by side in the fused output: rotate them in one go.
+            qkv = self.qkv_proj(x)
+            qk = qkv[:, : (heads + kv_heads) * head_dim]
+            qk = qk.reshape(num_tokens, heads + kv_heads, head_dim)
+            rotated = apply_rotary(qk, cos, sin, x.dtype)
+            q, k = rotated[:, :heads], rotated[:, heads:]
+            v = qkv[:, (heads + kv_heads) * head_dim :].reshape(num_tokens, kv_heads, head_dim)
+        else:
+            q = apply_rotary(self.q_proj(x).reshape(num_tokens, heads, head_dim), cos, sin, x.dtype)
+            k = apply_rotary(
+                self.k_proj(x).reshape(num_tokens, kv_heads, head_dim), cos, sin, x.dtype
+            )
+            v = self.v_proj(x).reshape(num_tokens, kv_heads, head_dim)
         k_cache, v_cache = kv_cache.layer(self.layer_index)
         k_scale, v_scale = kv_cache.layer_scales(self.layer_index)
         out = backend.forward(q, k, v, k_cache, v_cache, context, self.scale, k_scale, v_scale)
@@ -175,6 +200,10 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaMLP(nn.Module):
+    # gate/up feed SiLU and the product, computed in float32; down_proj's output goes into
+    # the residual add.
+    linears_with_promoting_consumers = ("gate_up_proj", "down_proj")
+
     def __init__(self, config: LlamaBackboneConfig) -> None:
         super().__init__()
         d, f = config.hidden_size, config.intermediate_size
@@ -195,7 +224,9 @@ class LlamaMLP(nn.Module):
             gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         else:
             gate, up = self.gate_proj(x), self.up_proj(x)
-        return self.down_proj(nn.functional.silu(gate) * up)
+        # SiLU and the product in float32 (``up`` is promoted), whatever dtype the products
+        # left them in: the down product's input is then rounded once, as with fp32 outputs.
+        return self.down_proj(nn.functional.silu(gate.float()) * up)
 
 
 class LlamaDecoderLayer(nn.Module):

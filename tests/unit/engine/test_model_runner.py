@@ -149,10 +149,15 @@ def test_the_attention_context_describes_decodes_and_prefill_spans() -> None:
         (s.query_start, s.query_len, s.context_len, s.page_table.tolist()) for s in context.prefills
     ]
     assert spans == [(2, 4, 6, [0, 5]), (6, 3, 3, [4, 6, 2])]
-    assert context.decode_key_slots is not None and context.decode_key_mask is not None
-    assert context.decode_key_mask.tolist() == [[True] * 6, [True, True] + [False] * 4]
-    assert context.decode_key_slots[0].tolist() == [12, 13, 14, 15, 28, 29]
-    assert context.decode_key_slots[1, :2].tolist() == [4, 5]
+    keys = context.decode_keys
+    assert keys is not None
+    assert keys.mask.tolist() == [[True] * 6, [True, True] + [False] * 4]
+    assert keys.slots[0].tolist() == [12, 13, 14, 15, 28, 29]
+    assert keys.slots[1, :2].tolist() == [4, 5]
+    heads = model.kv_spec.num_kv_heads
+    assert keys.rows.shape == (2, heads, 6)
+    assert keys.rows[0, :, 0].tolist() == [12 * heads + h for h in range(heads)]
+    assert keys.bias[1, 0, 0].tolist() == [0.0, 0.0] + [float("-inf")] * 4
 
 
 def test_a_prefill_only_batch_has_an_empty_decode_context() -> None:
