@@ -23,7 +23,6 @@ from torch import nn
 from cadenza.kernels.linear_swap import swap_linears
 
 
-
 def native_bf16_matmul() -> bool:
     """Whether this CPU multiplies bf16 in hardware (AMX tiles or AVX512-BF16), where oneDNN's
     bf16 products beat fp32 ones; without them bf16 is emulated and slower."""

@@ -51,3 +51,31 @@ def test_auto_is_bf16_exactly_where_the_cpu_has_native_bf16_units() -> None:
     assert resolve_cpu_linear_dtype("auto") == expected
     assert resolve_cpu_linear_dtype("float32") == torch.float32
     assert resolve_cpu_linear_dtype("bfloat16") == torch.bfloat16
+
+
+def test_a_kept_compute_dtype_is_the_float32_output_before_its_conversion() -> None:
+    weight = torch.randn(512, 512)  # large enough for the packed product at 16 rows
+    x = torch.randn(16, 512)
+    converted = PackedLinear(weight, torch.bfloat16)
+    kept = PackedLinear(weight, torch.bfloat16, keep_compute_dtype=True)
+    out = kept(x)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out.float(), converted(x))
+    # a product may take the compute dtype as its input, as from a kept output
+    assert torch.equal(converted(x.bfloat16()), converted(x))
+
+
+def test_pack_linears_keeps_the_compute_dtype_where_a_module_lists_promoting_consumers() -> None:
+    class Block(nn.Module):
+        linears_with_promoting_consumers = ("into_residual",)
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.into_residual = nn.Linear(8, 8, bias=False)
+            self.elsewhere = nn.Linear(8, 8, bias=False)
+
+    model = nn.Sequential(Block())
+    assert pack_linears(model, torch.bfloat16) == 2
+    block = model[0]
+    assert isinstance(block.into_residual, PackedLinear) and block.into_residual.keep_compute_dtype
+    assert isinstance(block.elsewhere, PackedLinear) and not block.elsewhere.keep_compute_dtype

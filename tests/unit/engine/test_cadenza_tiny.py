@@ -4,12 +4,14 @@ full-recompute implementation of the same model."""
 import torch
 import torch.nn.functional as F
 
+from cadenza.config import EngineConfig
 from cadenza.contract.request import SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
 from cadenza.engine.models.cadenza_tiny import CadenzaTinyModel, CadenzaTinySpec
 from cadenza.engine.models.llama import apply_rotary
 from cadenza.engine.sequence import Sequence
+from cadenza.kernels.cpu_linear import PackedLinear
 from tests.support.float32_compute import float32_engine_config
 
 GREEDY = SamplingParams(temperature=0.0, top_k=0)
@@ -108,3 +110,29 @@ def test_eos_head_rows_are_zero():
     model = CadenzaTinyModel.from_seed(0, spec)
     heads = model.heads.weight.view(spec.num_codebooks, spec.audio_vocab_size, -1)
     assert heads[:, spec.eos_id].abs().sum() == 0
+
+
+def test_bf16_outputs_left_to_promoting_consumers_change_no_token():
+    """With bf16 products, leaving their outputs in bf16 for the ops that promote them
+    (residual adds, rotary, the KV store, SiLU) gives the tokens of converting every output
+    back to float32 first: the promotion is exact."""
+    config = EngineConfig(cpu_linear_dtype="bfloat16", codec_dtype="float32")
+    text = "A sentence long enough for a prefill that takes the packed products."
+    rows = []
+    for keep in (True, False):
+        engine = Engine.from_pretrained(
+            "cadenza-tiny", engine_config=config, seed=0, kv_cache_memory_bytes=8 << 20
+        )
+        packed = [m for m in engine.model.modules() if isinstance(m, PackedLinear)]
+        assert any(m.keep_compute_dtype for m in packed)
+        for module in packed:
+            module.keep_compute_dtype = module.keep_compute_dtype and keep
+        for index in range(3):
+            engine.add_request(
+                SynthesisRequest(f"r{index}", text[index:], max_duration_s=0.3, sampling=GREEDY)
+            )
+        seqs = list(engine.scheduler.waiting)
+        while engine.has_unfinished_requests():
+            engine.step()
+        rows.append([seq.output_rows for seq in seqs])
+    assert rows[0] == rows[1]
