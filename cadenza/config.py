@@ -265,6 +265,13 @@ class EngineConfig(_Section):
         description="how far ahead of its listener a stream is generated: when every stream "
         "is further ahead, the engine waits and leaves the CPU to the edge",
     )
+    lead_hysteresis_ms: float = Field(
+        300.0,
+        ge=0,
+        description="once every stream is max_lead_ms ahead, the engine rests until the "
+        "least ahead is this much below it, then steps back to back (warm steps in bursts "
+        "instead of one cold step per frame)",
+    )
     realtime_headroom: float = Field(
         0.1,
         ge=0,

@@ -124,6 +124,7 @@ def build_engine(
             headroom=config.realtime_headroom,
             min_prefill_tokens=config.page_size,
             max_lead_s=config.max_lead_ms / 1000.0,
+            lead_hysteresis_s=config.lead_hysteresis_ms / 1000.0,
         )
     telemetry = StepTelemetry(policy)
     audio: AudioStage | TokenOutputs = TokenOutputs()

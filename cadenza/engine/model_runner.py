@@ -50,7 +50,9 @@ class ModelRunner:
         logits, hidden, sampling = self._forward_isolated(batch, result)
         if not sampling:
             return result
-        has_nan = torch.isnan(logits).flatten(1).any(dim=1).tolist()
+        # A NaN anywhere makes the row's sum NaN (one fast reduction instead of a comparison
+        # of every logit; a row holding both +inf and -inf also fails, as it should).
+        has_nan = torch.isnan(logits.flatten(1).sum(dim=1)).tolist()
         keep = [i for i, bad in enumerate(has_nan) if not bad]
         result.failed += [
             (sampling[i], "RuntimeError: the model produced NaN logits")

@@ -60,10 +60,13 @@ def sample_rows(
     if allowed is not None:
         logits = logits.masked_fill(~allowed, float("-inf"))
 
-    chosen = logits.argmax(dim=-1)
     random = [i for i, s in enumerate(seqs) if not s.sampling.greedy]
-    if random:
-        chosen[random] = _draw([seqs[i] for i in random], logits[random])
+    if len(random) == num_seqs:  # the usual serving batch: no argmax to throw away
+        chosen = _draw(seqs, logits)
+    else:
+        chosen = logits.argmax(dim=-1)
+        if random:
+            chosen[random] = _draw([seqs[i] for i in random], logits[random])
     if columns is not None:
         chosen = columns[chosen]
 

@@ -127,3 +127,23 @@ def test_streams_far_ahead_of_their_listeners_let_the_engine_wait() -> None:
     prefilling.num_computed_tokens = 3  # 18 rows still lack KV
     assert policy.idle_s([*ahead, prefilling]) == 0.0  # a prompt in progress: step now
     assert policy.idle_s([]) == 0.0
+
+
+def test_the_engine_rests_until_the_hysteresis_then_steps_back_to_back() -> None:
+    clock = FakeClock()
+    policy = _policy(clock, StepTimeModel.fit([StepSample(1, 20, 1.0), StepSample(20, 400, 20.0)]))
+    policy.max_lead_s, policy.lead_hysteresis_s = 1.5, 0.3
+
+    def idle(ahead_s: float) -> float:
+        return policy.idle_s([_stream(clock, 8, 20, ahead_s=ahead_s)])
+
+    assert idle(1.4) == 0.0  # under the cap, not resting: step
+    assert idle(2.0) == pytest.approx(0.8, abs=0.01)  # past the cap: rest down to 1.2 s
+    assert idle(1.4) == pytest.approx(0.2, abs=0.01)  # still resting below the cap
+    assert idle(1.19) == 0.0  # rested enough: steps back to back ...
+    assert idle(1.45) == 0.0  # ... up to the cap again
+    assert idle(1.55) == pytest.approx(0.35, abs=0.01)
+    prefilling = _stream(clock, 8, 20, ahead_s=5.0)
+    prefilling.num_computed_tokens = 3
+    assert policy.idle_s([prefilling]) == 0.0  # a prompt ends the rest
+    assert idle(1.4) == 0.0
