@@ -74,6 +74,8 @@ def test_reference_lists_every_key_with_its_variable():
         ("CADENZA_ENGINE__CPU_LINEAR_DTYPE", "fp8", "engine.cpu_linear_dtype"),
         ("CADENZA_ENGINE__CODEC_DTYPE", "half", "engine.codec_dtype"),
         ("CADENZA_ENGINE__MAX_LEAD_MS", "0", "engine.max_lead_ms"),
+        ("CADENZA_ENGINE__LEAD_HYSTERESIS_MS", "-1", "engine.lead_hysteresis_ms"),
+        ("CADENZA_ENGINE__LEAD_HYSTERESIS_MS", "a while", "engine.lead_hysteresis_ms"),
         ("CADENZA_ADMISSION__JITTER_WINDOW_S", "-1", "admission.jitter_window_s"),
         ("CADENZA_ADMISSION__REALTIME_MAX_WAIT_S", "soon", "admission.realtime_max_wait_s"),
         ("CADENZA_ENGINE__REPLICAS", "0", "engine.replicas"),
