@@ -50,13 +50,8 @@ def _loop(q, k_cache, v_cache, tables, lens, scale):
     return torch.stack(outputs)
 
 
-def _page_gather(q, k_cache, v_cache, tables, lens, scale):
-    batch = q.shape[0]
-    pages = -(-int(lens.max()) // BLOCK)
-    table = tables[:, :pages].long().clamp(min=0).reshape(-1)
-    keys = k_cache.index_select(0, table).view(batch, pages * BLOCK, KV_HEADS, DIM)
-    values = v_cache.index_select(0, table).view(batch, pages * BLOCK, KV_HEADS, DIM)
-    mask = torch.arange(pages * BLOCK)[None, :] < lens[:, None]
+def _gqa_sdpa(q, keys, values, mask, scale):
+    """One query per sequence over ``keys, values [B, L, Hkv, D]`` through SDPA's GQA path."""
     return F.scaled_dot_product_attention(
         q[:, :, None],
         keys.transpose(1, 2),
@@ -65,6 +60,16 @@ def _page_gather(q, k_cache, v_cache, tables, lens, scale):
         scale=scale,
         enable_gqa=True,
     )[:, :, 0]
+
+
+def _page_gather(q, k_cache, v_cache, tables, lens, scale):
+    batch = q.shape[0]
+    pages = -(-int(lens.max()) // BLOCK)
+    table = tables[:, :pages].long().clamp(min=0).reshape(-1)
+    keys = k_cache.index_select(0, table).view(batch, pages * BLOCK, KV_HEADS, DIM)
+    values = v_cache.index_select(0, table).view(batch, pages * BLOCK, KV_HEADS, DIM)
+    mask = torch.arange(pages * BLOCK)[None, :] < lens[:, None]
+    return _gqa_sdpa(q, keys, values, mask, scale)
 
 
 def _flat_gather(q, k_cache, v_cache, tables, lens, scale):
@@ -73,14 +78,7 @@ def _flat_gather(q, k_cache, v_cache, tables, lens, scale):
     batch, flat = q.shape[0], slots.reshape(-1)
     keys = k_cache.view(-1, KV_HEADS, DIM).index_select(0, flat).view(batch, -1, KV_HEADS, DIM)
     values = v_cache.view(-1, KV_HEADS, DIM).index_select(0, flat).view(batch, -1, KV_HEADS, DIM)
-    return F.scaled_dot_product_attention(
-        q[:, :, None],
-        keys.transpose(1, 2),
-        values.transpose(1, 2),
-        attn_mask=mask[:, None, None],
-        scale=scale,
-        enable_gqa=True,
-    )[:, :, 0]
+    return _gqa_sdpa(q, keys, values, mask, scale)
 
 
 def _packed_einsum(q, k_cache, v_cache, tables, lens, scale):

@@ -92,7 +92,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "cadenza/kernels/attention_backends.py": ("tests/unit/engine/test_llama_exactness.py", "-"),
     "cadenza/kernels/attention_context.py": ("tests/unit/engine/test_model_runner.py", "-"),
     "cadenza/kernels/linear_swap.py": ("tests/kernels/test_int8_linear.py", "one function"),
-    "cadenza/kernels/torch_attention.py": ("tests/kernels/test_decode_attention.py", "-"),
     "cadenza/kernels/triton_decode_attention.py": (
         "tests/kernels/test_decode_attention.py",
         "the public dispatch's Triton half",
