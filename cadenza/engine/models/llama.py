@@ -200,8 +200,8 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaMLP(nn.Module):
-    # gate/up feed SiLU and the product, computed in float32; down_proj's output goes into
-    # the residual add.
+    # gate/up feed SiLU and the product, computed in the activations' dtype; down_proj's
+    # output goes into the residual add.
     linears_with_promoting_consumers = ("gate_up_proj", "down_proj")
 
     def __init__(self, config: LlamaBackboneConfig) -> None:
@@ -224,9 +224,12 @@ class LlamaMLP(nn.Module):
             gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         else:
             gate, up = self.gate_proj(x), self.up_proj(x)
-        # SiLU and the product in float32 (``up`` is promoted), whatever dtype the products
-        # left them in: the down product's input is then rounded once, as with fp32 outputs.
-        return self.down_proj(nn.functional.silu(gate.float()) * up)
+        if gate.dtype != x.dtype:
+            # A product left its compute dtype (bf16 under float32 activations): SiLU and the
+            # product in the activations' dtype (``up`` is promoted), so the down product's
+            # input is rounded once, as if the outputs had been converted first.
+            gate = gate.to(x.dtype)
+        return self.down_proj(nn.functional.silu(gate) * up)
 
 
 class LlamaDecoderLayer(nn.Module):

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import torch
 
-from cadenza.engine.models.llama import RMSNorm, RotaryEmbedding, apply_rotary
+from cadenza.engine.models.llama import (
+    LlamaBackboneConfig,
+    LlamaMLP,
+    RMSNorm,
+    RotaryEmbedding,
+    apply_rotary,
+)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -43,3 +49,41 @@ def test_rotary_promotes_bf16_inputs_into_the_requested_dtype():
     out = apply_rotary(x, cos, signed_sin, torch.float32)
     assert out.dtype == torch.float32
     assert torch.equal(out, apply_rotary(x.float(), cos, signed_sin))
+
+
+def test_mlp_keeps_half_models_in_their_dtype_and_promotes_kept_bf16_products():
+    config = LlamaBackboneConfig(
+        hidden_size=64,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=32,
+        intermediate_size=128,
+    )
+    mlp = LlamaMLP(config)
+    x = torch.randn(5, 64)
+    expected = mlp.down_proj(torch.nn.functional.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+    half = LlamaMLP(config).to(torch.bfloat16)
+    half.load_state_dict(mlp.state_dict())
+    out = half(x.bfloat16())
+    assert out.dtype == torch.bfloat16  # a half model's activations stay half
+    torch.testing.assert_close(out.float(), expected, atol=0.05, rtol=0.05)
+    mlp.fuse_projections()
+
+    class KeptBf16(torch.nn.Module):  # a product that leaves bf16, as a kept PackedLinear does
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, rows: torch.Tensor) -> torch.Tensor:
+            return self.inner(rows).bfloat16()
+
+    assert mlp.gate_up_proj is not None
+    rounded_gate_up = KeptBf16(mlp.gate_up_proj)
+    converted = mlp.down_proj(
+        (lambda g, u: torch.nn.functional.silu(g) * u)(*rounded_gate_up(x).float().chunk(2, -1))
+    )
+    mlp.gate_up_proj = rounded_gate_up
+    kept = mlp(x)
+    assert kept.dtype == torch.float32
+    assert torch.equal(kept, converted)  # promoting equals converting first, bit for bit
