@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,7 +116,9 @@ class Session:
                     return
         finally:
             if not finished:
-                await self._cancel(stream_id)
+                # A connection that is gone needs no cancel: let its own error tell why.
+                with suppress(websockets.ConnectionClosed):
+                    await self._cancel(stream_id)
 
     async def send_microphone(self, pcm: bytes, sample_rate: int = 16000) -> None:
         """Send 16-bit mono PCM as microphone audio; a later ``speak(use_audio_prompt=True)``

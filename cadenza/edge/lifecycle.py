@@ -19,6 +19,10 @@ from cadenza.edge.errors import EdgeError
 
 log = logging.getLogger(__name__)
 
+# After a drain ends its streams, how long their transports get to send the ``shutting_down``
+# and close before the server closes every connection (1012) under them.
+CUT_GRACE_S = 2.0
+
 
 class OpenStream(Protocol):
     def cut(self, reason: str) -> None:
@@ -56,26 +60,32 @@ class Lifecycle:
 
     async def drain(self, timeout_s: float) -> int:
         """Stop admitting, wait up to ``timeout_s`` for the open streams to end, then end the
-        rest with ``shutting_down``. Returns how many had to be ended. Idempotent: a second
-        call waits along with the first."""
+        rest with ``shutting_down`` and give their transports up to :data:`CUT_GRACE_S` to
+        tell their clients so (the server closes every connection once this returns).
+        Returns how many had to be ended. Idempotent: a second call waits along with the
+        first."""
         if not self.draining:
             self.draining = True
             self.drain_started_at = time.monotonic()
             log.info("draining: %d open stream(s), up to %g s", len(self._streams), timeout_s)
-        deadline = (self.drain_started_at or time.monotonic()) + timeout_s
-        while self._streams:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            self._changed.clear()
-            try:
-                async with asyncio.timeout(left):
-                    await self._changed.wait()
-            except TimeoutError:
-                break
+        await self._wait_for_streams((self.drain_started_at or time.monotonic()) + timeout_s)
         cut = list(self._streams)
         for stream in cut:
             stream.cut(f"server is shutting down (drain timeout of {timeout_s:g} s)")
         if cut:
             log.warning("drain timeout: ended %d stream(s) with shutting_down", len(cut))
+            await self._wait_for_streams(time.monotonic() + CUT_GRACE_S)
         return len(cut)
+
+    async def _wait_for_streams(self, deadline: float) -> None:
+        """Until no stream is open, or ``deadline`` (monotonic seconds)."""
+        while self._streams:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._changed.clear()
+            try:
+                async with asyncio.timeout(left):
+                    await self._changed.wait()
+            except TimeoutError:
+                return

@@ -5,6 +5,7 @@ import asyncio
 
 import pytest
 
+from cadenza.edge import lifecycle as lifecycle_module
 from cadenza.edge.errors import EdgeError
 from cadenza.edge.lifecycle import Lifecycle
 
@@ -48,5 +49,38 @@ def test_streams_left_at_the_timeout_are_cut_and_a_second_drain_waits_too() -> N
         assert await first + await second == 2  # each stream cut once
         assert all(s.cut_reason and "shutting down" in s.cut_reason for s in streams)
         assert lifecycle.open_streams == 0
+
+    asyncio.run(scenario())
+
+
+class SlowToClose(Stream):
+    """A transport that needs a moment to tell its client (or never closes)."""
+
+    def __init__(self, lifecycle: Lifecycle, close_after_s: float | None) -> None:
+        super().__init__(lifecycle)
+        self.close_after_s = close_after_s
+
+    def cut(self, reason: str) -> None:
+        self.cut_reason = reason
+        if self.close_after_s is not None:
+            asyncio.get_running_loop().call_later(self.close_after_s, self.lifecycle.closed, self)
+
+
+def test_the_drain_gives_cut_streams_a_bounded_moment_to_tell_their_clients(monkeypatch) -> None:
+    monkeypatch.setattr(lifecycle_module, "CUT_GRACE_S", 0.3)
+
+    async def scenario() -> None:
+        lifecycle = Lifecycle()
+        telling = SlowToClose(lifecycle, close_after_s=0.05)
+        drain = asyncio.create_task(lifecycle.drain(0.01))
+        await asyncio.sleep(0.03)
+        assert telling.cut_reason and not drain.done()  # cut, still telling its client
+        assert await asyncio.wait_for(drain, 1) == 1
+        assert lifecycle.open_streams == 0
+        stuck = SlowToClose(lifecycle, close_after_s=None)
+        started = asyncio.get_running_loop().time()
+        assert await asyncio.wait_for(lifecycle.drain(0.01), 2) == 1  # bounded: returns anyway
+        assert 0.25 < asyncio.get_running_loop().time() - started < 1.5
+        assert stuck.cut_reason
 
     asyncio.run(scenario())
