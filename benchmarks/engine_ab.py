@@ -1,13 +1,17 @@
 """The engine's decode step at two commits, side by side in one process: the working tree's
 ``cadenza`` against an earlier commit's, exported next to it as the package ``cadenza_base``.
-Both engines serve the ``cadenza bench engine`` Llama (31 M parameters, greedy, same prompts);
-their runs alternate ``--rounds`` times, so a machine whose speed drifts slows both alike.
+Both engines serve the ``cadenza bench engine`` Llama (31 M parameters, greedy, same prompts),
+or with ``--tiny`` the default model ``cadenza-tiny`` as it serves (text requests, default
+sampling, seeded; its steps include the codec's); their runs alternate ``--rounds`` times, so a
+machine whose speed drifts slows both alike.
 
     .venv/bin/python benchmarks/engine_ab.py --base bb40957 --batch 16 --prompt 32 --new 64
+    .venv/bin/python benchmarks/engine_ab.py --base bb40957 --batch 16 --tiny
 
-Prints one line: each side's median decode step (median over rounds of each round's median
-step), their ratio, and the share of generated tokens the two agree on (differences come from
-float rounding in a random model whose logits are nearly flat).
+Prints one line: each side's decode step (median over rounds of each round's median step; of
+each round's mean step with ``--tiny``, so that the codec's chunks count), their ratio, and
+the share of generated tokens the two agree on (differences come from float rounding in a
+random model whose logits are nearly flat, and with ``--tiny`` from a changed sampler).
 """
 
 from __future__ import annotations
@@ -62,6 +66,37 @@ def build(package: str, checkpoint: str, batch: int, positions: int) -> tuple[An
     return model, sampling.SamplingParams(temperature=0.0, top_k=0)
 
 
+def build_tiny(package: str, batch: int) -> tuple[Any, Any]:
+    engine = importlib.import_module(f"{package}.engine.engine")
+    request = importlib.import_module(f"{package}.contract.request")
+    sampling = importlib.import_module(f"{package}.contract.sampling")
+    model = engine.Engine.from_pretrained("cadenza-tiny", kv_cache_memory_bytes=batch << 22)
+
+    def add(i: int) -> Any:
+        text = f"stream {i} reads a sentence of moderate length, about four seconds long"
+        request_id = f"ab-{i}-{time.monotonic_ns()}"
+        model.add_request(
+            request.SynthesisRequest(
+                request_id, text, max_duration_s=4.0, sampling=sampling.SamplingParams(seed=i)
+            )
+        )
+        return model.sequence(request_id)
+
+    return model, add
+
+
+def run_tiny(engine: Any, add: Any, batch: int) -> tuple[float, list]:
+    seqs = [add(i) for i in range(batch)]
+    steps = []
+    while engine.has_unfinished_requests():
+        started = time.perf_counter()
+        engine.step()
+        steps.append(time.perf_counter() - started)
+    # The mean, not the median: the codec decodes a chunk every few steps, and its share of
+    # the work belongs in the comparison.
+    return statistics.mean(steps[2:]), [seq.token_rows for seq in seqs]
+
+
 def run_once(engine: Any, greedy: Any, prompts: list[list[int]], new: int) -> tuple[float, list]:
     seqs = [
         engine.add_tokens(f"ab-{i}-{time.monotonic_ns()}", [[t] for t in p], new, greedy)
@@ -82,24 +117,31 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=32, help="prompt tokens per stream")
     parser.add_argument("--new", type=int, default=64, help="generated tokens per stream")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tiny", action="store_true", help="serve cadenza-tiny, sampled")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         export_as_base(args.base, Path(scratch))
         sys.path.insert(0, scratch)
         torch.manual_seed(0)
-        reference = engine_throughput.reference_llama()
-        reference.save_pretrained(scratch + "/model")
         positions = args.prompt + args.new + 16
-        sides = {
-            name: build(name, scratch + "/model", args.batch, positions)
-            for name in ("cadenza_base", "cadenza")
-        }
+        if args.tiny:
+            sides = {name: build_tiny(name, args.batch) for name in ("cadenza_base", "cadenza")}
+        else:
+            reference = engine_throughput.reference_llama()
+            reference.save_pretrained(scratch + "/model")
+            sides = {
+                name: build(name, scratch + "/model", args.batch, positions)
+                for name in ("cadenza_base", "cadenza")
+            }
         prompts = torch.randint(0, 8192, (args.batch, args.prompt)).tolist()
         times: dict[str, list[float]] = {name: [] for name in sides}
         rows: dict[str, list] = {}
         for _ in range(args.rounds):
-            for name, (engine, greedy) in sides.items():
-                step, rows[name] = run_once(engine, greedy, prompts, args.new)
+            for name, (engine, extra) in sides.items():
+                if args.tiny:
+                    step, rows[name] = run_tiny(engine, extra, args.batch)
+                else:
+                    step, rows[name] = run_once(engine, extra, prompts, args.new)
                 times[name].append(step)
     base, ours = (statistics.median(times[n]) for n in ("cadenza_base", "cadenza"))
     pairs = [
@@ -107,8 +149,9 @@ def main() -> None:
         for x, y in zip(rows["cadenza_base"], rows["cadenza"], strict=True)
         for a, b in zip(x, y, strict=True)
     ]
+    workload = "cadenza-tiny, sampled" if args.tiny else f"prompt {args.prompt}, {args.new} new"
     print(
-        f"batch {args.batch}, prompt {args.prompt}, {args.new} new: {args.base} "
+        f"batch {args.batch}, {workload}: {args.base} "
         f"{1000 * base:.2f} ms, working tree {1000 * ours:.2f} ms, ratio {base / ours:.2f}, "
         f"same tokens {sum(pairs) / len(pairs):.3f}"
     )

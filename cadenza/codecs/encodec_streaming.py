@@ -41,7 +41,15 @@ from torch import nn
 
 from cadenza.codecs.codec import CodecError
 from cadenza.codecs.encodec import EncodecCodec
-from cadenza.codecs.ragged import Lengths, RaggedStage, gather_windows, pad_batch
+from cadenza.codecs.ragged import (
+    Conv,
+    Lengths,
+    RaggedStage,
+    cat_time,
+    gather_windows,
+    pad_batch,
+    zeros,
+)
 from cadenza.codecs.shared_stages import Elu, Residual, plain_weight
 from cadenza.codecs.slot_decoder import SlotDecoder
 
@@ -49,14 +57,14 @@ from cadenza.codecs.slot_decoder import SlotDecoder
 class _CausalConv(RaggedStage):
     def __init__(self, layer: Any, max_streams: int, dtype: torch.dtype) -> None:
         conv = layer.conv
-        self.weight = plain_weight(conv).to(dtype)
-        self.bias = conv.bias.detach().to(dtype)
-        self.dilation = conv.dilation[0]
-        self.pad = (conv.kernel_size[0] - 1) * self.dilation
+        weight = plain_weight(conv).to(dtype)
+        dilation = conv.dilation[0]
+        self.conv = Conv(weight, conv.bias.to(dtype), dilation=dilation)
+        self.pad = (conv.kernel_size[0] - 1) * dilation
         if conv.stride[0] != 1:
             raise CodecError("streaming decode supports stride-1 convolutions only")
         self.in_channels = conv.in_channels
-        self.history = self.weight.new_zeros(max_streams, self.in_channels, self.pad)
+        self.history = zeros(max_streams, self.in_channels, self.pad, weight)
         self.started = [self.pad == 0] * max_streams
         self.pending: dict[int, torch.Tensor] = {}
 
@@ -72,11 +80,11 @@ class _CausalConv(RaggedStage):
         if not all(self.started[s] for s in slot_ids):
             x, lengths = self._start_slots(x, lengths, slot_ids, final)
         if x.shape[-1] == 0:
-            return x.new_zeros(x.shape[0], self.weight.shape[0], 0), lengths
+            return x.new_zeros(x.shape[0], self.conv.out_channels, 0), lengths
         if self.pad == 0:
-            return F.conv1d(x, self.weight, self.bias, dilation=self.dilation), lengths
-        full = torch.cat([self.history[slots], x], dim=-1)
-        out = F.conv1d(full, self.weight, self.bias, dilation=self.dilation)
+            return self.conv(x), lengths
+        full = cat_time([self.history[slots], x])
+        out = self.conv(full)
         starts = torch.tensor(lengths, device=x.device)
         self.history[slots] = gather_windows(full, starts, self.pad)
         return out, lengths
@@ -107,8 +115,9 @@ class _CausalConv(RaggedStage):
 class _CausalConvTranspose(RaggedStage):
     """A causal transposed conv with kernel ``2 * stride``, computed polyphase: output block
     ``t`` (``stride`` samples) is ``W_head · x[t] + W_tail · x[t - 1]``, one stride-1 conv of
-    width 2 whose ``C_out * stride`` channels are then interleaved into time. The carried state
-    is the previous input frame; the offline decoder's trimmed tail is never computed."""
+    width 2 whose ``stride * C_out`` channels (phase-major) are then interleaved into time: in
+    time-major storage that is a reshape, no copy. The carried state is the previous input
+    frame; the offline decoder's trimmed tail is never computed."""
 
     def __init__(self, layer: Any, max_streams: int, dtype: torch.dtype) -> None:
         conv = layer.conv
@@ -118,9 +127,10 @@ class _CausalConvTranspose(RaggedStage):
             raise CodecError("streaming decode expects transposed kernels of twice the stride")
         in_channels, self.out_channels = weight.shape[0], weight.shape[1]
         taps = torch.stack([weight[:, :, stride:], weight[:, :, :stride]], dim=-1)
-        self.weight = taps.permute(1, 2, 0, 3).reshape(-1, in_channels, 2).contiguous()
-        self.bias = conv.bias.detach().to(dtype).repeat_interleave(stride)
-        self.history = weight.new_zeros(max_streams, in_channels, 1)
+        # -> [stride * C_out, C_in, 2], channel (r, o) = r * C_out + o
+        phase_major = taps.permute(2, 1, 0, 3).reshape(-1, in_channels, 2)
+        self.conv = Conv(phase_major, conv.bias.detach().to(dtype).repeat(stride))
+        self.history = zeros(max_streams, in_channels, 1, weight)
 
     def reset(self, slot: int) -> None:
         self.history[slot] = 0
@@ -131,14 +141,12 @@ class _CausalConvTranspose(RaggedStage):
         batch, _, steps = x.shape
         if steps == 0:
             return x.new_zeros(batch, self.out_channels, 0), lengths
-        full = torch.cat([self.history[slots], x], dim=-1)
-        phases = F.conv1d(full, self.weight, self.bias)  # [B, C_out * stride, T]
+        full = cat_time([self.history[slots], x])
+        phases = self.conv(full)  # [B, stride * C_out, T], time-major
         starts = torch.tensor(lengths, device=x.device)
         self.history[slots] = gather_windows(full, starts, 1)
-        out = phases.view(batch, self.out_channels, self.stride, steps).transpose(2, 3)
-        return out.reshape(batch, self.out_channels, steps * self.stride), [
-            n * self.stride for n in lengths
-        ]
+        out = phases.transpose(1, 2).reshape(batch, steps * self.stride, self.out_channels)
+        return out.transpose(1, 2), [n * self.stride for n in lengths]
 
 
 class _StreamingLSTM(RaggedStage):

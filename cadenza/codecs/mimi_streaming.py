@@ -43,7 +43,7 @@ from torch import nn
 
 from cadenza.codecs.codec import CodecError
 from cadenza.codecs.mimi import MimiCodec
-from cadenza.codecs.ragged import Lengths, RaggedStage, gather_windows
+from cadenza.codecs.ragged import Conv, Lengths, RaggedStage, cat_time, gather_windows, zeros
 from cadenza.codecs.shared_stages import Elu, Identity, Residual, plain_weight
 from cadenza.codecs.slot_decoder import SlotDecoder
 
@@ -70,19 +70,20 @@ class CausalConv(RaggedStage):
         if layer.pad_mode not in ("constant", "replicate"):
             raise CodecError(f"no streaming version of {layer.pad_mode!r} padding")
         conv = layer.conv
-        self.weight = plain_weight(conv)
-        self.bias = _bias(conv)
+        weight = plain_weight(conv)
         self.stride: int = conv.stride[0]
-        self.dilation: int = conv.dilation[0]
-        self.groups: int = conv.groups
-        self.span = (conv.kernel_size[0] - 1) * self.dilation + 1  # effective kernel size
+        dilation: int = conv.dilation[0]
+        self.conv = Conv(
+            weight, _bias(conv), stride=self.stride, dilation=dilation, groups=conv.groups
+        )
+        self.span = (conv.kernel_size[0] - 1) * dilation + 1  # effective kernel size
         if self.span < self.stride:
             raise CodecError("streaming needs convolutions no narrower than their stride")
         self.replicate = layer.pad_mode == "replicate"
         self.in_channels: int = conv.in_channels
         self.out_channels: int = conv.out_channels
         self.width = self.span - 1  # carried inputs: padding_total + stride - 1
-        self.history = self.weight.new_zeros(max_streams, self.in_channels, self.width)
+        self.history = zeros(max_streams, self.in_channels, self.width, weight)
         self.leftover = [0] * max_streams
         self.started = [not self.replicate] * max_streams
 
@@ -99,7 +100,7 @@ class CausalConv(RaggedStage):
             if not self.started[slot] and lengths[index] > 0:  # replicate the first sample
                 self.history[slot] = x[index, :, :1]
                 self.started[slot] = True
-        full = torch.cat([self.history[slots], x], dim=-1)
+        full = cat_time([self.history[slots], x])
         if any(final) and self.stride > 1:
             full, lengths = self._pad_final(full, lengths, slot_ids, final)
         leftover = [self.leftover[s] for s in slot_ids]
@@ -119,10 +120,7 @@ class CausalConv(RaggedStage):
             starts = [self.stride - 1 - r for r in leftover]
             full = F.pad(full, (0, max(0, max(starts) + span - full.shape[-1])))
             windows = gather_windows(full, torch.tensor(starts, device=x.device), span)
-        out = F.conv1d(
-            windows, self.weight, self.bias, self.stride, dilation=self.dilation, groups=self.groups
-        )
-        return out[:, :, :most], outputs
+        return self.conv(windows)[:, :, :most], outputs
 
     def _pad_final(
         self, full: torch.Tensor, lengths: Lengths, slot_ids: list[int], final: list[bool]
@@ -165,10 +163,12 @@ class CausalConvTranspose(RaggedStage):
         taps = torch.stack([weight[:, :, stride:], weight[:, :, :stride]], dim=-1)
         taps = taps.view(groups, in_channels // groups, per_group, stride, 2)
         # -> [groups * per_group * stride, C_in / groups, 2], channel (g, o, r) = (g*per_group+o, r)
-        self.weight = taps.permute(0, 2, 3, 1, 4).reshape(-1, in_channels // groups, 2).contiguous()
+        weights = taps.permute(0, 2, 3, 1, 4).reshape(-1, in_channels // groups, 2)
         bias = _bias(conv)
-        self.bias = None if bias is None else bias.repeat_interleave(stride)
-        self.history = weight.new_zeros(max_streams, in_channels, 1)
+        self.conv = Conv(
+            weights, None if bias is None else bias.repeat_interleave(stride), groups=groups
+        )
+        self.history = zeros(max_streams, in_channels, 1, weight)
 
     def reset(self, slot: int) -> None:
         self.history[slot] = 0
@@ -180,11 +180,13 @@ class CausalConvTranspose(RaggedStage):
         new_lengths = [n * self.stride for n in lengths]
         if steps == 0:
             return x.new_zeros(batch, self.out_channels, 0), new_lengths
-        full = torch.cat([self.history[slots], x], dim=-1)
-        phases = F.conv1d(full, self.weight, self.bias, groups=self.groups)  # [B, C*s, T]
+        full = cat_time([self.history[slots], x])
+        phases = self.conv(full)  # [B, C * s, T], time-major; a group's phases are adjacent
         self.history[slots] = gather_windows(full, torch.tensor(lengths, device=x.device), 1)
-        out = phases.view(batch, self.out_channels, self.stride, steps).transpose(2, 3)
-        return out.reshape(batch, self.out_channels, steps * self.stride), new_lengths
+        # Storage [B, T, C, s] -> [B, T, s, C] -> time-major [B, C, T * s]: one copy.
+        storage = phases.transpose(1, 2).reshape(batch, steps, self.out_channels, self.stride)
+        out = storage.transpose(2, 3).reshape(batch, steps * self.stride, self.out_channels)
+        return out.transpose(1, 2), new_lengths
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -64,4 +64,14 @@ class Residual(RaggedStage):
         skip, skip_lengths = self.shortcut.forward(x, lengths, slots, final)
         if block_lengths != skip_lengths:
             raise CodecError("residual branches fell out of step")
-        return skip[:, :, : h.shape[-1]] + h, skip_lengths
+        return add_into_fresh(h, skip[:, :, : h.shape[-1]], x), skip_lengths
+
+
+def add_into_fresh(h: torch.Tensor, skip: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``h + skip``, written into ``h`` when ``h`` is a branch's own new tensor (not sharing
+    storage with the stage input ``x`` nor with ``skip``): a fresh tensor of a decoder's size
+    costs more to allocate than the addition itself."""
+    storage = h.untyped_storage().data_ptr()
+    if storage in (x.untyped_storage().data_ptr(), skip.untyped_storage().data_ptr()):
+        return h + skip
+    return h.add_(skip)

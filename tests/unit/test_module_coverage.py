@@ -30,7 +30,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
         "tests/unit/edge/test_speech_http.py",
         "checked through the speech request and the speak message",
     ),
-    "cadenza/codecs/ragged.py": ("tests/unit/codecs/test_snac.py", "streaming helpers"),
     "cadenza/codecs/slot_decoder.py": ("tests/unit/codecs/test_snac.py", "a base class"),
     "cadenza/codecs/snac_streaming.py": ("tests/unit/codecs/test_snac.py", "against offline"),
     "cadenza/codecs/weight_norm.py": ("tests/unit/codecs/test_snac.py", "folded at load"),

@@ -89,3 +89,46 @@ def test_repetition_penalty_matches_transformers():
 def test_invalid_params(kwargs):
     with pytest.raises(ValueError):
         SamplingParams(**kwargs)
+
+
+def test_top_k_draws_follow_the_renormalised_distribution():
+    # Without top-p the candidates are found by threshold and drawn by inverse CDF: the share
+    # of each id must match the softmax over the top k, and nothing else is ever drawn.
+    logits = torch.log(torch.tensor([[[0.05, 0.4, 0.1, 0.3, 0.15]]]))
+    seq = _seq(SamplingParams(temperature=1.0, top_k=3), seed=7)
+    draws = [sample_rows(logits, [seq], None, _free(1))[0][0] for _ in range(4000)]
+    assert set(draws) == {1, 3, 4}
+    for token, share in ((1, 0.4 / 0.85), (3, 0.3 / 0.85), (4, 0.15 / 0.85)):
+        assert abs(draws.count(token) / len(draws) - share) < 0.03
+
+
+def test_top_k_candidates_include_ties_and_exclude_masked_ids():
+    logits = torch.tensor([[[1.0, 2.0, 2.0, 0.0, 5.0]]])
+    masks = torch.tensor([[[True, True, True, True, False]]])  # the best id is not allowed
+    seq = _seq(SamplingParams(temperature=1.0, top_k=2), seed=3)
+    seen = {sample_rows(logits, [seq], masks, [(0, None)])[0][0] for _ in range(300)}
+    assert seen == {1, 2}  # both ids tied at the 2nd best value of the allowed ones
+    few = _seq(SamplingParams(temperature=1.0, top_k=50), seed=4)  # k above the allowed count
+    seen = {sample_rows(logits, [few], masks, [(0, None)])[0][0] for _ in range(300)}
+    assert seen == {0, 1, 2, 3}
+
+
+def test_min_p_limits_the_thresholded_draw():
+    logits = torch.log(torch.tensor([[[0.5, 0.3, 0.15, 0.05]]]))
+    seq = _seq(SamplingParams(temperature=1.0, top_k=0, min_p=0.2), seed=5)
+    seen = {sample_rows(logits, [seq], None, _free(1))[0][0] for _ in range(400)}
+    assert seen == {0, 1, 2}  # 0.05 is below 0.2 x 0.5
+
+
+def test_mixed_batches_draw_each_sequence_as_it_would_alone():
+    torch.manual_seed(3)
+    logits = torch.randn(3, 2, 60)
+    nucleus = SamplingParams(temperature=1.0, top_k=30, top_p=0.9, seed=21)
+    plain = SamplingParams(temperature=0.8, top_k=40, seed=22)
+    alone = [
+        sample_rows(logits[i : i + 1], [_seq(p)], None, _free(1))[0]
+        for i, p in ((0, nucleus), (1, plain))
+    ]
+    batched = sample_rows(logits, [_seq(nucleus), _seq(plain), _seq(GREEDY)], None, _free(3))
+    assert batched[:2] == alone
+    assert batched[2] == logits[2].argmax(-1).tolist()
