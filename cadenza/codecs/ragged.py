@@ -2,7 +2,7 @@
 ``lengths[b]`` valid time steps, the rest is padding whose values mean nothing.
 
 The decoders keep these tensors *time-major*: ``[B, C, T]`` views of ``[B, T, C]`` storage (the
-channels-last layout of a 1-row image). A CPU's oneDNN convolves that layout 1.3-8x faster than
+channels-last layout of a 1-row image). A CPU's oneDNN convolves that layout 1.3-20x faster than
 channel-major storage (the high-rate, few-channel convs of a codec decoder most; measured in
 docs/benchmarks.md), and elementwise ops keep it. ``torch.cat`` and ``gather`` do not, so the
 helpers here, and :class:`Conv`, return time-major tensors. Any layout gives the same values:
@@ -70,7 +70,7 @@ class Conv:
 
     Two ways, by shape (docs/benchmarks.md): a wide stride-1 conv (``C_in >= 256``, the
     low-rate end of a decoder, few time steps) is one matrix product of the ``k`` shifted
-    time-major views side by side (2-5x oneDNN's conv there); the rest run as a 2-D conv over
+    time-major views side by side (1.5-4x oneDNN's convs there); the rest run as a 2-D conv over
     channels-last storage."""
 
     def __init__(
