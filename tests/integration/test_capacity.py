@@ -122,8 +122,11 @@ def test_three_times_overload_keeps_admitted_streams_glitch_free(server) -> None
 def test_poisson_and_burst_overload_keep_admitted_streams_on_time(server, arrival) -> None:
     """Three times the server's own claim, arriving at random (Poisson) or all in the same
     instant: every admitted stream keeps C100 and its TTFA; the excess is refused with a
-    reason; nothing leaks."""
+    reason; nothing leaks. The claim counts nominal streams; these are shorter, so the
+    real-time limit may admit more of them than the claim says: the burst is also at least
+    twice the slot cap, so some of it must wait or be refused whatever the machine's speed."""
     max_streams = _capacity(server)["max_streams"]
+    sessions = 3 * max_streams if arrival == "poisson" else max(3 * max_streams, 2 * MAX_SEQS)
     mean_audio_s = 45 / 14  # 30-60 characters at the server's 14 characters per second
     options = LoadOptions(
         url=server.url,
@@ -134,12 +137,12 @@ def test_poisson_and_burst_overload_keep_admitted_streams_on_time(server, arriva
         client_buffer_ms=100.0,
         seed=7,
     )
-    level = asyncio.run(run_level(options, 3 * max_streams))
+    level = asyncio.run(run_level(options, sessions))
     assert level["errors"] == 0, level["errors_by_reason"]
     assert level["admitted"] >= 1
     assert set(level["rejected_by_reason"]) <= {"queue_timeout", "queue_full"}
     if arrival == "burst":
-        assert level["offered"] == 3 * max_streams
+        assert level["offered"] == sessions
         assert level["rejected"] + level["queued"] > 0  # the excess waited or was refused
     assert level["c100"] >= 0.99, level
     assert level["ttfa_admitted_ms"]["p95"] <= 500, level["ttfa_admitted_ms"]
