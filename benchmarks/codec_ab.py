@@ -5,12 +5,12 @@
 
     .venv/bin/python benchmarks/codec_ab.py --base HEAD~1 --codec encodec --streams 16
     .venv/bin/python benchmarks/codec_ab.py --base HEAD~1 --codec encodec --float32
-    .venv/bin/python benchmarks/codec_ab.py --base HEAD~1 --codec snac --streams 8
+    .venv/bin/python benchmarks/codec_ab.py --base HEAD~1 --codec snac --streams 8 [--noise]
     .venv/bin/python benchmarks/codec_ab.py --base HEAD~1 --codec mimi --streams 8
 
 Every stream decodes 3 s chunk by chunk (the engine's chunk for that codec), all streams in one
 call per chunk. Prints each side's median wall time, their ratio, and the largest difference
-between the two sides' audio.
+between the two sides' audio (with ``--noise`` that includes the two sides' noise draws).
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ from engine_ab import export_as_base
 SHAPES = {"encodec": (225, 15), "snac": (35, 2), "mimi": (38, 3)}
 
 
-def build(package: str, codec_name: str, streams: int, float32: bool = False) -> Any:
+def build(
+    package: str, codec_name: str, streams: int, float32: bool = False, noise: bool = False
+) -> Any:
     """``package``'s streaming decoder for ``codec_name``, random weights from seed 0."""
     codecs = f"{package}.codecs"
     dtype = torch.float32 if float32 else torch.bfloat16
@@ -44,7 +46,7 @@ def build(package: str, codec_name: str, streams: int, float32: bool = False) ->
     if codec_name == "snac":
         return (
             importlib.import_module(f"{codecs}.snac")
-            .load_snac(noise=False)
+            .load_snac(noise=noise)
             .streaming_decoder(streams)
         )
     mimi = importlib.import_module(f"{codecs}.mimi")
@@ -77,13 +79,15 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--float32", action="store_true", help="EnCodec in float32, not bf16")
+    parser.add_argument("--noise", action="store_true", help="SNAC with its noise layers on")
     args = parser.parse_args()
     frames, chunk = SHAPES[args.codec]
     with tempfile.TemporaryDirectory() as scratch:
         export_as_base(args.base, Path(scratch))
         sys.path.insert(0, scratch)
         sides = {
-            name: build(name, args.codec, args.streams) for name in ("cadenza_base", "cadenza")
+            name: build(name, args.codec, args.streams, args.float32, args.noise)
+            for name in ("cadenza_base", "cadenza")
         }
         books = sides["cadenza"].codec
         codes = torch.randint(0, books.codebook_size, (args.streams, books.num_codebooks, frames))

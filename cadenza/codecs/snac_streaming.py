@@ -198,7 +198,7 @@ class _Noise(_Stage):
     """``x + noise * linear(x)``, the noise from each stream's own generator."""
 
     def __init__(self, block: NoiseBlock, max_streams: int, seed: int) -> None:
-        self.linear = block.linear
+        self.linear = Conv(block.linear.weight, block.linear.bias)  # a 1x1 conv
         self.seed = seed
         self.generators = [torch.Generator() for _ in range(max_streams)]
         self.streams_started = 0
@@ -216,7 +216,7 @@ class _Noise(_Stage):
         for row, (slot, n) in enumerate(zip(slots.tolist(), lengths, strict=True)):
             draw = torch.randn(n, generator=self.generators[slot])
             noise[row, 0, :n] = draw.to(device=x.device, dtype=x.dtype)
-        return x + noise * self.linear(x), lengths
+        return self.linear(x).mul_(noise).add_(x), lengths
 
 
 class _Residual(_Stage):
