@@ -25,7 +25,7 @@ FP32 = {"cpu_linear_dtype": "float32", "codec_dtype": "float32"}
 VARIANTS = {
     "fp32 packed": (0, FP32),
     "bf16, all packed": (0, {}),
-    "bf16, small products F.linear": (cpu_linear.SMALL_PRODUCT_MACS, {}),
+    "bf16, small products F.linear": (cpu_linear.AMX_SMALL_PRODUCT_MACS, {}),
 }
 
 

@@ -6,7 +6,7 @@ sampling, seeded; its steps include the codec's); their runs alternate ``--round
 machine whose speed drifts slows both alike.
 
     .venv/bin/python benchmarks/engine_ab.py --base bb40957 --batch 16 --prompt 32 --new 64
-    .venv/bin/python benchmarks/engine_ab.py --base bb40957 --batch 16 --tiny
+    .venv/bin/python benchmarks/engine_ab.py --base bb40957 --batch 16 --tiny --seconds 10
 
 Prints one line: each side's decode step (median over rounds of each round's median step; of
 each round's mean step with ``--tiny``, so that the codec's chunks count), their ratio, and
@@ -66,18 +66,22 @@ def build(package: str, checkpoint: str, batch: int, positions: int) -> tuple[An
     return model, sampling.SamplingParams(temperature=0.0, top_k=0)
 
 
-def build_tiny(package: str, batch: int) -> tuple[Any, Any]:
+def build_tiny(package: str, batch: int, seconds: float) -> tuple[Any, Any]:
     engine = importlib.import_module(f"{package}.engine.engine")
     request = importlib.import_module(f"{package}.contract.request")
     sampling = importlib.import_module(f"{package}.contract.sampling")
-    model = engine.Engine.from_pretrained("cadenza-tiny", kv_cache_memory_bytes=batch << 22)
+    model = engine.Engine.from_pretrained("cadenza-tiny", kv_cache_memory_bytes=batch << 24)
 
     def add(i: int) -> Any:
-        text = f"stream {i} reads a sentence of moderate length, about four seconds long"
+        # The stream's length follows its text (about 14 characters a second).
+        text = (f"stream {i} reads a sentence of moderate length. " * 20)[: int(14 * seconds)]
         request_id = f"ab-{i}-{time.monotonic_ns()}"
         model.add_request(
             request.SynthesisRequest(
-                request_id, text, max_duration_s=4.0, sampling=sampling.SamplingParams(seed=i)
+                request_id,
+                text,
+                max_duration_s=seconds + 1,
+                sampling=sampling.SamplingParams(seed=i),
             )
         )
         return model.sequence(request_id)
@@ -118,6 +122,7 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=64, help="generated tokens per stream")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tiny", action="store_true", help="serve cadenza-tiny, sampled")
+    parser.add_argument("--seconds", type=float, default=4.0, help="--tiny: audio per stream")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         export_as_base(args.base, Path(scratch))
@@ -125,7 +130,10 @@ def main() -> None:
         torch.manual_seed(0)
         positions = args.prompt + args.new + 16
         if args.tiny:
-            sides = {name: build_tiny(name, args.batch) for name in ("cadenza_base", "cadenza")}
+            sides = {
+                name: build_tiny(name, args.batch, args.seconds)
+                for name in ("cadenza_base", "cadenza")
+            }
         else:
             reference = engine_throughput.reference_llama()
             reference.save_pretrained(scratch + "/model")

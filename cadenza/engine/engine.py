@@ -182,6 +182,7 @@ class Engine:
         started = time.perf_counter()
         batch = self.scheduler.schedule()
         outcome = self.scheduler.postprocess(batch, self.runner.run(batch))
+        self.runner.retain(self.scheduler.running)
         self._outputs += self.audio.emit(outcome)
         for seq in (*outcome.finished, *outcome.failed):
             del self._live[seq.request_id]
@@ -219,6 +220,7 @@ class Engine:
         """Assert that pages, reservations and sequences agree (tests call it after every
         scenario). Raises ``AssertionError``."""
         self.scheduler.check_integrity()
+        self.runner.check_integrity(self.scheduler.running)
         scheduled = {s.request_id for s in (*self.scheduler.running, *self.scheduler.waiting)}
         assert scheduled == set(self._live), "engine and scheduler disagree on live sequences"
 
@@ -269,6 +271,7 @@ class Engine:
     def _end(self, seq: Sequence, reason: FinishReason) -> None:
         """End a stream outside a step (cancelled, or nothing to say)."""
         self.scheduler.finish(seq, reason)
+        self.runner.retain(self.scheduler.running)
         self.audio.release(seq)
         del self._live[seq.request_id]
         self._outputs.append(ending(seq, reason))

@@ -28,6 +28,7 @@ from cadenza.engine.sampler import sample_rows
 from cadenza.engine.scheduler import ScheduledBatch, StepResult
 from cadenza.engine.sequence import Sequence
 from cadenza.kernels.attention_context import AttentionContext, PrefillSpan, decode_keys
+from cadenza.kernels.dense_decode_kv import DenseDecodeKV
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,20 @@ class ModelRunner:
         self.page_size = kv_cache.page_size
         masks = self.layout.sampling_masks()
         self.masks = None if masks is None else masks.to(self.device)
+        # On the CPU, decode attention reads a dense copy of the decoding sequences' keys,
+        # kept between steps, instead of gathering their pages every layer of every step; the
+        # copy may use as much memory as the paged cache itself.
+        self.dense_kv: DenseDecodeKV | None = None
+        if self.device.type == "cpu":
+            spec = kv_cache.spec
+            self.dense_kv = DenseDecodeKV(
+                spec.num_layers,
+                spec.num_kv_heads,
+                spec.head_dim,
+                model.dtype,
+                self.device,
+                max_bytes=kv_cache.nbytes,
+            )
 
     def run(self, batch: ScheduledBatch) -> StepResult:
         """Forward ``batch`` and sample; never raises for a single bad sequence."""
@@ -84,6 +99,17 @@ class ModelRunner:
             if i not in nan_depth
         ]
         return result
+
+    def retain(self, running: list[Sequence]) -> None:
+        """Forget what the runner keeps for sequences that are no longer ``running`` (their
+        rows of the dense decode copy). The engine calls it after every step."""
+        if self.dense_kv is not None:
+            self.dense_kv.retain(running)
+
+    def check_integrity(self, running: list[Sequence]) -> None:
+        """Assert the runner keeps nothing for a sequence that is not ``running``."""
+        if self.dense_kv is not None:
+            assert set(self.dense_kv.owners()) <= set(running), "dense decode rows leaked"
 
     @torch.inference_mode()
     def _sample_two_levels(
@@ -207,7 +233,19 @@ class ModelRunner:
 
         page_tables = torch.from_numpy(decode_tables).to(self.device)
         seq_lens = torch.from_numpy(decode_lens).to(self.device)
-        keys = decode_keys(page_tables, seq_lens, size, self.kv_cache.spec.num_kv_heads)
+        dense = None
+        if self.dense_kv is not None and batch.decodes:
+            dense = self.dense_kv.plan(
+                batch.decodes,
+                decode_tables,
+                decode_lens,
+                np.array([_final_context(seq) for seq in batch.decodes]),
+                size,
+                invalidate=[seq for seq, _ in batch.prefills],
+            )
+        keys = None
+        if dense is None:
+            keys = decode_keys(page_tables, seq_lens, size, self.kv_cache.spec.num_kv_heads)
         context = AttentionContext(
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=self.device),
             num_decodes=len(batch.decodes),
@@ -215,6 +253,7 @@ class ModelRunner:
             decode_seq_lens=seq_lens,
             prefills=tuple(spans),
             decode_keys=keys,
+            dense_decode=dense,
         )
         inputs = (
             torch.tensor(rows, dtype=torch.long, device=self.device),
@@ -227,6 +266,11 @@ class ModelRunner:
             return self.model(*inputs), None, sampling
         hidden = self.model.hidden_states(*inputs)
         return self.model.first_logits(hidden), hidden, sampling
+
+
+def _final_context(seq: Sequence) -> int:
+    """The most positions ``seq`` will ever cache: its rows so far and every step left."""
+    return seq.num_tokens + max(seq.max_new_steps - seq.num_generated, 0)
 
 
 def _describe(exc: BaseException) -> str:

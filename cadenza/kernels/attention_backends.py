@@ -55,9 +55,11 @@ class TorchAttentionBackend:
         scale: float,
         k_scale: torch.Tensor | None = None,
         v_scale: torch.Tensor | None = None,
+        layer_index: int = 0,
     ) -> torch.Tensor:
         """``q [N, Hq, D]``, ``k, v [N, Hkv, D]`` -> ``[N, Hq, D]``. ``k_scale, v_scale``: the
-        layer's scales when the cache is int8."""
+        layer's scales when the cache is int8. ``layer_index``: which layer's dense decode
+        copy to use when the context carries one (:mod:`cadenza.kernels.dense_decode_kv`)."""
         store_kv(
             k,
             v,
@@ -70,11 +72,17 @@ class TorchAttentionBackend:
         )
         pieces = []
         if context.num_decodes:
-            pieces.append(
-                self.decode(
-                    q[: context.num_decodes], k_cache, v_cache, context, scale, k_scale, v_scale
+            decode_q = q[: context.num_decodes]
+            if context.dense_decode is not None:
+                pieces.append(
+                    context.dense_decode.attend(
+                        layer_index, decode_q, k_cache, v_cache, scale, k_scale, v_scale
+                    )
                 )
-            )
+            else:
+                pieces.append(
+                    self.decode(decode_q, k_cache, v_cache, context, scale, k_scale, v_scale)
+                )
         for span in context.prefills:
             chunk = q[span.query_start : span.query_start + span.query_len]
             pieces.append(

@@ -13,8 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from cadenza.kernels.dense_decode_kv import DenseDecodeStep
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,8 @@ class AttentionContext:
     prefills: tuple[PrefillSpan, ...]
     # Derived once per step for backends that gather pages (the same for every layer).
     decode_keys: DecodeKeys | None = None
+    # The CPU's dense copy of the decoding keys (instead of gathering pages), when in use.
+    dense_decode: DenseDecodeStep | None = None
 
     @cached_property
     def stores_every_token(self) -> bool:

@@ -48,9 +48,18 @@ def packing_available(device: torch.device, dtype: torch.dtype) -> bool:
     )
 
 
-# A oneDNN call costs 30-40 us however small the product (2 cores); below about this many
-# multiply-adds plain ``F.linear`` (MKL, fp32) is as fast or faster (docs/benchmarks.md).
-SMALL_PRODUCT_MACS = 2_500_000
+def amx_available() -> bool:
+    """Whether this CPU has AMX tiles (Intel Sapphire Rapids and later)."""
+    return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
+
+
+# On a CPU with AMX tiles a oneDNN call cost 30-40 us however small the product (2 cores), and
+# below about this many multiply-adds plain ``F.linear`` (MKL, fp32) was as fast or faster. On
+# one without (AVX512-BF16 only: AMD EPYC), packed products won at every size once a step's
+# weights no longer sat in cache, 1.1-1.5x over the whole step at 1-4 streams, so nothing is
+# routed around them there (docs/benchmarks.md, both machines).
+AMX_SMALL_PRODUCT_MACS = 2_500_000
+SMALL_PRODUCT_MACS = AMX_SMALL_PRODUCT_MACS if amx_available() else 0
 
 
 class PackedLinear(nn.Module):
@@ -59,9 +68,10 @@ class PackedLinear(nn.Module):
     ``compute_dtype``); output fp32, or left in ``compute_dtype`` when ``keep_compute_dtype``
     (for consumers that promote it themselves, saving a conversion of every output).
 
-    Products smaller than :data:`SMALL_PRODUCT_MACS` (few rows through a small layer) use the
-    fp32 ``weight`` directly: oneDNN's fixed cost per call would dominate them. With bf16 that
-    makes a row's result depend, to bf16 rounding, on how many rows share the call."""
+    Products smaller than :data:`SMALL_PRODUCT_MACS` (few rows through a small layer; only on
+    CPUs with AMX) use the fp32 ``weight`` directly: oneDNN's fixed cost per call would
+    dominate them. With bf16 that makes a row's result depend, to bf16 rounding, on how many
+    rows share the call."""
 
     packed: torch.Tensor
 

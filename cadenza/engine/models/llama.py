@@ -195,7 +195,9 @@ class LlamaAttention(nn.Module):
             v = self.v_proj(x).reshape(num_tokens, kv_heads, head_dim)
         k_cache, v_cache = kv_cache.layer(self.layer_index)
         k_scale, v_scale = kv_cache.layer_scales(self.layer_index)
-        out = backend.forward(q, k, v, k_cache, v_cache, context, self.scale, k_scale, v_scale)
+        out = backend.forward(
+            q, k, v, k_cache, v_cache, context, self.scale, k_scale, v_scale, self.layer_index
+        )
         return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))
 
 

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_FORMAT = 7  # part of the cache key: bump when the measurement changes
+CALIBRATION_FORMAT = 8  # part of the cache key: bump when the measurement changes
 _SHORT_PROMPT_CHARS = 32
 _WORDS = ("calibrate", "measure", "steady", "tempo", "voice", "step", "time", "frame")
 
