@@ -207,3 +207,41 @@ def test_a_stream_far_ahead_of_its_listener_lets_the_engine_wait(tiny_engine):
         tiny_engine.check_integrity()
     finally:
         policy.max_lead_s = saved
+
+
+def test_the_dense_decode_copy_follows_the_running_streams(tiny_engine):
+    dense = tiny_engine.runner.dense_kv
+    assert dense is not None  # the CPU reads decode keys from the dense copy
+    for i in range(3):
+        tiny_engine.add_request(
+            SynthesisRequest(f"d{i}", "x" * 40, sampling=SamplingParams(seed=i))
+        )
+    for _ in range(6):
+        tiny_engine.step()
+    running = {seq.request_id for seq in dense.owners()}
+    assert running == {"d0", "d1", "d2"}
+    tiny_engine.abort_request("d1")
+    tiny_engine.check_integrity()  # an aborted stream's row is released at once
+    assert {seq.request_id for seq in dense.owners()} == {"d0", "d2"}
+    while tiny_engine.has_unfinished_requests():
+        tiny_engine.step()
+    assert dense.owners() == {}
+    tiny_engine.check_integrity()
+
+
+def test_the_dense_decode_copy_and_page_gathering_give_the_same_audio(tiny_engine):
+    requests = [
+        SynthesisRequest(f"g{i}", "y" * (20 + 9 * i), sampling=SamplingParams(seed=i))
+        for i in range(3)
+    ]
+    dense = _run(tiny_engine, *requests)
+    saved, tiny_engine.runner.dense_kv = tiny_engine.runner.dense_kv, None
+    try:
+        gathered = _run(tiny_engine, *requests)
+    finally:
+        tiny_engine.runner.dense_kv = saved
+    for request_id, pieces in dense.items():
+        ours = np.concatenate([p.audio for p in pieces])
+        theirs = np.concatenate([p.audio for p in gathered[request_id]])
+        assert len(ours) == len(theirs)
+        np.testing.assert_allclose(ours, theirs, atol=1e-4)
