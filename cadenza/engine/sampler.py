@@ -48,8 +48,11 @@ def sample_rows(
     allowed: torch.Tensor | None = None
     columns: torch.Tensor | None = None  # the ids sampled over, when masks leave few
     if masks is not None:
-        index = torch.tensor([c[0] for c in constraints], device=masks.device)
-        allowed = masks[index].to(device)
+        which = [c[0] for c in constraints]
+        if len(set(which)) == 1:  # the usual batch: one mask for all, broadcast, not copied
+            allowed = masks[which[0] : which[0] + 1].to(device)
+        else:
+            allowed = masks[torch.tensor(which, device=masks.device)].to(device)
         used = allowed.any(dim=1).any(dim=0).nonzero().squeeze(1)
         if used.numel() <= vocab // 2:  # e.g. one frame position's codes out of a text vocab
             columns = used
@@ -124,7 +127,7 @@ def _draw_thresholded(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tenso
     threshold = _kth_largest(logits, top_k)
     best = logits.amax(dim=-1, keepdim=True)
     min_p = torch.tensor([s.sampling.min_p for s in seqs], device=device).view(-1, 1, 1)
-    if bool((min_p > 0).any()):  # relative to the best id, so the filters' order does not matter
+    if any(s.sampling.min_p > 0 for s in seqs):  # relative to the best id: order-free filters
         threshold = torch.maximum(threshold, best + min_p.log())
     # A masked id (-inf) is never a candidate, even when fewer than k ids are allowed.
     threshold = threshold.clamp(min=torch.finfo(logits.dtype).min)
