@@ -39,6 +39,11 @@ from cadenza.kernels.kv_quant import dequantize
 # Capacities grow in these steps, so that growing (a copy of the whole tensor) stays rare.
 ROW_QUANTUM = 8
 POSITION_QUANTUM = 256
+# Below this many positions (the batch's longest sequence) gathering pages costs no more than
+# the copy's own per-step work, and its reads are slower on short rows: measured on the CPU,
+# dense/gather step ratios were 0.91-1.0 up to ~300 positions and 1.1-1.4x from 300 to 800
+# (docs/benchmarks.md). Steps below it gather; the copy refills rows when contexts pass it.
+MIN_CONTEXT = 256
 
 
 class DenseDecodeKV:
@@ -59,6 +64,7 @@ class DenseDecodeKV:
         self.dtype = dtype
         self.device = device
         self.max_bytes = max_bytes
+        self.min_context = MIN_CONTEXT
         self.keys: torch.Tensor | None = None  # [layers, rows, Hkv, capacity, D]
         self.values: torch.Tensor | None = None
         self._rows: dict[Hashable, int] = {}
@@ -107,8 +113,9 @@ class DenseDecodeKV:
         invalidate: Iterable[Hashable] = (),
     ) -> DenseDecodeStep | None:
         """This step's copies and rows for the decoding sequences ``owners`` (batch order;
-        hashable, by identity for engine sequences), or ``None`` when the copy would exceed
-        ``max_bytes`` (the caller gathers pages instead; the copy is dropped).
+        hashable, by identity for engine sequences), or ``None``: the caller gathers pages
+        instead, when the longest sequence is shorter than ``min_context`` (the copy is left
+        as it is) or when the copy would exceed ``max_bytes`` (it is dropped).
 
         ``page_tables [B, P]`` their pages (-1 padded); ``seq_lens [B]`` the keys each query
         sees (its new token included); ``final_lens [B]`` the most each will ever hold (sizes
@@ -116,6 +123,8 @@ class DenseDecodeKV:
         their rows)."""
         for owner in invalidate:
             self._release(owner)
+        if not len(owners) or int(seq_lens.max()) < self.min_context:
+            return None
         for owner in owners:
             if owner not in self._rows:
                 row = self._lowest_free_row()

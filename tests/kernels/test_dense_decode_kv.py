@@ -94,7 +94,22 @@ def _check_step(world: _World, dense: DenseDecodeKV, names: list[str], **kwargs)
 
 def _dense(**kwargs) -> DenseDecodeKV:
     settings = {"max_bytes": 1 << 30, **kwargs}
-    return DenseDecodeKV(LAYERS, KV_HEADS, DIM, torch.float32, torch.device("cpu"), **settings)
+    dense = DenseDecodeKV(LAYERS, KV_HEADS, DIM, torch.float32, torch.device("cpu"), **settings)
+    dense.min_context = 0  # short test sequences use the copy too
+    return dense
+
+
+def test_short_batches_gather_and_leave_the_copy_as_it_is():
+    world = _World()
+    world.store("a", 5)
+    tables, lengths = world.batch(["a"])
+    dense = DenseDecodeKV(LAYERS, KV_HEADS, DIM, torch.float32, torch.device("cpu"), 1 << 30)
+    assert dense.min_context > 5
+    assert dense.plan(["a"], tables, lengths, lengths + 8, PAGE) is None
+    assert dense.owners() == {} and dense.keys is None
+    dense.min_context = 5
+    assert dense.plan(["a"], tables, lengths, lengths + 8, PAGE) is not None
+    assert list(dense.owners()) == ["a"]
 
 
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16, torch.int8])

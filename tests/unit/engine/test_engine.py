@@ -209,9 +209,19 @@ def test_a_stream_far_ahead_of_its_listener_lets_the_engine_wait(tiny_engine):
         policy.max_lead_s = saved
 
 
-def test_the_dense_decode_copy_follows_the_running_streams(tiny_engine):
+@pytest.fixture
+def dense_from_the_start(tiny_engine):
+    """The tiny engine's dense decode copy in use from the first position (these streams are
+    shorter than its usual threshold), restored afterwards."""
     dense = tiny_engine.runner.dense_kv
     assert dense is not None  # the CPU reads decode keys from the dense copy
+    saved, dense.min_context = dense.min_context, 0
+    yield dense
+    dense.min_context = saved
+
+
+def test_the_dense_decode_copy_follows_the_running_streams(tiny_engine, dense_from_the_start):
+    dense = dense_from_the_start
     for i in range(3):
         tiny_engine.add_request(
             SynthesisRequest(f"d{i}", "x" * 40, sampling=SamplingParams(seed=i))
@@ -229,17 +239,21 @@ def test_the_dense_decode_copy_follows_the_running_streams(tiny_engine):
     tiny_engine.check_integrity()
 
 
-def test_the_dense_decode_copy_and_page_gathering_give_the_same_audio(tiny_engine):
+def test_the_dense_decode_copy_and_page_gathering_give_the_same_audio(
+    tiny_engine, dense_from_the_start
+):
     requests = [
         SynthesisRequest(f"g{i}", "y" * (20 + 9 * i), sampling=SamplingParams(seed=i))
         for i in range(3)
     ]
+    # Gathering first, the copy once the longest passes 60 positions (rows copied in then).
+    dense_from_the_start.min_context = 60
     dense = _run(tiny_engine, *requests)
-    saved, tiny_engine.runner.dense_kv = tiny_engine.runner.dense_kv, None
+    tiny_engine.runner.dense_kv = None
     try:
         gathered = _run(tiny_engine, *requests)
     finally:
-        tiny_engine.runner.dense_kv = saved
+        tiny_engine.runner.dense_kv = dense_from_the_start
     for request_id, pieces in dense.items():
         ours = np.concatenate([p.audio for p in pieces])
         theirs = np.concatenate([p.audio for p in gathered[request_id]])
