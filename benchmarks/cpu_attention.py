@@ -1,5 +1,6 @@
-"""CPU decode attention: the naive per-sequence loop, gather + SDPA (the engine's backend),
-page-granular gather + SDPA and a GQA-packed einsum, side by side; then the engine's whole
+"""CPU decode attention: the naive per-sequence loop, gather + SDPA (the engine's backend below
+256 positions), page-granular gather + SDPA, a GQA-packed einsum and the dense decode copy
+(the engine's backend from 256 positions), side by side; then the engine's whole
 decode step with the naive loop against the tuned backend.
 
     python benchmarks/cpu_attention.py
@@ -22,6 +23,7 @@ import torch.nn.functional as F
 from cadenza.kernels import torch_attention
 from cadenza.kernels.attention_backends import TorchAttentionBackend
 from cadenza.kernels.attention_context import AttentionContext, decode_key_slots, decode_keys
+from cadenza.kernels.dense_decode_kv import DenseDecodeKV, DenseDecodeStep
 
 HEADS, KV_HEADS, DIM, BLOCK = 4, 2, 64, 16
 
@@ -124,8 +126,31 @@ def attention_variants() -> list[dict[str, Any]]:
             assert float((out - reference).abs().max()) < 1e-4, name
             row[f"{name}_us"] = round(_median_us(lambda fn=fn, inputs=inputs: fn(*inputs)), 1)
         row["head_gather_sdpa_us"] = round(_median_us(tuned), 1)
+        step = _dense_step(q, k_cache, v_cache, tables, lens)
+        row["dense_copy_sdpa_us"] = round(
+            _median_us(lambda step=step, q=q, k=k_cache, v=v_cache: step.attend(0, q, k, v, 0.125)),
+            1,
+        )
+        out = step.attend(0, q, k_cache, v_cache, 0.125)
+        assert float((out - reference).abs().max()) < 1e-4, "dense"
         rows.append(row)
     return rows
+
+
+def _dense_step(q, k_cache, v_cache, tables, lens) -> DenseDecodeStep:
+    """A dense decode copy in steady state: a first step copies every sequence's history but
+    its newest position in, so the returned step appends one token per sequence (what a live
+    decode step does)."""
+    dense = DenseDecodeKV(1, KV_HEADS, DIM, torch.float32, torch.device("cpu"), 1 << 34)
+    dense.min_context = 0
+    owners = list(range(tables.shape[0]))
+    finals = lens.numpy() + 1
+    first = dense.plan(owners, tables.numpy(), lens.numpy() - 1, finals, BLOCK)
+    assert first is not None
+    first.attend(0, q, k_cache, v_cache, 0.125)
+    step = dense.plan(owners, tables.numpy(), lens.numpy(), finals, BLOCK)
+    assert step is not None
+    return step
 
 
 class _LoopBackend(TorchAttentionBackend):
