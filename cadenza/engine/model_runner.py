@@ -21,6 +21,7 @@ import logging
 import numpy as np
 import torch
 
+from cadenza.engine.device import available_memory_bytes
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache
 from cadenza.engine.layouts.token_layout import TokenLayout
 from cadenza.engine.models.model import AudioTokenModel
@@ -43,8 +44,9 @@ class ModelRunner:
         masks = self.layout.sampling_masks()
         self.masks = None if masks is None else masks.to(self.device)
         # On the CPU, decode attention reads a dense copy of the decoding sequences' keys,
-        # kept between steps, instead of gathering their pages every layer of every step; the
-        # copy may use as much memory as the paged cache itself.
+        # kept between steps, instead of gathering their pages every layer of every step. The
+        # copy may use as much memory as the paged cache itself, and at most a quarter of what
+        # is free now (growing, it briefly holds its old and new tensors).
         self.dense_kv: DenseDecodeKV | None = None
         if self.device.type == "cpu":
             spec = kv_cache.spec
@@ -54,7 +56,7 @@ class ModelRunner:
                 spec.head_dim,
                 model.dtype,
                 self.device,
-                max_bytes=kv_cache.nbytes,
+                max_bytes=min(kv_cache.nbytes, available_memory_bytes(self.device) // 4),
             )
 
     def run(self, batch: ScheduledBatch) -> StepResult:
@@ -159,6 +161,8 @@ class ModelRunner:
             return self.forward(batch)
         except Exception:
             log.exception("batched forward failed; retrying each sequence alone")
+        if self.dense_kv is not None:  # its rows may hold some layers' new tokens, not all
+            self.dense_kv.release(batch.decodes)
         logits, hiddens, sampling = [], [], []
         for seq, num_new in batch.items():
             alone = ScheduledBatch()

@@ -16,13 +16,17 @@ gathering path does, so a row holds what gathering its pages would give, and the
 over it equals the gathering path's.
 
 Bookkeeping: :meth:`DenseDecodeKV.plan`, once per step, gives each decoding sequence a row
-(the lowest free one) and takes it from a sequence that prefills (its keys are being
-recomputed); :meth:`DenseDecodeKV.retain`, after the step, releases the rows of sequences that
-are no longer running. A running sequence that sits steps out keeps its row, and the copy
-checks every row's length before appending, so a row that missed a token is copied anew
-rather than trusted. The copy is sized for the longest *final* context of the sequences it
-holds (their reserved pages), so it grows rarely; past ``max_bytes`` the step falls back to
-gathering and the copy is dropped.
+(the lowest free one, zeroed: a masked position is still multiplied, and a stale NaN would
+leak through the mask) and takes it from a sequence that prefills in the same step (its keys
+are being recomputed); :meth:`DenseDecodeKV.retain`, after the step, releases the rows of
+sequences that are no longer running. A running sequence that sits steps out keeps its row,
+and the copy checks every row's length before appending, so a row that missed tokens (steps
+that gathered, a prefill in a step without decodes) is copied anew rather than trusted. A plan
+records the rows' new lengths: the caller must run :meth:`DenseDecodeStep.attend` for every
+layer, or :meth:`DenseDecodeKV.release` the step's sequences if the forward pass fails. When
+no row is left the tensors are freed. The copy is sized for the longest *final* context of
+the sequences it holds (their reserved pages), so it grows rarely; past ``max_bytes`` the step
+falls back to gathering and the copy is dropped.
 """
 
 from __future__ import annotations
@@ -92,9 +96,16 @@ class DenseDecodeKV:
         return dict(self._rows)
 
     def retain(self, owners: Iterable[Hashable]) -> None:
-        """Release every row whose owner is not among ``owners`` (the running sequences)."""
+        """Release every row whose owner is not among ``owners`` (the running sequences); free
+        the tensors when none is left."""
         keep = set(owners)
-        for owner in [owner for owner in self._rows if owner not in keep]:
+        self.release([owner for owner in self._rows if owner not in keep])
+        if not self._rows:
+            self.clear()
+
+    def release(self, owners: Iterable[Hashable]) -> None:
+        """Forget the rows of ``owners`` (a later step copies their whole history again)."""
+        for owner in owners:
             self._release(owner)
 
     def clear(self) -> None:
@@ -121,19 +132,24 @@ class DenseDecodeKV:
         sees (its new token included); ``final_lens [B]`` the most each will ever hold (sizes
         the copy). ``invalidate``: sequences whose keys are being recomputed (they lose
         their rows)."""
-        for owner in invalidate:
-            self._release(owner)
+        self.release(invalidate)
         if not len(owners) or int(seq_lens.max()) < self.min_context:
             return None
+        fresh = []
         for owner in owners:
             if owner not in self._rows:
                 row = self._lowest_free_row()
                 self._rows[owner], self._lengths[row] = row, 0
+                fresh.append(row)
         num_rows = max(self._rows.values(), default=-1) + 1
         positions = int(max(final_lens.max(), seq_lens.max())) if len(owners) else 0
         if not self._fit(num_rows, positions):
             self.clear()
             return None
+        assert self.keys is not None and self.values is not None
+        for row in fresh:  # a previous owner's keys (NaN included) must not show through
+            self.keys[:, row].zero_()
+            self.values[:, row].zero_()
         rows = np.array([self._rows[owner] for owner in owners], dtype=np.int64)
         seq_lens = seq_lens.astype(np.int64)
         held = np.array([self._lengths[row] for row in rows], dtype=np.int64)
@@ -158,7 +174,6 @@ class DenseDecodeKV:
         mask = np.arange(length)[None, :] < self._held_lengths(num_rows, rows, seq_lens)
         bias = torch.zeros(mask.shape, dtype=self.dtype)
         bias.masked_fill_(torch.from_numpy(~mask), float("-inf"))
-        assert self.keys is not None and self.values is not None
         return DenseDecodeStep(
             keys=self.keys,
             values=self.values,

@@ -198,3 +198,44 @@ def test_past_the_byte_limit_the_step_gathers_and_the_copy_is_dropped():
     tables, lengths = world.batch(["a", "b"])
     assert roomy.plan(["a", "b"], tables, lengths, np.array([8, 2000]), PAGE) is None
     assert roomy.owners() == {} and roomy.keys is None
+
+
+def test_a_reused_row_hides_its_previous_owners_keys_even_nan():
+    world, dense = _World(), _dense()
+    world.store("a", 9)
+    world.store("b", 3)
+    _check_step(world, dense, ["a", "b"])
+    row_of_a = dense.owners()["a"]
+    assert dense.keys is not None
+    dense.keys[:, row_of_a] = float("nan")  # what a failing sequence may leave behind
+    dense.values[:, row_of_a] = float("nan")
+    world.drop("a")
+    dense.retain(["b"])
+    world.store("c", 2)
+    world.store("b", 9)  # b now reaches past where a's keys were
+    _check_step(world, dense, ["b", "c"])
+    assert dense.owners()["c"] == row_of_a
+
+
+def test_a_step_planned_but_not_attended_is_copied_again_once_released():
+    world, dense = _World(), _dense()
+    world.store("a", 6)
+    _check_step(world, dense, ["a"])
+    world.store("a", 1)
+    tables, lengths = world.batch(["a"])
+    planned = dense.plan(["a"], tables, lengths, lengths + 8, PAGE)
+    assert planned is not None and planned.sources.numel() == KV_HEADS  # one token
+    dense.release(["a"])  # the forward pass failed before attending
+    again = dense.plan(["a"], tables, lengths, lengths + 8, PAGE)
+    assert again is not None and again.sources.numel() == 7 * KV_HEADS  # the whole history
+    dense.release(["a"])
+    _check_step(world, dense, ["a"])
+
+
+def test_the_tensors_are_freed_when_no_row_is_left():
+    world, dense = _World(), _dense()
+    world.store("a", 4)
+    _check_step(world, dense, ["a"])
+    assert dense.nbytes > 0
+    dense.retain([])
+    assert dense.owners() == {} and dense.nbytes == 0

@@ -1,5 +1,7 @@
 """The skeleton engine: lengths, chunking, reproducibility, cancellation, failure isolation."""
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -185,12 +187,22 @@ def test_a_request_without_a_decoder_slot_leaves_no_trace(tiny_engine, monkeypat
     tiny_engine.check_integrity()
 
 
-def test_a_stream_far_ahead_of_its_listener_lets_the_engine_wait(tiny_engine):
+def test_a_stream_far_ahead_of_its_listener_lets_the_engine_wait(tiny_engine, monkeypatch):
     """Generating faster than real time, a stream gets ahead; past ``max_lead`` the engine may
     wait (the loop then leaves the CPU to the edge); a new request needs a step at once."""
     policy = tiny_engine.policy
     saved = policy.max_lead_s
     policy.max_lead_s = 0.3
+    # A clock that runs slower than the engine however busy the machine is (each reading
+    # advances it by a tenth of a millisecond), so the stream does get ahead.
+    now = [time.monotonic()]
+
+    def slow_clock() -> float:
+        now[0] += 1e-4
+        return now[0]
+
+    monkeypatch.setattr(policy, "clock", slow_clock)
+    monkeypatch.setattr(tiny_engine.audio, "clock", slow_clock)
     try:
         tiny_engine.add_request(SynthesisRequest("ahead", "x" * 70, max_duration_s=5.0))
         assert tiny_engine.idle_s() == 0.0  # prefilling
@@ -258,4 +270,50 @@ def test_the_dense_decode_copy_and_page_gathering_give_the_same_audio(
         ours = np.concatenate([p.audio for p in pieces])
         theirs = np.concatenate([p.audio for p in gathered[request_id]])
         assert len(ours) == len(theirs)
+        np.testing.assert_allclose(ours, theirs, atol=1e-4)
+
+
+def test_after_a_failed_batch_the_dense_copy_gives_the_audio_gathering_gives(
+    tiny_engine, dense_from_the_start, monkeypatch
+):
+    # Two streams decode from the copy, one of them still shorter than the copy's threshold;
+    # a third's prompt makes the batched forward raise, and every sequence is retried alone
+    # (the short one gathering). Rows the failed pass left half-written must not be trusted
+    # afterwards: the audio equals the same scenario gathering pages.
+    dense_from_the_start.min_context = 40
+    poison = tiny_engine.model.spec.audio_vocab_size + 7
+    real_forward = tiny_engine.model.forward
+
+    def forward(input_ids, *args):
+        if bool((input_ids[:, 0] == poison).any()):
+            raise RuntimeError("model exploded")
+        return real_forward(input_ids, *args)
+
+    monkeypatch.setattr(tiny_engine.model, "forward", forward)
+
+    def scenario():
+        outputs = {}
+        for request_id, text, seed in (("ok1", "x" * 60, 1), ("ok2", "x" * 5, 2)):
+            tiny_engine.add_request(
+                SynthesisRequest(request_id, text, sampling=SamplingParams(seed=seed))
+            )
+        for _ in range(20):
+            for output in tiny_engine.step():
+                outputs.setdefault(output.request_id, []).append(output)
+        for request_id, pieces in _run(tiny_engine, SynthesisRequest("bad", "\x07 x")).items():
+            outputs.setdefault(request_id, []).extend(pieces)
+        tiny_engine.check_integrity()
+        return outputs
+
+    dense = scenario()
+    tiny_engine.runner.dense_kv = None
+    try:
+        gathered = scenario()
+    finally:
+        tiny_engine.runner.dense_kv = dense_from_the_start
+    assert dense["bad"][-1].finish_reason is FinishReason.ERROR
+    for request_id in ("ok1", "ok2"):
+        ours = np.concatenate([p.audio for p in dense[request_id]])
+        theirs = np.concatenate([p.audio for p in gathered[request_id]])
+        assert len(ours) == len(theirs) > 0
         np.testing.assert_allclose(ours, theirs, atol=1e-4)
