@@ -113,6 +113,7 @@ def test_generate_refuses_bad_sampling_and_uncached_hub_ids(tmp_path):
 def test_generate_speaks_a_csm_checkpoint_as_the_reference_pipeline_does(tmp_path):
     import numpy as np
 
+    from tests.support.float32_compute import FLOAT32_COMPUTE
     from tests.unit.engine.csm_checkpoints import (
         reference_generate,
         reference_prompt_ids,
@@ -122,9 +123,15 @@ def test_generate_speaks_a_csm_checkpoint_as_the_reference_pipeline_does(tmp_pat
     checkpoint = tmp_path / "csm"
     reference = save_tiny_csm(checkpoint)
     out = tmp_path / "csm.wav"
+    # float32 compute (the reference's): the CPU's bf16 products would round differently.
+    settings = tmp_path / "float32.toml"
+    settings.write_text(
+        "[engine]\n" + "".join(f'{key} = "{value}"\n' for key, value in FLOAT32_COMPUTE.items())
+    )
     result = _cadenza(
         "generate", "--model", str(checkpoint), "--voice", "0", "--text", "Good morning.",
         "--temperature", "0", "--max-duration-s", "0.4", "--out", str(out), "--device", "cpu",
+        "--config", str(settings),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     with wave.open(io.BytesIO(out.read_bytes())) as reader:
