@@ -90,16 +90,22 @@ def test_bad_requests_are_refused_without_state_change(tiny_engine):
     assert tiny_engine.num_requests == 0
 
 
-def test_a_failing_request_fails_alone(tiny_engine, monkeypatch):
-    poison = tiny_engine.model.spec.audio_vocab_size + 7  # the byte 0x07 in a prompt
-    real_forward = tiny_engine.model.forward
+def _explode_on_byte_7(engine, monkeypatch) -> None:
+    """Make ``engine``'s model raise on any forward pass that holds the byte 0x07 of a
+    prompt (the rest of the batch then has to be retried alone)."""
+    poison = engine.model.spec.audio_vocab_size + 7
+    real_forward = engine.model.forward
 
     def forward(input_ids, *args):
         if bool((input_ids[:, 0] == poison).any()):
             raise RuntimeError("model exploded")
         return real_forward(input_ids, *args)
 
-    monkeypatch.setattr(tiny_engine.model, "forward", forward)
+    monkeypatch.setattr(engine.model, "forward", forward)
+
+
+def test_a_failing_request_fails_alone(tiny_engine, monkeypatch):
+    _explode_on_byte_7(tiny_engine, monkeypatch)
     outputs = _run(
         tiny_engine,
         SynthesisRequest("good", "fine", sampling=SamplingParams(seed=1)),
@@ -281,15 +287,7 @@ def test_after_a_failed_batch_the_dense_copy_gives_the_audio_gathering_gives(
     # (the short one gathering). Rows the failed pass left half-written must not be trusted
     # afterwards: the audio equals the same scenario gathering pages.
     dense_from_the_start.min_context = 40
-    poison = tiny_engine.model.spec.audio_vocab_size + 7
-    real_forward = tiny_engine.model.forward
-
-    def forward(input_ids, *args):
-        if bool((input_ids[:, 0] == poison).any()):
-            raise RuntimeError("model exploded")
-        return real_forward(input_ids, *args)
-
-    monkeypatch.setattr(tiny_engine.model, "forward", forward)
+    _explode_on_byte_7(tiny_engine, monkeypatch)
 
     def scenario():
         outputs = {}
