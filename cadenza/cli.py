@@ -460,6 +460,7 @@ def _loadtest(_: CadenzaConfig, args: argparse.Namespace) -> int:
     summary = {
         "capacity_streams": report["capacity_streams"],
         "ideal_streams": report["ideal_streams"],
+        "realtime_bound_streams": report["realtime_bound_streams"],
         "server_max_streams": report["server_max_streams"],
         "server_max_streams_after": report["server_max_streams_after"],
         "baseline_capacity_streams": (report.get("baseline") or {}).get("capacity_streams"),

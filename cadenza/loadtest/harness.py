@@ -3,7 +3,7 @@ the report. Load only goes where ``--url`` points; nothing is started here."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +33,9 @@ async def run_loadtest(
 ) -> tuple[dict[str, Any], list[Path]]:
     """Run, write the outputs, return ``(report, paths)``. ``concurrency=None`` sweeps."""
     options = await resolve_target(options)
-    claim_before, ideal, ideal_long = await _server_capacity(options.url)
+    before = await _server_capacity(options.url)
     capacity, levels = await _measure(options, concurrency, start, limit, progress)
-    claim_after, _, _ = await _server_capacity(options.url)
+    after = await _server_capacity(options.url)
     baseline = None
     if baseline_url is not None:
         base_options = await resolve_target(
@@ -51,10 +51,11 @@ async def run_loadtest(
         _options_dict(options),
         levels,
         capacity,
-        ideal,
+        before.throughput_streams,
         baseline,
-        server_claim=(claim_before, claim_after),
-        ideal_long_context_streams=ideal_long,
+        server_claim=(before.claim, after.claim),
+        ideal_long_context_streams=before.long_context_throughput_streams,
+        realtime_bound=before.realtime_bound,
     )
     return report, write_report(report, out_dir)
 
@@ -112,22 +113,48 @@ async def _check_ready(url: str) -> None:
         raise LoadTestError(f"{url}/readyz answered {response.status_code}: not ready")
 
 
-async def _server_capacity(url: str) -> tuple[int | None, float | None, float | None]:
-    """The server's claim (``/v1/capacity`` ``max_streams``) and the bounds it does not
-    decide: the engine's saturated throughput in streams, measured in process by its
-    calibration, at short contexts and at its long-context point."""
+@dataclass(frozen=True)
+class ServerCapacity:
+    """What ``/v1/capacity`` says before or after a run (``None``: not reported): the
+    server's claim (``max_streams``); the engine's saturated throughput in streams, measured
+    in process by its calibration, at short contexts and at its long-context point; and its
+    real-time bound (``realtime_bound``: ``nominal_context``, ``short_context``), the streams
+    whose calibrated step fits one frame period. Only the claim is admission's own figure."""
+
+    claim: int | None = None
+    throughput_streams: float | None = None
+    long_context_throughput_streams: float | None = None
+    realtime_bound: dict[str, int] | None = None
+
+    @classmethod
+    def from_body(cls, capacity: dict[str, Any] | None) -> ServerCapacity:
+        """Read a ``/v1/capacity`` body (``None``: none came); malformed fields read as not
+        reported."""
+        if capacity is None:
+            return cls()
+        claim = capacity.get("max_streams")
+        calibration = capacity.get("calibration")
+        calibration = calibration if isinstance(calibration, dict) else {}
+        bound = capacity.get("realtime_bound")
+        bound = bound if isinstance(bound, dict) else {}
+        return cls(
+            claim=int(claim) if isinstance(claim, int | float) else None,
+            throughput_streams=_positive(calibration.get("throughput_streams")),
+            long_context_throughput_streams=_positive(
+                calibration.get("long_context_throughput_streams")
+            ),
+            realtime_bound={
+                key: value
+                for key, value in bound.items()
+                if isinstance(value, int) and not isinstance(value, bool)
+            }
+            or None,
+        )
+
+
+async def _server_capacity(url: str) -> ServerCapacity:
     async with httpx.AsyncClient() as client:
-        capacity = await read_capacity(client, url)
-    if capacity is None:
-        return None, None, None
-    claim = capacity.get("max_streams")
-    calibration = capacity.get("calibration")
-    calibration = calibration if isinstance(calibration, dict) else {}
-    return (
-        int(claim) if isinstance(claim, int | float) else None,
-        _positive(calibration.get("throughput_streams")),
-        _positive(calibration.get("long_context_throughput_streams")),
-    )
+        return ServerCapacity.from_body(await read_capacity(client, url))
 
 
 def _positive(value: object) -> float | None:

@@ -19,10 +19,14 @@ def build_report(
     baseline: dict[str, Any] | None = None,
     server_claim: tuple[int | None, int | None] = (None, None),
     ideal_long_context_streams: float | None = None,
+    realtime_bound: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """``ideal_streams``: the engine's saturated throughput in streams (a bound the server's
     admission does not set), ``ideal_long_context_streams`` the same with every stream at a
-    long context; ``server_claim``: its ``max_streams`` before and after the run."""
+    long context; ``realtime_bound``: the server's real-time bound (streams whose calibrated
+    step fits one frame period, ``nominal_context`` and ``short_context``); ``server_claim``:
+    its ``max_streams`` before and after the run."""
+    bound = realtime_bound or {}
     before, after = server_claim
     report: dict[str, Any] = {
         "version": REPORT_VERSION,
@@ -32,6 +36,9 @@ def build_report(
         "capacity_vs_ideal": _ratio(capacity_streams, ideal_streams),
         "ideal_long_context_streams": ideal_long_context_streams,
         "capacity_vs_ideal_long_context": _ratio(capacity_streams, ideal_long_context_streams),
+        "realtime_bound_streams": bound.get("nominal_context"),
+        "capacity_vs_realtime_bound": _ratio(capacity_streams, bound.get("nominal_context")),
+        "realtime_bound_short_context_streams": bound.get("short_context"),
         "server_max_streams": before,
         "server_max_streams_after": after,
         "claim_vs_capacity": _ratio(before, capacity_streams),
@@ -88,6 +95,14 @@ def markdown(report: dict[str, Any]) -> str:
             if report.get("capacity_vs_ideal_long_context") is not None
             else ""
         ),
+        f"- the real-time bound (streams whose calibrated step fits one frame period, no "
+        f"margins): {report.get('realtime_bound_streams')} nominal streams"
+        + (
+            f" (capacity / that = {report['capacity_vs_realtime_bound']})"
+            if report.get("capacity_vs_realtime_bound") is not None
+            else ""
+        )
+        + f", {report.get('realtime_bound_short_context_streams')} at short contexts",
         f"- server's claim (`/v1/capacity` max_streams): {report.get('server_max_streams')} "
         f"before the run, {report.get('server_max_streams_after')} after"
         + (

@@ -76,6 +76,8 @@ def test_capacity_endpoint_reports_the_model(server) -> None:
     assert capacity["rtf_headroom"] <= 1.0
     assert 1 <= capacity["max_streams"] <= MAX_SEQS  # an idle server always takes one
     assert capacity["calibration"]["model"]["decode_points"]
+    bound = capacity["realtime_bound"]  # no headroom, factor or max_num_seqs: above the limit
+    assert bound["short_context"] >= bound["nominal_context"] >= capacity["limits"]["realtime"]
     assert capacity["kv_pages_free"] == capacity["kv_pages_total"] > 0
 
 

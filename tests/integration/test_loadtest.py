@@ -53,6 +53,7 @@ def test_a_short_run_writes_report_json_markdown_and_plots(server, tmp_path) -> 
     assert report["server_max_streams"] == 2  # max_num_seqs caps the server's claim
     assert report["server_max_streams_after"] == 2
     assert report["ideal_streams"] is None  # uncalibrated: no measured throughput bound
+    assert report["realtime_bound_streams"] is None  # nor a real-time one
     assert all(s["audio_s"] > 0 for s in level["streams"])
     assert (out / "ttfa_c100.png").read_bytes()[:4] == b"\x89PNG"
     assert "| 2 |" in (out / "report.md").read_text()

@@ -97,7 +97,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     ),
     "cadenza/kernels/triton_int8_linear.py": ("tests/kernels/test_int8_linear.py", "-"),
     "cadenza/loadtest/clients.py": ("tests/integration/test_loadtest.py", "real clients"),
-    "cadenza/loadtest/harness.py": ("tests/integration/test_loadtest.py", "the CLI run"),
     "cadenza/loadtest/level_runner.py": ("tests/integration/test_loadtest.py", "-"),
     "cadenza/loadtest/level_summary.py": ("tests/unit/loadtest/test_playout.py", "-"),
     "cadenza/loadtest/report.py": ("tests/integration/test_loadtest.py", "the outputs"),

@@ -56,6 +56,7 @@ _MIN_REPORTS = 3  # live reports for a percentile (fewer: the worst of them and 
 _KEEP_REPORTS = 10  # the latest reports stand, however old, until newer ones replace them
 _FACTOR_RANGE = (0.5, 20.0)
 _PREFILL_SHARE_OF_TTFA = 0.5  # the rest of the TTFA target is the first chunk's frames
+_BOUND_LIMIT = 1024  # streams the real-time bound counts up to
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,26 @@ class CapacityModel:
         budget = self.step_budget_ms / self.realtime_factor()
         context = self.nominal_context_tokens if context_per_stream is None else context_per_stream
         return self.step_model.max_batch(budget, context, limit)
+
+    def realtime_bound(self, context_per_stream: int | None = None) -> int:
+        """Decoding streams whose *calibrated* step fits one whole frame period: no headroom,
+        no realtime factor, no ``max_num_seqs`` cap (0 without a calibration). What the
+        engine alone could keep real-time on this device as it was calibrated, the ceiling
+        of any claim: :meth:`realtime_limit` is this less the jitter allowances. Each stream
+        attends ``context_per_stream`` positions (default: the nominal stream's full
+        context; :attr:`short_context_tokens` for the calibration's own short streams)."""
+        if self.step_model is None:
+            return 0
+        period_ms = self.frame_period_ms / self.info.shape.steps_per_frame
+        context = self.nominal_context_tokens if context_per_stream is None else context_per_stream
+        return self.step_model.max_batch(period_ms, context, _BOUND_LIMIT)
+
+    @property
+    def short_context_tokens(self) -> int:
+        """Context per stream of the calibration's decode points (short prompts, early in
+        their streams); 0 without them."""
+        points = () if self.step_model is None else self.step_model.decode_points
+        return round(points[0][1] / points[0][0]) if points else 0
 
     def prefill_fits(self, decoding: int, prompt_tokens: int, context_per_stream: int) -> bool:
         """Whether ``prompt_tokens`` prompt rows (the new stream's and those of streams

@@ -284,6 +284,12 @@ class AdmissionGate:
                 "kv_memory": sum(c.kv_limit() for c in capacities),
                 "max_num_seqs": sum(c.info.max_num_seqs for c in capacities),
             },
+            "realtime_bound": None
+            if any(c.step_model is None for c in capacities)
+            else {
+                "nominal_context": sum(c.realtime_bound() for c in capacities),
+                "short_context": sum(c.realtime_bound(c.short_context_tokens) for c in capacities),
+            },
             "step_budget_ms": round(first.step_budget_ms, 3),
             "step_correction": round(first.correction, 4),
             "realtime_factor": round(first.realtime_factor(), 4),

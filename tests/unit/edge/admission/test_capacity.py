@@ -55,6 +55,29 @@ def test_realtime_limit_follows_the_model_and_the_90th_percentile_of_live_steps(
     assert model.realtime_factor() == pytest.approx(1.0) and model.realtime_limit() == 12
 
 
+def test_the_realtime_bound_is_the_calibrated_engine_alone_without_margins() -> None:
+    # 1 ms per stream: 13 streams fit a 13.3 ms frame, 12 the 12 ms budget (10 % headroom).
+    model = CapacityModel(info(max_num_seqs=4), EngineConfig(), AdmissionConfig())
+    assert model.realtime_bound() == 13
+    assert model.realtime_limit() == 4  # max_num_seqs caps the limit, not the bound
+    for _ in range(10):
+        model.observe(timed_stats(2.0))  # live steps twice as slow move the limit only
+    assert model.realtime_factor() == pytest.approx(2.0)
+    assert model.realtime_bound() == 13
+    assert model.short_context_tokens == 400  # the calibration's points: 400 per stream
+    costly = CapacityModel(
+        replace(info(), calibration=replace(info().calibration, model=replace(
+            info().calibration.model, per_kilocontext_ms=1.0))),
+        EngineConfig(), AdmissionConfig(),
+    )  # fmt: skip
+    # 1 ms more per 1,000 positions past the points' 400 per stream: the nominal stream's
+    # 823 positions cost 1.42 ms a stream (9 fit), the short streams' 400 still 1 ms (13).
+    assert costly.realtime_bound() == 9
+    assert costly.realtime_bound(costly.short_context_tokens) == 13
+    uncalibrated = CapacityModel(info(calibrated=False), EngineConfig(), AdmissionConfig())
+    assert uncalibrated.realtime_bound() == 0 and uncalibrated.short_context_tokens == 0
+
+
 def test_the_calibrations_jitter_counts_before_live_steps_do() -> None:
     calibrated = info()
     assert calibrated.calibration is not None
