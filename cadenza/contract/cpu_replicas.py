@@ -2,16 +2,16 @@
 itself by and the edge's admission counts with, so both agree.
 
 Every replica gets ``cores // replicas`` cores of its own (pinned, that many threads) when that
-is at least :data:`MIN_CORES_PER_REPLICA`; otherwise (a standby replica on a small machine) all
-replicas share every core, and a step of one may run ``replicas`` times slower while the others
-are busy too.
+is at least :data:`MIN_CORES_PER_REPLICA`, i.e. when there are at least as many cores as
+replicas; otherwise all replicas share every core, and a step of one may run ``replicas`` times
+slower while the others are busy too.
 """
 
 from __future__ import annotations
 
 import os
 
-MIN_CORES_PER_REPLICA = 2  # a replica on one core runs its steps far slower than two share two
+MIN_CORES_PER_REPLICA = 1  # a replica on one core runs its steps far slower than two share two
 
 
 def cores_per_replica(replicas: int, cores: int) -> int:

@@ -55,7 +55,7 @@ async def run_loadtest(
         baseline,
         server_claim=(before.claim, after.claim),
         ideal_long_context_streams=before.long_context_throughput_streams,
-        realtime_bound=before.realtime_bound,
+        realtime_bound=(before.realtime_streams, before.realtime_short_context_streams),
     )
     return report, write_report(report, out_dir)
 
@@ -116,15 +116,17 @@ async def _check_ready(url: str) -> None:
 @dataclass(frozen=True)
 class ServerCapacity:
     """What ``/v1/capacity`` says before or after a run (``None``: not reported): the
-    server's claim (``max_streams``); the engine's saturated throughput in streams, measured
-    in process by its calibration, at short contexts and at its long-context point; and its
-    real-time bound (``realtime_bound``: ``nominal_context``, ``short_context``), the streams
-    whose calibrated step fits one frame period. Only the claim is admission's own figure."""
+    server's claim (``max_streams``), and its ``bounds``, none of them admission's figure:
+    the engines' saturated throughput in streams, measured in process by their calibration,
+    at short contexts and at the long-context point, and the real-time bound, the streams
+    whose calibrated step fits one frame period, for nominal and for short streams (summed
+    over the replicas, shared cores counted once)."""
 
     claim: int | None = None
     throughput_streams: float | None = None
     long_context_throughput_streams: float | None = None
-    realtime_bound: dict[str, int] | None = None
+    realtime_streams: int | None = None
+    realtime_short_context_streams: int | None = None
 
     @classmethod
     def from_body(cls, capacity: dict[str, Any] | None) -> ServerCapacity:
@@ -133,22 +135,16 @@ class ServerCapacity:
         if capacity is None:
             return cls()
         claim = capacity.get("max_streams")
-        calibration = capacity.get("calibration")
-        calibration = calibration if isinstance(calibration, dict) else {}
-        bound = capacity.get("realtime_bound")
-        bound = bound if isinstance(bound, dict) else {}
+        bounds = capacity.get("bounds")
+        bounds = bounds if isinstance(bounds, dict) else {}
         return cls(
-            claim=int(claim) if isinstance(claim, int | float) else None,
-            throughput_streams=_positive(calibration.get("throughput_streams")),
+            claim=_count(claim),
+            throughput_streams=_positive(bounds.get("throughput_streams")),
             long_context_throughput_streams=_positive(
-                calibration.get("long_context_throughput_streams")
+                bounds.get("long_context_throughput_streams")
             ),
-            realtime_bound={
-                key: value
-                for key, value in bound.items()
-                if isinstance(value, int) and not isinstance(value, bool)
-            }
-            or None,
+            realtime_streams=_count(bounds.get("realtime_streams")),
+            realtime_short_context_streams=_count(bounds.get("realtime_short_context_streams")),
         )
 
 
@@ -158,7 +154,13 @@ async def _server_capacity(url: str) -> ServerCapacity:
 
 
 def _positive(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and value > 0 else None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    return float(value) if value > 0 else None
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _options_dict(options: LoadOptions) -> dict[str, Any]:

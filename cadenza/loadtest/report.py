@@ -19,14 +19,14 @@ def build_report(
     baseline: dict[str, Any] | None = None,
     server_claim: tuple[int | None, int | None] = (None, None),
     ideal_long_context_streams: float | None = None,
-    realtime_bound: dict[str, int] | None = None,
+    realtime_bound: tuple[int | None, int | None] = (None, None),
 ) -> dict[str, Any]:
     """``ideal_streams``: the engine's saturated throughput in streams (a bound the server's
     admission does not set), ``ideal_long_context_streams`` the same with every stream at a
     long context; ``realtime_bound``: the server's real-time bound (streams whose calibrated
-    step fits one frame period, ``nominal_context`` and ``short_context``); ``server_claim``:
-    its ``max_streams`` before and after the run."""
-    bound = realtime_bound or {}
+    step fits one frame period) for nominal and for short streams; ``server_claim``: its
+    ``max_streams`` before and after the run."""
+    bound, bound_short = realtime_bound
     before, after = server_claim
     report: dict[str, Any] = {
         "version": REPORT_VERSION,
@@ -36,9 +36,9 @@ def build_report(
         "capacity_vs_ideal": _ratio(capacity_streams, ideal_streams),
         "ideal_long_context_streams": ideal_long_context_streams,
         "capacity_vs_ideal_long_context": _ratio(capacity_streams, ideal_long_context_streams),
-        "realtime_bound_streams": bound.get("nominal_context"),
-        "capacity_vs_realtime_bound": _ratio(capacity_streams, bound.get("nominal_context")),
-        "realtime_bound_short_context_streams": bound.get("short_context"),
+        "realtime_bound_streams": bound,
+        "capacity_vs_realtime_bound": _ratio(capacity_streams, bound),
+        "realtime_bound_short_context_streams": bound_short,
         "server_max_streams": before,
         "server_max_streams_after": after,
         "claim_vs_capacity": _ratio(before, capacity_streams),

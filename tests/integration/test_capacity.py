@@ -76,8 +76,10 @@ def test_capacity_endpoint_reports_the_model(server) -> None:
     assert capacity["rtf_headroom"] <= 1.0
     assert 1 <= capacity["max_streams"] <= MAX_SEQS  # an idle server always takes one
     assert capacity["calibration"]["model"]["decode_points"]
-    bound = capacity["realtime_bound"]  # no headroom, factor or max_num_seqs: above the limit
-    assert bound["short_context"] >= bound["nominal_context"] >= capacity["limits"]["realtime"]
+    bounds = capacity["bounds"]  # no headroom, factor or max_num_seqs: at least the limit
+    assert bounds["realtime_short_context_streams"] >= bounds["realtime_streams"]
+    assert bounds["realtime_streams"] >= capacity["limits"]["realtime"]
+    assert bounds["throughput_streams"] == capacity["calibration"]["throughput_streams"]
     assert capacity["kv_pages_free"] == capacity["kv_pages_total"] > 0
 
 

@@ -211,6 +211,25 @@ class CapacityModel:
         context = self.nominal_context_tokens if context_per_stream is None else context_per_stream
         return self.step_model.max_batch(period_ms, context, _BOUND_LIMIT)
 
+    def bounds(self) -> dict[str, float] | None:
+        """This replica's share of the machine's bounds, none of them admission's own figure
+        (``None`` without a calibration): the calibration's saturated throughput in streams
+        (``throughput_streams``, ``long_context_throughput_streams``) and the real-time bound
+        for nominal and for short streams (``realtime_streams``,
+        ``realtime_short_context_streams``), each divided by the replicas sharing its cores
+        (every one of them measured what all the cores can do)."""
+        calibration = self.info.calibration
+        if calibration is None:
+            return None
+        share = 1.0 / self.core_sharers
+        return {
+            "throughput_streams": share * calibration.throughput_streams,
+            "long_context_throughput_streams": share * calibration.long_context_throughput_streams,
+            "realtime_streams": share * self.realtime_bound(),
+            "realtime_short_context_streams": share
+            * self.realtime_bound(self.short_context_tokens),
+        }
+
     @property
     def short_context_tokens(self) -> int:
         """Context per stream of the calibration's decode points (short prompts, early in

@@ -284,12 +284,7 @@ class AdmissionGate:
                 "kv_memory": sum(c.kv_limit() for c in capacities),
                 "max_num_seqs": sum(c.info.max_num_seqs for c in capacities),
             },
-            "realtime_bound": None
-            if any(c.step_model is None for c in capacities)
-            else {
-                "nominal_context": sum(c.realtime_bound() for c in capacities),
-                "short_context": sum(c.realtime_bound(c.short_context_tokens) for c in capacities),
-            },
+            "bounds": _machine_bounds([c.bounds() for c in capacities]),
             "step_budget_ms": round(first.step_budget_ms, 3),
             "step_correction": round(first.correction, 4),
             "realtime_factor": round(first.realtime_factor(), 4),
@@ -458,3 +453,15 @@ class AdmissionGate:
         self.metrics.admission_open.set(1 if is_open else 0)
         factors = [self.replicas[i].realtime_factor() for i in self.placeable]
         self.metrics.realtime_factor.set(max(factors, default=self.capacity.realtime_factor()))
+
+
+def _machine_bounds(shares: list[dict[str, float] | None]) -> dict[str, float | int] | None:
+    """The replicas' bounds added up (``None`` unless every one is calibrated): throughputs
+    to two decimals, real-time bounds in whole streams."""
+    if not shares or any(share is None for share in shares):
+        return None
+    total = {key: sum(share[key] for share in shares if share) for key in shares[0] or {}}
+    return {
+        key: int(value + 1e-9) if key.startswith("realtime") else round(value, 2)
+        for key, value in total.items()
+    }

@@ -8,18 +8,22 @@ from cadenza.loadtest.report import build_report, markdown
 
 BODY = {
     "max_streams": 3,
-    "realtime_bound": {"nominal_context": 6, "short_context": 11},
-    "calibration": {"throughput_streams": 12.8, "long_context_throughput_streams": 5.3},
+    "bounds": {
+        "throughput_streams": 12.8,
+        "long_context_throughput_streams": 5.3,
+        "realtime_streams": 6,
+        "realtime_short_context_streams": 11,
+    },
 }
 
 
 def test_the_claim_and_every_bound_are_read_from_the_capacity_body() -> None:
     read = ServerCapacity.from_body(BODY)
-    assert read == ServerCapacity(3, 12.8, 5.3, {"nominal_context": 6, "short_context": 11})
+    assert read == ServerCapacity(3, 12.8, 5.3, 6, 11)
     report = build_report(
         {}, [], 4, read.throughput_streams, server_claim=(read.claim, 4),
         ideal_long_context_streams=read.long_context_throughput_streams,
-        realtime_bound=read.realtime_bound,
+        realtime_bound=(read.realtime_streams, read.realtime_short_context_streams),
     )  # fmt: skip
     assert report["realtime_bound_streams"] == 6
     assert report["capacity_vs_realtime_bound"] == round(4 / 6, 3)
@@ -31,12 +35,16 @@ def test_the_claim_and_every_bound_are_read_from_the_capacity_body() -> None:
 
 def test_a_server_without_calibration_or_with_garbage_reports_no_bound() -> None:
     assert ServerCapacity.from_body(None) == ServerCapacity()
-    uncalibrated = {"max_streams": 2, "realtime_bound": None, "calibration": None}
+    uncalibrated = {"max_streams": 2, "bounds": None, "calibration": None}
     assert ServerCapacity.from_body(uncalibrated) == ServerCapacity(claim=2)
     garbage = {
         "max_streams": "many",
-        "realtime_bound": {"nominal_context": "six", "short_context": True, "x": 2.5},
-        "calibration": {"throughput_streams": -1, "long_context_throughput_streams": "?"},
+        "bounds": {
+            "throughput_streams": -1,
+            "long_context_throughput_streams": "?",
+            "realtime_streams": 2.5,
+            "realtime_short_context_streams": True,
+        },
     }
     assert ServerCapacity.from_body(garbage) == ServerCapacity()
     report = build_report({}, [], None, None)

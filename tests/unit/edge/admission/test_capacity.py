@@ -76,6 +76,20 @@ def test_the_realtime_bound_is_the_calibrated_engine_alone_without_margins() -> 
     assert costly.realtime_bound(costly.short_context_tokens) == 13
     uncalibrated = CapacityModel(info(calibrated=False), EngineConfig(), AdmissionConfig())
     assert uncalibrated.realtime_bound() == 0 and uncalibrated.short_context_tokens == 0
+    assert uncalibrated.bounds() is None
+
+
+def test_replicas_sharing_every_core_share_the_bounds_one_measured() -> None:
+    calibrated = replace(info(), calibration=replace(info().calibration, throughput_streams=9.0))
+    alone = CapacityModel(calibrated, EngineConfig(), AdmissionConfig())
+    assert alone.bounds() == {
+        "throughput_streams": 9.0, "long_context_throughput_streams": 0.0,
+        "realtime_streams": 13, "realtime_short_context_streams": 13,
+    }  # fmt: skip
+    sharing = CapacityModel(calibrated, EngineConfig(), AdmissionConfig(), core_sharers=2)
+    halves = sharing.bounds()
+    assert halves is not None
+    assert halves["throughput_streams"] == 4.5 and halves["realtime_streams"] == 6.5
 
 
 def test_the_calibrations_jitter_counts_before_live_steps_do() -> None:

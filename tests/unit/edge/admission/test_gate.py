@@ -215,6 +215,8 @@ def test_streams_are_placed_on_the_replica_with_the_most_headroom() -> None:
         snapshot = g.snapshot()
         assert snapshot["max_streams"] == 4 and snapshot["active"] == 4
         assert [r["active"] for r in snapshot["replicas"]] == [2, 2]
+        # bounds add up over replicas on their own cores (13 streams of 1 ms fit 13.3 ms)
+        assert snapshot["bounds"]["realtime_streams"] == 26
         for ticket in tickets:
             g.release(ticket)
         # equal headroom: the replica that served the prompt prefix lately wins
