@@ -61,7 +61,8 @@ def _build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--engine-replicas",
         type=int,
-        help="engine processes per model (default 1; with several GPUs, one per device)",
+        help="engine processes per model (default: one per core on a CPU-only machine with at "
+        "most 2 cores, else 1; with several GPUs, one per device)",
     )
     serve.add_argument(
         "--warm-spare",

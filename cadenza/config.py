@@ -171,12 +171,15 @@ class EngineConfig(_Section):
     startup_timeout_s: float = Field(
         180.0, gt=0, description="how long the edge waits for the engine to load"
     )
-    replicas: int = Field(
-        1,
+    replicas: int | None = Field(
+        None,
         ge=1,
         le=64,
         description="engine processes per model, each with its own KV pool and calibration "
-        "(on a machine with several GPUs and device cuda: one per device, round robin)",
+        "(on a machine with several GPUs and device cuda: one per device, round robin; on a "
+        "CPU each pinned to its share of the cores); unset: one per core on a CPU-only "
+        "machine with at most 2 cores (measured: twice the streams of one replica on both), "
+        "else one",
     )
     warm_spare: bool = Field(
         False,

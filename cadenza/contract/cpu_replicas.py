@@ -10,8 +10,36 @@ slower while the others are busy too.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 MIN_CORES_PER_REPLICA = 1  # a replica on one core runs its steps far slower than two share two
+
+
+# Where ``engine.replicas`` is unset, a CPU-only machine with at most this many cores runs one
+# replica per core; measured on 2 cores (docs/benchmarks.md): twice the streams at SLO of one
+# replica on both. Larger machines keep one replica until their split is measured (each replica
+# loads its own weights and KV pool, and a large model's products need many cores).
+AUTO_MAX_CORES = 2
+_GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd")  # NVIDIA's driver; AMD's ROCm
+
+
+def default_replicas(device: str, mode: str, kind: str = "cadenza") -> int:
+    """``engine.replicas`` when it is unset, for ``model.device``, ``engine.mode`` and
+    ``engine.kind``: one per core for the batching engine in its own processes on a CPU
+    (``device = cpu``, or ``auto`` on a machine without a GPU driver) of at most
+    :data:`AUTO_MAX_CORES` cores; one otherwise. Edge and engine process decide alike (the
+    engine inherits the edge's cores), without importing torch."""
+    if kind != "cadenza" or mode != "process" or device == "cuda":
+        return 1
+    if device == "auto" and any(Path(path).exists() for path in _GPU_DEVICE_FILES):
+        return 1
+    cores = len(usable_cores())
+    return cores if 1 < cores <= AUTO_MAX_CORES else 1
+
+
+def replica_count(replicas: int | None, device: str, mode: str, kind: str = "cadenza") -> int:
+    """``engine.replicas``, or :func:`default_replicas` where it is unset."""
+    return replicas if replicas is not None else default_replicas(device, mode, kind)
 
 
 def cores_per_replica(replicas: int, cores: int) -> int:

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from cadenza.config import CadenzaConfig
-from cadenza.contract.cpu_replicas import core_sharers, usable_cores
+from cadenza.contract.cpu_replicas import core_sharers, replica_count, usable_cores
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.errors import ENGINE_RETRY_AFTER_S, EngineError, EngineUnavailable
 from cadenza.contract.messages import Stats
@@ -68,7 +68,14 @@ class ModelService:
                 on_ready=self._on_ready,
                 on_lost=self._on_lost,
             )
-            for index in range(config.engine.replicas)
+            for index in range(
+                replica_count(
+                    config.engine.replicas,
+                    config.model.device,
+                    config.engine.mode,
+                    config.engine.kind,
+                )
+            )
         ]
         self._gate: AdmissionGate | None = None  # once the first replica is ready
         self._admission: Admission | None = None

@@ -30,7 +30,12 @@ import zmq
 
 from cadenza.config import CadenzaConfig
 from cadenza.contract import messages
-from cadenza.contract.cpu_replicas import core_sharers, cores_per_replica, usable_cores
+from cadenza.contract.cpu_replicas import (
+    core_sharers,
+    cores_per_replica,
+    replica_count,
+    usable_cores,
+)
 from cadenza.contract.errors import RequestRejected
 from cadenza.contract.request import FinishReason, StreamOutput
 from cadenza.ipc.serving_engine import ServingEngine
@@ -157,7 +162,9 @@ def _place_replica(config: CadenzaConfig, replica: int) -> CadenzaConfig:
     torch threads (unless ``model.torch_threads`` says otherwise), or all sharing every core
     with OpenMP threads that sleep instead of spinning when idle, so that a busy replica gets
     the cores an idle one leaves."""
-    replicas = config.engine.replicas
+    replicas = replica_count(
+        config.engine.replicas, config.model.device, config.engine.mode, config.engine.kind
+    )
     cores = usable_cores()
     share = cores_per_replica(replicas, len(cores))
     if core_sharers(replicas, len(cores)) > 1:

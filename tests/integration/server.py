@@ -21,8 +21,16 @@ def free_port() -> int:
 
 
 class RunningServer:
+    """``cadenza serve`` on a free port, on the CPU. ``replicas``: engine replicas per model
+    (``None``: the server's default, which on a small CPU is one per core); tests run one
+    unless they say otherwise, so that slots and engine processes are what they count."""
+
     def __init__(
-        self, log_path: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+        self,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+        replicas: int | None = 1,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -43,7 +51,7 @@ class RunningServer:
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **_replicas_env(replicas), **(env or {})},
         )
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
@@ -94,6 +102,10 @@ class RunningServer:
         self._log.close()
 
 
+def _replicas_env(replicas: int | None) -> dict[str, str]:
+    return {} if replicas is None else {"CADENZA_ENGINE__REPLICAS": str(replicas)}
+
+
 @contextmanager
 def serving(
     log_path: Path,
@@ -101,6 +113,7 @@ def serving(
     *,
     calibrated: bool = False,
     args: tuple[str, ...] = (),
+    replicas: int | None = 1,
 ) -> Iterator[RunningServer]:
     """A ready server for the duration of the block (the body of a module fixture).
 
@@ -114,7 +127,7 @@ def serving(
             "CADENZA_ADMISSION__SLACK_CLOSE_MS": "-1e9",
         }
         env = {**deterministic, **(env or {})}
-    running = RunningServer(log_path, env, args)
+    running = RunningServer(log_path, env, args, replicas)
     try:
         running.wait_ready()
         yield running

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 
 import httpx
 import pytest
 
 from cadenza.client import StreamError, connect
+from cadenza.contract.cpu_replicas import default_replicas
 from cadenza.loadtest.level_runner import run_level
 from cadenza.loadtest.workload import LoadOptions, TextLengths
 from tests.integration.server import serving
@@ -230,3 +232,17 @@ def test_garbage_priority_is_refused_clearly(server) -> None:
     )
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "priority"
+
+
+def test_by_default_a_small_cpu_runs_one_replica_pinned_to_each_core(tmp_path) -> None:
+    expected = default_replicas("cpu", "process")  # 2 on a 2-core machine, else 1
+    with serving(tmp_path / "server.log", ENV, replicas=None) as server:
+        body = httpx.get(f"{server.url}/admin/replicas", timeout=10).json()
+        listed = body["models"]["cadenza-tiny"]
+        assert len(listed) == expected
+        if expected > 1:
+            cores = [os.sched_getaffinity(replica["pid"]) for replica in listed]
+            assert all(len(mine) == 1 for mine in cores)
+            assert len(set().union(*cores)) == expected  # a core of its own each
+        # uncalibrated: each replica's slots, added up
+        assert _capacity(server)["max_streams"] == expected * MAX_SEQS
