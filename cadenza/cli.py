@@ -367,19 +367,30 @@ def _plan(config: CadenzaConfig, args: argparse.Namespace) -> int:
 
 def _measured_capacity(config: CadenzaConfig, model: str) -> dict[str, Any]:
     """Real-time streams ``model`` holds on this device: the start-up calibration (cached, as
-    the server's) read through the same capacity model the server admits with."""
+    the server's) read through the same capacity model the server admits with, measured as
+    the server's first engine replica runs (its cores and threads: this process is pinned
+    like it), and counted for as many replicas as the server would start."""
+    from cadenza.contract.cpu_replicas import core_sharers, replica_count, usable_cores
     from cadenza.edge.admission.capacity import CapacityModel
     from cadenza.engine.builder import build_serving_engine
+    from cadenza.ipc.engine_loop import place_replica
 
     config = config.model_copy(update={"model": config.model.model_copy(update={"name": model})})
-    info = build_serving_engine(config).info
+    engine = config.engine
+    replicas = replica_count(engine.replicas, config.model.device, engine.mode, engine.kind)
+    sharers = core_sharers(replicas, len(usable_cores()))
+    info = build_serving_engine(place_replica(config, 0)).info
     calibration = info.calibration
-    capacity = CapacityModel(info, config.engine, config.admission)
+    capacity = CapacityModel(
+        info, engine, config.admission, core_sharers=sharers if info.device == "cpu" else 1
+    )
     return {
         "device": None if calibration is None else calibration.device_name,
         "calibration": None if calibration is None else calibration.source,
+        "replicas": replicas,
         "step_budget_ms": round(capacity.step_budget_ms, 3),
-        "max_streams": capacity.max_streams(),
+        "max_streams": replicas * capacity.max_streams(),
+        "max_streams_per_replica": capacity.max_streams(),
         "realtime_limit": capacity.realtime_limit(),
         "kv_limit": capacity.kv_limit(),
         "decode_step_ms": None

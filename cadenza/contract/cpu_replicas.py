@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-# A replica may be pinned to a single core, one thread: on a 2-core CPU, cadenza-tiny's steps at
-# 1-4 streams took about as long on one thread as on two (a small batch's step is mostly one thread's
-# work: op dispatch, small products), so two single-core replicas held twice the streams of one
-# on both cores (docs/benchmarks.md, "Replicas on their own cores").
+# A replica may be pinned to a single core, one thread: on a 2-core CPU, cadenza-tiny's steps
+# at 1-4 streams took about as long on one thread as on two (a small batch's step is mostly one
+# thread's work: op dispatch, small products), so two single-core replicas held twice the
+# streams of one on both cores (docs/benchmarks.md, "Replicas on their own cores").
 MIN_CORES_PER_REPLICA = 1
 
 # Where ``engine.replicas`` is unset, a CPU-only machine with at most this many cores runs one

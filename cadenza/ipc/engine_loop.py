@@ -154,7 +154,7 @@ def _reject(request_id: str, reason: str, outbound: zmq.Socket[bytes]) -> None:
     outbound.send(messages.encode(messages.Output.of(rejected)))
 
 
-def _place_replica(config: CadenzaConfig, replica: int) -> CadenzaConfig:
+def place_replica(config: CadenzaConfig, replica: int) -> CadenzaConfig:
     """Where replica ``replica`` of ``engine.replicas`` runs, and the configuration it runs
     with (call before torch is imported). On a GPU machine the replicas spread over the
     devices, one per device (round robin). On the CPU they divide the cores as
@@ -195,7 +195,7 @@ def main() -> None:
     args = parser.parse_args()
     config = CadenzaConfig.model_validate(json.loads(args.config_json))
     configure_logging(config.server.log_level, process=f"engine-{args.replica}")
-    config = _place_replica(config, args.replica)
+    config = place_replica(config, args.replica)
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     try:
         run_engine_loop(config, context, args.inbound, args.outbound)

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from cadenza.contract.cpu_replicas import default_replicas
 from cadenza.engine.kv.paged_kv_cache import KVSpec
 from cadenza.engine.models.cadenza_tiny import CadenzaTinySpec
 from cadenza.kv_plan import KVPlan, parse_bytes
@@ -110,7 +111,10 @@ def test_cli_with_a_model_measures_its_real_time_capacity_here(tmp_path):
     assert realtime["calibration"] == "measured"
     # The sweep stops early once a point costs twice the step budget (a slow machine).
     assert {"1", "2"} <= set(realtime["decode_step_ms"]) <= {"1", "2", "4"}
-    assert 1 <= realtime["max_streams"] <= 64
+    # Measured as the server's first replica, counted for as many as the server starts.
+    assert realtime["replicas"] == default_replicas("auto", "process")
+    assert 1 <= realtime["max_streams_per_replica"] <= 64
+    assert realtime["max_streams"] == realtime["replicas"] * realtime["max_streams_per_replica"]
     assert realtime["step_budget_ms"] < 1000 / 75
     again = json.loads(
         _plan("--model", "cadenza-tiny", "--context", "100", "--json", env=quick_sweep).stdout
