@@ -92,11 +92,12 @@ def test_capacity_endpoint_reports_the_model(server) -> None:
 def _promises_real_time(server) -> bool:
     """Whether the server promises at least one real-time stream now (its real-time limit).
     At 0 (this machine measured too slow for one nominal stream, e.g. calibrated while busy)
-    it still admits one stream when idle, best effort, and the on-time checks do not apply:
-    saying so in the test's warnings rather than failing on a promise never made."""
+    it still admits one stream when idle, best effort, whose playback is not checked (its
+    first audio still is): the test says so in a warning rather than failing on a promise
+    never made."""
     limit = _capacity(server)["limits"]["realtime"]
     if limit < 1:
-        message = "no real-time promise on this machine now: C100 and TTFA unchecked"
+        message = "no real-time promise on this machine now: C100 unchecked"
         warnings.warn(message, stacklevel=2)
     return limit >= 1
 
@@ -135,7 +136,7 @@ def test_three_times_overload_keeps_admitted_streams_glitch_free(server) -> None
     assert set(level["rejected_by_reason"]) <= {"queue_timeout", "queue_full"}
     if promised:
         assert level["c100"] >= 0.99, level
-        assert level["ttfa_admitted_ms"]["p95"] <= 500, level["ttfa_admitted_ms"]
+    assert level["ttfa_admitted_ms"]["p95"] <= 500, level["ttfa_admitted_ms"]
     assert standard.status_code == 200 and len(standard.content) > 0
     assert waited < 15.0  # its reserved share, well within its maximum wait, under realtime load
     assert server.metric("cadenza_admission_decisions_total") > 0
@@ -171,7 +172,7 @@ def test_poisson_and_burst_overload_keep_admitted_streams_on_time(server, arriva
         assert level["rejected"] + level["queued"] > 0  # the excess waited or was refused
     if promised:
         assert level["c100"] >= 0.99, level
-        assert level["ttfa_admitted_ms"]["p95"] <= 500, level["ttfa_admitted_ms"]
+    assert level["ttfa_admitted_ms"]["p95"] <= 500, level["ttfa_admitted_ms"]
     _wait_idle(server)
 
 
