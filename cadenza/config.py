@@ -241,6 +241,12 @@ class EngineConfig(_Section):
         "auto is bfloat16 where the CPU has native bf16 matrix units (AMX or AVX512-BF16), "
         "else float32; docs/benchmarks.md states the accuracy cost",
     )
+    fused_cpu_decode: bool = Field(
+        True,
+        description="on the CPU, run decode-only steps of Llama backbones through the native "
+        "kernel (compiled once per machine with the system's C++ compiler; without one, or "
+        "with int8 weights or a non-float32 KV cache, steps stay on torch)",
+    )
     codec_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",
         description="dtype the streaming codec decoder computes in on the CPU: auto is "

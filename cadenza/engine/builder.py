@@ -74,6 +74,7 @@ def build_engine(
         weights_dtype=weights_dtype,
         pack_cpu_weights=config.pack_cpu_weights,
         cpu_linear_dtype=linear_dtype,
+        fused_cpu_decode=config.fused_cpu_decode,
     )
     layout = model.layout
     kv_dtype = resolve_kv_dtype(config.kv_dtype, model_dtype)

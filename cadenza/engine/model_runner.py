@@ -24,6 +24,7 @@ import torch
 from cadenza.engine.device import available_memory_bytes
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache
 from cadenza.engine.layouts.token_layout import TokenLayout
+from cadenza.engine.models.llama import fused_cpu_decode_of
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.sampler import sample_rows
 from cadenza.engine.scheduler import ScheduledBatch, StepResult
@@ -47,8 +48,12 @@ class ModelRunner:
         # kept between steps, instead of gathering their pages every layer of every step. The
         # copy may use as much memory as the paged cache itself, and at most a quarter of what
         # is free now (growing, it briefly holds its old and new tensors).
+        # A model whose decode steps run fused (cadenza.kernels.fused_cpu_decode) reads the
+        # pages in place: it needs neither the copy nor the gathered key positions.
+        fused = fused_cpu_decode_of(model)
+        self.fused_decode = fused is not None and fused.supports_cache(kv_cache)
         self.dense_kv: DenseDecodeKV | None = None
-        if self.device.type == "cpu":
+        if self.device.type == "cpu" and not self.fused_decode:
             spec = kv_cache.spec
             self.dense_kv = DenseDecodeKV(
                 spec.num_layers,
@@ -248,7 +253,7 @@ class ModelRunner:
                 invalidate=[seq for seq, _ in batch.prefills],
             )
         keys = None
-        if dense is None:
+        if dense is None and not (self.fused_decode and not batch.prefills):
             keys = decode_keys(page_tables, seq_lens, size, self.kv_cache.spec.num_kv_heads)
         context = AttentionContext(
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=self.device),

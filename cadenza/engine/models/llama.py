@@ -19,6 +19,7 @@ from torch import nn
 from cadenza.engine.kv.paged_kv_cache import KVSpec, PagedKVCache
 from cadenza.kernels.attention_backends import TorchAttentionBackend, attention_backend_for
 from cadenza.kernels.attention_context import AttentionContext
+from cadenza.kernels.fused_cpu_decode import FusedCpuDecode
 
 
 @dataclass(frozen=True)
@@ -255,7 +256,9 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaBackbone(nn.Module):
-    """Decoder layers plus the final norm; embeddings in, hidden states out."""
+    """Decoder layers plus the final norm; embeddings in, hidden states out. With
+    :attr:`fused_decode` set (:func:`enable_fused_cpu_decode`), the CPU's decode-only steps
+    run every layer in one native call."""
 
     def __init__(self, config: LlamaBackboneConfig) -> None:
         super().__init__()
@@ -266,6 +269,7 @@ class LlamaBackbone(nn.Module):
             LlamaDecoderLayer(config, index) for index in range(config.num_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.fused_decode: FusedCpuDecode | None = None
 
     def forward(
         self,
@@ -279,6 +283,10 @@ class LlamaBackbone(nn.Module):
         Stores the tokens' keys and values in ``kv_cache`` at ``context.slot_mapping``.
         """
         rotary = self.rotary(positions)
+        if self.fused_decode is not None and self.fused_decode.applies(
+            embeddings, context, kv_cache
+        ):
+            return self.norm(self.fused_decode(embeddings, rotary, context, kv_cache))
         backend = self._backends.get(embeddings.device.type)
         if backend is None:
             backend = self._backends[embeddings.device.type] = attention_backend_for(
@@ -299,3 +307,24 @@ def fuse_llama_projections(model: nn.Module) -> int:
             module.fuse_projections()
             fused += 1
     return fused
+
+
+def enable_fused_cpu_decode(model: nn.Module, weight_dtype: torch.dtype) -> int:
+    """Give every Llama backbone under ``model`` the fused CPU decode
+    (:class:`~cadenza.kernels.fused_cpu_decode.FusedCpuDecode`) where the kernel can run it and
+    builds on this machine, multiplying in ``weight_dtype``; returns how many got it. Call
+    after :func:`fuse_llama_projections`."""
+    enabled = 0
+    for module in model.modules():
+        if isinstance(module, LlamaBackbone):
+            module.fused_decode = FusedCpuDecode.build(module, weight_dtype)
+            enabled += module.fused_decode is not None
+    return enabled
+
+
+def fused_cpu_decode_of(model: nn.Module) -> FusedCpuDecode | None:
+    """The fused CPU decode of ``model``'s first Llama backbone (its main one), if enabled."""
+    for module in model.modules():
+        if isinstance(module, LlamaBackbone):
+            return module.fused_decode
+    return None

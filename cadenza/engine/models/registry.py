@@ -32,6 +32,7 @@ def load_model(
     weights_dtype: str = "auto",
     pack_cpu_weights: bool = True,
     cpu_linear_dtype: torch.dtype = torch.float32,
+    fused_cpu_decode: bool = True,
 ) -> AudioTokenModel:
     """Build a built-in model from ``seed`` or load a checkpoint (a directory, or a hub id
     in the local hub cache), ready to serve.
@@ -54,6 +55,7 @@ def load_model(
         weights_dtype=weights_dtype,
         pack_cpu_weights=pack_cpu_weights,
         cpu_linear_dtype=cpu_linear_dtype,
+        fused_cpu_decode=fused_cpu_decode,
     )
     return model
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from cadenza.engine.models.llama import fuse_llama_projections
+from cadenza.engine.models.llama import enable_fused_cpu_decode, fuse_llama_projections
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.kernels.cpu_linear import pack_linears, packing_available
 from cadenza.kernels.int8_linear import quantize_linears
@@ -24,10 +24,16 @@ def prepare_for_serving(
     weights_dtype: str = "auto",
     pack_cpu_weights: bool = True,
     cpu_linear_dtype: torch.dtype = torch.float32,
+    fused_cpu_decode: bool = True,
 ) -> None:
-    """Rearrange ``model``'s weights in place (call once, after loading)."""
+    """Rearrange ``model``'s weights in place (call once, after loading). On the CPU, with
+    ``fused_cpu_decode``, its Llama backbones' decode steps also get the native kernel
+    (:mod:`cadenza.kernels.fused_cpu_decode`), multiplying in ``cpu_linear_dtype``."""
     fuse_llama_projections(model)
     if weights_dtype == "int8":
         quantize_linears(model)
-    elif pack_cpu_weights and packing_available(model.device, model.dtype):
+        return
+    if pack_cpu_weights and packing_available(model.device, model.dtype):
         pack_linears(model, cpu_linear_dtype)
+    if fused_cpu_decode and model.device.type == "cpu" and model.dtype == torch.float32:
+        enable_fused_cpu_decode(model, cpu_linear_dtype)

@@ -73,6 +73,7 @@ def calibration_identity(engine: Engine, seed: int) -> str:
         "chunk_frames": config.chunk_frames,
         "first_chunk_frames": config.first_chunk_frames,
         "pack_cpu_weights": config.pack_cpu_weights,
+        "fused_cpu_decode": config.fused_cpu_decode,
         "batch_sizes": list(config.calibration_batch_sizes),
         "steps": config.calibration_steps,
         "long_context": config.calibration_long_context,

@@ -9,6 +9,8 @@ import torch
 from cadenza.contract.errors import RequestRejected
 from cadenza.contract.request import FinishReason, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
+from cadenza.engine.engine import Engine
+from tests.support.float32_compute import float32_engine_config
 
 HOP = 320
 
@@ -227,38 +229,53 @@ def test_a_stream_far_ahead_of_its_listener_lets_the_engine_wait(tiny_engine, mo
         policy.max_lead_s = saved
 
 
+@pytest.fixture(scope="module")
+def torch_decode_engine():
+    """The tiny engine with decode steps on torch (the fused CPU decode off): the path that
+    keeps the dense decode copy."""
+    return Engine.from_pretrained(
+        "cadenza-tiny",
+        engine_config=float32_engine_config(fused_cpu_decode=False),
+        device="cpu",
+        seed=0,
+        kv_cache_memory_bytes=64 << 20,
+    )
+
+
 @pytest.fixture
-def dense_from_the_start(tiny_engine):
+def dense_from_the_start(torch_decode_engine):
     """The tiny engine's dense decode copy in use from the first position (these streams are
     shorter than its usual threshold), restored afterwards."""
-    dense = tiny_engine.runner.dense_kv
+    dense = torch_decode_engine.runner.dense_kv
     assert dense is not None  # the CPU reads decode keys from the dense copy
     saved, dense.min_context = dense.min_context, 0
     yield dense
     dense.min_context = saved
 
 
-def test_the_dense_decode_copy_follows_the_running_streams(tiny_engine, dense_from_the_start):
+def test_the_dense_decode_copy_follows_the_running_streams(
+    torch_decode_engine, dense_from_the_start
+):
     dense = dense_from_the_start
     for i in range(3):
-        tiny_engine.add_request(
+        torch_decode_engine.add_request(
             SynthesisRequest(f"d{i}", "x" * 40, sampling=SamplingParams(seed=i))
         )
     for _ in range(6):
-        tiny_engine.step()
+        torch_decode_engine.step()
     running = {seq.request_id for seq in dense.owners()}
     assert running == {"d0", "d1", "d2"}
-    tiny_engine.abort_request("d1")
-    tiny_engine.check_integrity()  # an aborted stream's row is released at once
+    torch_decode_engine.abort_request("d1")
+    torch_decode_engine.check_integrity()  # an aborted stream's row is released at once
     assert {seq.request_id for seq in dense.owners()} == {"d0", "d2"}
-    while tiny_engine.has_unfinished_requests():
-        tiny_engine.step()
+    while torch_decode_engine.has_unfinished_requests():
+        torch_decode_engine.step()
     assert dense.owners() == {}
-    tiny_engine.check_integrity()
+    torch_decode_engine.check_integrity()
 
 
 def test_the_dense_decode_copy_and_page_gathering_give_the_same_audio(
-    tiny_engine, dense_from_the_start
+    torch_decode_engine, dense_from_the_start
 ):
     requests = [
         SynthesisRequest(f"g{i}", "y" * (20 + 9 * i), sampling=SamplingParams(seed=i))
@@ -266,12 +283,12 @@ def test_the_dense_decode_copy_and_page_gathering_give_the_same_audio(
     ]
     # Gathering first, the copy once the longest passes 60 positions (rows copied in then).
     dense_from_the_start.min_context = 60
-    dense = _run(tiny_engine, *requests)
-    tiny_engine.runner.dense_kv = None
+    dense = _run(torch_decode_engine, *requests)
+    torch_decode_engine.runner.dense_kv = None
     try:
-        gathered = _run(tiny_engine, *requests)
+        gathered = _run(torch_decode_engine, *requests)
     finally:
-        tiny_engine.runner.dense_kv = dense_from_the_start
+        torch_decode_engine.runner.dense_kv = dense_from_the_start
     for request_id, pieces in dense.items():
         ours = np.concatenate([p.audio for p in pieces])
         theirs = np.concatenate([p.audio for p in gathered[request_id]])
@@ -280,38 +297,62 @@ def test_the_dense_decode_copy_and_page_gathering_give_the_same_audio(
 
 
 def test_after_a_failed_batch_the_dense_copy_gives_the_audio_gathering_gives(
-    tiny_engine, dense_from_the_start, monkeypatch
+    torch_decode_engine, dense_from_the_start, monkeypatch
 ):
     # Two streams decode from the copy, one of them still shorter than the copy's threshold;
     # a third's prompt makes the batched forward raise, and every sequence is retried alone
     # (the short one gathering). Rows the failed pass left half-written must not be trusted
     # afterwards: the audio equals the same scenario gathering pages.
     dense_from_the_start.min_context = 40
-    _explode_on_byte_7(tiny_engine, monkeypatch)
+    _explode_on_byte_7(torch_decode_engine, monkeypatch)
 
     def scenario():
         outputs = {}
         for request_id, text, seed in (("ok1", "x" * 60, 1), ("ok2", "x" * 5, 2)):
-            tiny_engine.add_request(
+            torch_decode_engine.add_request(
                 SynthesisRequest(request_id, text, sampling=SamplingParams(seed=seed))
             )
         for _ in range(20):
-            for output in tiny_engine.step():
+            for output in torch_decode_engine.step():
                 outputs.setdefault(output.request_id, []).append(output)
-        for request_id, pieces in _run(tiny_engine, SynthesisRequest("bad", "\x07 x")).items():
+        for request_id, pieces in _run(
+            torch_decode_engine, SynthesisRequest("bad", "\x07 x")
+        ).items():
             outputs.setdefault(request_id, []).extend(pieces)
-        tiny_engine.check_integrity()
+        torch_decode_engine.check_integrity()
         return outputs
 
     dense = scenario()
-    tiny_engine.runner.dense_kv = None
+    torch_decode_engine.runner.dense_kv = None
     try:
         gathered = scenario()
     finally:
-        tiny_engine.runner.dense_kv = dense_from_the_start
+        torch_decode_engine.runner.dense_kv = dense_from_the_start
     assert dense["bad"][-1].finish_reason is FinishReason.ERROR
     for request_id in ("ok1", "ok2"):
         ours = np.concatenate([p.audio for p in dense[request_id]])
         theirs = np.concatenate([p.audio for p in gathered[request_id]])
         assert len(ours) == len(theirs) > 0
         np.testing.assert_allclose(ours, theirs, atol=1e-4)
+
+
+def test_the_fused_cpu_decode_and_the_torch_path_give_the_same_audio(
+    tiny_engine, torch_decode_engine
+):
+    # Streams of different lengths join one after the other (prefill steps on torch, decode
+    # steps fused on one engine, all on torch on the other): the same audio, to float32
+    # rounding, and both caches intact.
+    assert tiny_engine.model.backbone.fused_decode is not None
+    assert torch_decode_engine.model.backbone.fused_decode is None
+    requests = [
+        SynthesisRequest(f"f{i}", "z" * (15 + 11 * i), sampling=SamplingParams(seed=i))
+        for i in range(3)
+    ]
+    fused, torch_path = _run(tiny_engine, *requests), _run(torch_decode_engine, *requests)
+    for request_id, pieces in fused.items():
+        ours = np.concatenate([p.audio for p in pieces])
+        theirs = np.concatenate([p.audio for p in torch_path[request_id]])
+        assert len(ours) == len(theirs) > 0
+        np.testing.assert_allclose(ours, theirs, atol=1e-4)
+    tiny_engine.check_integrity()
+    torch_decode_engine.check_integrity()

@@ -1,0 +1,453 @@
+// The decode step of a Llama decoder stack on the CPU, a few rows at a time, in one call.
+//
+// A decode step of a small model on the CPU is dominated by the fixed cost of each torch op
+// (dispatch, allocation, a pass over tiny tensors), not by its arithmetic: cadenza-tiny's layer
+// is ~30 ops that take ~0.5-0.8 ms for one row, while its weights stream from cache in tens of
+// microseconds. This file does a whole layer per call with no allocation, the rows of the batch
+// in registers: RMSNorm, the fused q/k/v product, rotary positions, the store of the new key
+// and value into the paged cache, grouped-query attention over the sequence's pages read in
+// place, the output product into the residual, RMSNorm, the fused gate/up product, SiLU times
+// up, and the down product into the residual.
+//
+// Numbers: activations, accumulations and the KV cache are float32; weights are float32 or
+// bfloat16 (widened exactly to float32 before each multiply-add), packed in blocks of 16
+// output rows: ``packed[n / 16][k][n % 16]`` (cadenza/kernels/fused_cpu_decode.py packs them).
+// Exponentials use a polynomial accurate to float32 rounding (a few ulp).
+//
+// Portable C++ with GCC/Clang vector extensions: the compiler maps them to the machine's SIMD
+// (AVX-512, AVX2, NEON) under -march=native. The Python side compiles this file once per
+// machine and calls it through ctypes (cadenza/kernels/native_library.py).
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+typedef float f32x16 __attribute__((vector_size(64)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+typedef uint16_t u16x16 __attribute__((vector_size(32)));
+
+constexpr int LANES = 16;
+constexpr int MAX_HEADS = 128;  // query heads
+constexpr int MAX_HEAD_DIM = 128;
+
+inline f32x16 load(const float* p) {
+    f32x16 v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+inline void store(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
+
+inline f32x16 splat(float x) { return f32x16{} + x; }
+
+inline f32x16 load_weights(const float* p) { return load(p); }
+
+// bfloat16 is the top half of a float32: widening is a shift, exact.
+inline f32x16 load_weights(const uint16_t* p) {
+    u16x16 half;
+    std::memcpy(&half, p, sizeof half);
+    u32x16 bits = __builtin_convertvector(half, u32x16) << 16;
+    f32x16 v;
+    std::memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
+inline float sum_lanes(f32x16 v) {
+    float lanes[LANES];
+    store(lanes, v);
+    float a[8];
+    for (int i = 0; i < 8; ++i) a[i] = lanes[i] + lanes[i + 8];
+    for (int i = 0; i < 4; ++i) a[i] += a[i + 4];
+    return (a[0] + a[2]) + (a[1] + a[3]);
+}
+
+// e^x for x <= 0 or moderate x: 2^n * p(r) with r = x - n ln 2 in [-ln2/2, ln2/2] and a
+// degree-6 polynomial (Cephes' expf coefficients). Below -87.3 the result is 0; NaN stays NaN.
+inline f32x16 exp_lanes(f32x16 x) {
+    const f32x16 high = splat(88.37626f), low = splat(-87.33654f);
+    const f32x16 input = x;
+    x = x > high ? high : x;
+    x = x < low ? low : x;
+    f32x16 n = x * splat(1.44269504088896341f) + splat(0.5f);
+    f32x16 truncated = __builtin_convertvector(__builtin_convertvector(n, i32x16), f32x16);
+    n = truncated > n ? truncated - splat(1.0f) : truncated;  // floor
+    x = x - n * splat(0.693359375f) - n * splat(-2.12194440e-4f);
+    f32x16 y = splat(1.9875691500e-4f);
+    y = y * x + splat(1.3981999507e-3f);
+    y = y * x + splat(8.3334519073e-3f);
+    y = y * x + splat(4.1665795894e-2f);
+    y = y * x + splat(1.6666665459e-1f);
+    y = y * x + splat(5.0000001201e-1f);
+    y = y * (x * x) + x + splat(1.0f);
+    i32x16 exponent = (__builtin_convertvector(n, i32x16) + 127) << 23;
+    f32x16 scale;
+    std::memcpy(&scale, &exponent, sizeof scale);
+    y = y * scale;
+    y = input < low ? splat(0.0f) : y;
+    return input != input ? input : y;  // NaN in, NaN out
+}
+
+// y[j, 0:16] (+)= x[j, 0:K] . block[0:K, 0:16] for ROWS rows j: one block of 16 output
+// features, the rows' accumulators held in registers, two per row (even and odd k) so that
+// consecutive multiply-adds do not wait on each other.
+template <int ROWS, typename Weight>
+void product_block(const float* x, int ldx, const Weight* block, int K, float* y, int ldy,
+                   bool accumulate) {
+    f32x16 even[ROWS], odd[ROWS];
+    for (int j = 0; j < ROWS; ++j) even[j] = odd[j] = f32x16{};
+    int k = 0;
+    for (; k + 1 < K; k += 2) {
+        const f32x16 w0 = load_weights(block + (size_t)k * LANES);
+        const f32x16 w1 = load_weights(block + (size_t)(k + 1) * LANES);
+        for (int j = 0; j < ROWS; ++j) {
+            even[j] += x[j * ldx + k] * w0;
+            odd[j] += x[j * ldx + k + 1] * w1;
+        }
+    }
+    if (k < K) {
+        const f32x16 w0 = load_weights(block + (size_t)k * LANES);
+        for (int j = 0; j < ROWS; ++j) even[j] += x[j * ldx + k] * w0;
+    }
+    for (int j = 0; j < ROWS; ++j) {
+        f32x16 result = even[j] + odd[j];
+        if (accumulate) result += load(y + j * ldy);
+        store(y + j * ldy, result);
+    }
+}
+
+// y[B, N] (+)= x[B, K] @ W^T with W packed in blocks of 16 output rows; N % 16 == 0.
+template <typename Weight>
+void product(const float* x, int B, int ldx, const Weight* packed, int N, int K, float* y,
+             int ldy, bool accumulate) {
+    constexpr int ROWS = 8;
+    for (int n = 0; n < N; n += LANES) {
+        const Weight* block = packed + (size_t)n * K;
+        float* out = y + n;
+        int b = 0;
+        for (; b + ROWS <= B; b += ROWS)
+            product_block<ROWS>(x + b * ldx, ldx, block, K, out + b * ldy, ldy, accumulate);
+        const float* xr = x + b * ldx;
+        float* yr = out + b * ldy;
+        switch (B - b) {
+            case 7: product_block<7>(xr, ldx, block, K, yr, ldy, accumulate); break;
+            case 6: product_block<6>(xr, ldx, block, K, yr, ldy, accumulate); break;
+            case 5: product_block<5>(xr, ldx, block, K, yr, ldy, accumulate); break;
+            case 4: product_block<4>(xr, ldx, block, K, yr, ldy, accumulate); break;
+            case 3: product_block<3>(xr, ldx, block, K, yr, ldy, accumulate); break;
+            case 2: product_block<2>(xr, ldx, block, K, yr, ldy, accumulate); break;
+            case 1: product_block<1>(xr, ldx, block, K, yr, ldy, accumulate); break;
+            default: break;
+        }
+    }
+}
+
+// out[b] = weight * x[b] / sqrt(mean(x[b]^2) + eps); H % 16 == 0.
+void rms_norm(const float* x, int B, int H, const float* weight, float eps, float* out) {
+    for (int b = 0; b < B; ++b) {
+        const float* row = x + (size_t)b * H;
+        f32x16 squares = f32x16{};
+        for (int i = 0; i < H; i += LANES) {
+            const f32x16 v = load(row + i);
+            squares += v * v;
+        }
+        const float inverse = 1.0f / std::sqrt(sum_lanes(squares) / (float)H + eps);
+        for (int i = 0; i < H; i += LANES)
+            store(out + (size_t)b * H + i, load(weight + i) * (load(row + i) * inverse));
+    }
+}
+
+// x * cos + [x2, x1] * signed_sin over one head of width D (the "rotate half" convention,
+// with the sines of the first half negated by the caller).
+void rotate(float* head, const float* cos, const float* signed_sin, int D, float* scratch) {
+    const int half = D / 2;
+    for (int i = 0; i < D; ++i) {
+        const float swapped = i < half ? head[i + half] : head[i - half];
+        scratch[i] = head[i] * cos[i] + swapped * signed_sin[i];
+    }
+    std::memcpy(head, scratch, sizeof(float) * D);
+}
+
+struct Shape {
+    int32_t hidden, num_heads, num_kv_heads, head_dim, intermediate, page_size;
+    float eps, scale;
+};
+
+struct LayerWeights {
+    const void* qkv;   // [(Hq + 2 Hkv) D] x hidden, packed
+    const void* o;     // hidden x [Hq D], packed
+    const void* gate_up;  // [2 F] x hidden (gate rows, then up rows), packed
+    const void* down;  // hidden x F, packed
+    const float* input_norm;
+    const float* post_attention_norm;
+    float* keys;       // this layer's cache: [slots, Hkv, D]
+    float* values;
+};
+
+// Lane i of 16 vectors' sums gathered into one vector, by four rounds of pairwise shuffles and
+// adds (a butterfly) instead of 16 separate reductions. The butterfly leaves the sum of input
+// k in lane BIT_REVERSED[k], so callers store the vector meant for lane i at
+// ``p[BIT_REVERSED[i]]``.
+constexpr int BIT_REVERSED[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+
+inline f32x16 sum_lanes_16(const f32x16* p) {
+    f32x16 halves[8], quarters[4], eighths[2];
+    for (int i = 0; i < 8; ++i) {
+        const f32x16 a = p[2 * i], b = p[2 * i + 1];
+        halves[i] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20,
+                                            21, 22, 23) +
+                    __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27,
+                                            28, 29, 30, 31);
+    }
+    for (int i = 0; i < 4; ++i) {
+        const f32x16 a = halves[2 * i], b = halves[2 * i + 1];
+        quarters[i] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24,
+                                              25, 26, 27) +
+                      __builtin_shufflevector(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15,
+                                              28, 29, 30, 31);
+    }
+    for (int i = 0; i < 2; ++i) {
+        const f32x16 a = quarters[2 * i], b = quarters[2 * i + 1];
+        eighths[i] = __builtin_shufflevector(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12,
+                                             13, 28, 29) +
+                     __builtin_shufflevector(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27,
+                                             14, 15, 30, 31);
+    }
+    const f32x16 a = eighths[0], b = eighths[1];
+    return __builtin_shufflevector(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14,
+                                   30) +
+           __builtin_shufflevector(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15,
+                                   31);
+}
+
+// Positions sit in pages scattered over the cache: the hardware prefetcher loses the stream
+// at every page boundary, so each row is asked for this many positions ahead.
+#ifndef AHEAD_N
+#define AHEAD_N 8
+#endif
+constexpr int AHEAD = AHEAD_N;
+
+inline void prefetch_row(const float* row, int D) {
+    for (int i = 0; i < D; i += 64 / (int)sizeof(float)) __builtin_prefetch(row + i);
+}
+
+// One query row's attention over ``length`` positions, every head: query head ``h`` of
+// ``q [Hq, D]`` reads key head ``h / group``. Position ``l``'s keys (all heads, ``Hkv * D``
+// floats) start at ``keys + rows[l]``, its values at ``values + rows[l]``. The heads are the
+// inner loop, so each position's row is used whole while it is in cache. ``scores`` holds
+// ``Hq * padded`` floats (``padded``: ``length`` rounded up to 16); ``out [Hq, D]``.
+template <int VECTORS>
+void attend(const float* q, int Hq, int group, const float* keys, const float* values,
+            const int64_t* rows, int length, float scale, float* scores, float* out) {
+    constexpr int D = VECTORS * LANES;
+    constexpr int CHUNK = 64;  // positions per pass of the value accumulators
+    const int padded = (length + LANES - 1) / LANES * LANES;
+    const int row_floats = Hq / group * D;
+    float inverse[MAX_HEADS];
+    f32x16 maxima[MAX_HEADS];
+    for (int h = 0; h < Hq; ++h) maxima[h] = splat(-INFINITY);
+    for (int l0 = 0; l0 < padded; l0 += LANES) {
+        const int count = length - l0 < LANES ? length - l0 : LANES;
+        for (int j = 0; j < count && l0 + j + AHEAD < length; ++j)
+            prefetch_row(keys + rows[l0 + j + AHEAD], row_floats);
+        const float* block_rows[LANES];
+        for (int j = 0; j < LANES; ++j) block_rows[j] = keys + rows[j < count ? l0 + j : l0];
+        for (int h = 0; h < Hq; ++h) {
+            const int key_offset = h / group * D;
+            f32x16 qv[VECTORS];
+            for (int v = 0; v < VECTORS; ++v) qv[v] = load(q + h * D + v * LANES);
+            f32x16 partial[LANES];
+            for (int j = 0; j < LANES; ++j) {  // position l0 + j; its dot product's lanes
+                const float* key = block_rows[j] + key_offset;
+                f32x16 even = load(key) * qv[0], odd = f32x16{};
+                for (int v = 1; v < VECTORS; ++v) {
+                    if (v % 2) odd += load(key + v * LANES) * qv[v];
+                    else even += load(key + v * LANES) * qv[v];
+                }
+                partial[BIT_REVERSED[j]] = even + odd;
+            }
+            f32x16 block = sum_lanes_16(partial) * scale;
+            if (count < LANES) {  // past the end: -inf, weight 0 after the softmax
+                for (int j = count; j < LANES; ++j) block[j] = -INFINITY;
+            }
+            store(scores + (size_t)h * padded + l0, block);
+            maxima[h] = block > maxima[h] ? block : maxima[h];
+        }
+    }
+    for (int h = 0; h < Hq; ++h) {
+        float* row = scores + (size_t)h * padded;
+        float top = -INFINITY;
+        for (int j = 0; j < LANES; ++j) top = maxima[h][j] > top ? maxima[h][j] : top;
+        f32x16 sums = f32x16{};
+        for (int l0 = 0; l0 < padded; l0 += LANES) {
+            const f32x16 e = exp_lanes(load(row + l0) - splat(top));
+            store(row + l0, e);
+            sums += e;
+        }
+        inverse[h] = 1.0f / sum_lanes(sums);
+    }
+    std::memset(out, 0, sizeof(float) * Hq * D);
+    for (int l0 = 0; l0 < length; l0 += CHUNK) {
+        const int end = l0 + CHUNK < length ? l0 + CHUNK : length;
+        for (int h = 0; h < Hq; h += 2) {  // two query heads of one key head per pass
+            const bool pair = h + 1 < Hq && (h + 1) / group == h / group;
+            const int value_offset = h / group * D;
+            const float* p0 = scores + (size_t)h * padded;
+            const float* p1 = pair ? p0 + padded : p0;
+            f32x16 first[VECTORS], second[VECTORS];
+            for (int v = 0; v < VECTORS; ++v) {
+                first[v] = load(out + h * D + v * LANES);
+                second[v] = pair ? load(out + (h + 1) * D + v * LANES) : f32x16{};
+            }
+            for (int l = l0; l < end; ++l) {
+                if (h == 0 && l + AHEAD < length) prefetch_row(values + rows[l + AHEAD], row_floats);
+                const float* value = values + rows[l] + value_offset;
+                const float w0 = p0[l], w1 = p1[l];
+                for (int v = 0; v < VECTORS; ++v) {
+                    const f32x16 x = load(value + v * LANES);
+                    first[v] += w0 * x;
+                    second[v] += w1 * x;
+                }
+            }
+            for (int v = 0; v < VECTORS; ++v) {
+                store(out + h * D + v * LANES, first[v]);
+                if (pair) store(out + (h + 1) * D + v * LANES, second[v]);
+            }
+            if (!pair) --h;  // an odd head out: the next pass starts at h + 1
+        }
+    }
+    for (int h = 0; h < Hq; ++h)
+        for (int v = 0; v < VECTORS; ++v)
+            store(out + h * D + v * LANES, load(out + h * D + v * LANES) * inverse[h]);
+}
+
+void attend_any(const float* q, int Hq, int group, int D, const float* keys, const float* values,
+                const int64_t* rows, int length, float scale, float* scores, float* out) {
+    switch (D / LANES) {
+        case 1: attend<1>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
+        case 2: attend<2>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
+        case 3: attend<3>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
+        case 4: attend<4>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
+        case 5: attend<5>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
+        case 6: attend<6>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
+        case 7: attend<7>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
+        case 8: attend<8>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
+        default: break;  // head widths over 128 stay on torch (fused_cpu_decode.py)
+    }
+}
+
+// Everything a step's layers share: the rows' cache offsets, and the work space.
+struct Step {
+    int B;
+    int longest;          // the most positions any row attends to
+    const int64_t* rows;  // [B, longest]: float offset of position l's key row in a layer
+    float* work;          // work_floats(...) floats
+};
+
+template <typename Weight>
+void decode_layer(const Shape& s, const LayerWeights& w, const Step& step, float* x,
+                  const float* cos, const float* signed_sin, const int64_t* slots,
+                  const int32_t* seq_lens) {
+    const int B = step.B, H = s.hidden, D = s.head_dim, Hq = s.num_heads, Hkv = s.num_kv_heads;
+    const int F = s.intermediate, width = (Hq + 2 * Hkv) * D, group = Hq / Hkv;
+    float* normed = step.work;                        // [B, H]
+    float* qkv = normed + (size_t)B * H;              // [B, width]
+    float* attention = qkv + (size_t)B * width;       // [B, Hq D]
+    float* gate_up = attention + (size_t)B * Hq * D;  // [B, 2F]
+    float* scores = gate_up + (size_t)B * 2 * F;      // [Hq, longest rounded up to 16]
+    float rotated[MAX_HEAD_DIM];
+
+    rms_norm(x, B, H, w.input_norm, s.eps, normed);
+    product<Weight>(normed, B, H, (const Weight*)w.qkv, width, H, qkv, width, false);
+    const int stride = Hkv * D;
+    for (int b = 0; b < B; ++b) {
+        float* row = qkv + (size_t)b * width;
+        for (int head = 0; head < Hq + Hkv; ++head)
+            rotate(row + head * D, cos + (size_t)b * D, signed_sin + (size_t)b * D, D, rotated);
+        if (slots[b] >= 0) {
+            std::memcpy(w.keys + slots[b] * stride, row + Hq * D, sizeof(float) * stride);
+            std::memcpy(w.values + slots[b] * stride, row + (Hq + Hkv) * D,
+                        sizeof(float) * stride);
+        }
+    }
+    for (int b = 0; b < B; ++b)
+        attend_any(qkv + (size_t)b * width, Hq, group, D, w.keys, w.values,
+                   step.rows + (size_t)b * step.longest, seq_lens[b], s.scale, scores,
+                   attention + (size_t)b * Hq * D);
+    product<Weight>(attention, B, Hq * D, (const Weight*)w.o, H, Hq * D, x, H, true);
+    rms_norm(x, B, H, w.post_attention_norm, s.eps, normed);
+    product<Weight>(normed, B, H, (const Weight*)w.gate_up, 2 * F, H, gate_up, 2 * F, false);
+    for (int b = 0; b < B; ++b) {
+        float* row = gate_up + (size_t)b * 2 * F;
+        for (int i = 0; i < F; i += LANES) {
+            const f32x16 gate = load(row + i);
+            store(row + i, gate / (splat(1.0f) + exp_lanes(-gate)) * load(row + F + i));
+        }
+    }
+    product<Weight>(gate_up, B, 2 * F, (const Weight*)w.down, H, F, x, H, true);
+}
+
+int64_t work_floats(const Shape& s, int B, int longest) {
+    const int64_t width = (int64_t)(s.num_heads + 2 * s.num_kv_heads) * s.head_dim;
+    const int64_t padded = (longest + LANES - 1) / LANES * LANES;
+    return (int64_t)B * (s.hidden + width + (int64_t)s.num_heads * s.head_dim +
+                         2 * (int64_t)s.intermediate) +
+           (int64_t)s.num_heads * padded;
+}
+
+template <typename Weight>
+void decode_layers(const Shape& s, const LayerWeights* layers, int num_layers, int B, float* x,
+                   const float* cos, const float* signed_sin, const int64_t* slots,
+                   const int32_t* page_tables, int max_pages, const int32_t* seq_lens,
+                   void* scratch) {
+    int longest = 1;
+    for (int b = 0; b < B; ++b) longest = seq_lens[b] > longest ? seq_lens[b] : longest;
+    int64_t* rows = (int64_t*)scratch;
+    const int64_t stride = (int64_t)s.num_kv_heads * s.head_dim;
+    for (int b = 0; b < B; ++b) {
+        const int32_t* table = page_tables + (size_t)b * max_pages;
+        int64_t* out = rows + (size_t)b * longest;
+        for (int l = 0, page = 0; l < seq_lens[b]; ++page) {
+            const int64_t first = (int64_t)table[page] * s.page_size;
+            for (int offset = 0; offset < s.page_size && l < seq_lens[b]; ++offset, ++l)
+                out[l] = (first + offset) * stride;
+        }
+    }
+    const Step step{B, longest, rows, (float*)(rows + (size_t)B * longest)};
+    for (int i = 0; i < num_layers; ++i)
+        decode_layer<Weight>(s, layers[i], step, x, cos, signed_sin, slots, seq_lens);
+}
+
+}  // namespace
+
+extern "C" {
+
+// ``x [B, hidden]`` (the residual stream, updated in place) through ``num_layers`` layers.
+// ``cos, signed_sin [B, head_dim]``; ``slots [B]``, where each row's new key and value go (-1:
+// nowhere); ``page_tables [B, max_pages]``; ``seq_lens [B]``, the positions each row attends to
+// (its own included, at least 1). ``scratch``: ``cadenza_decode_scratch_bytes`` bytes, 8-aligned.
+void cadenza_decode_layers_f32(const Shape* s, const LayerWeights* layers, int num_layers, int B,
+                               float* x, const float* cos, const float* signed_sin,
+                               const int64_t* slots, const int32_t* page_tables, int max_pages,
+                               const int32_t* seq_lens, void* scratch) {
+    decode_layers<float>(*s, layers, num_layers, B, x, cos, signed_sin, slots, page_tables,
+                         max_pages, seq_lens, scratch);
+}
+
+void cadenza_decode_layers_bf16(const Shape* s, const LayerWeights* layers, int num_layers,
+                                int B, float* x, const float* cos, const float* signed_sin,
+                                const int64_t* slots, const int32_t* page_tables, int max_pages,
+                                const int32_t* seq_lens, void* scratch) {
+    decode_layers<uint16_t>(*s, layers, num_layers, B, x, cos, signed_sin, slots, page_tables,
+                            max_pages, seq_lens, scratch);
+}
+
+int64_t cadenza_decode_scratch_bytes(const Shape* s, int B, int longest) {
+    if (longest < 1) longest = 1;
+    return (int64_t)B * longest * (int64_t)sizeof(int64_t) +
+           work_floats(*s, B, longest) * (int64_t)sizeof(float);
+}
+
+}  // extern "C"

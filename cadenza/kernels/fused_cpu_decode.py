@@ -1,0 +1,261 @@
+"""A Llama decoder stack's decode steps on the CPU in one native call per step.
+
+On the CPU a small model's decode step costs what its torch ops cost to launch, not their
+arithmetic: cadenza-tiny's layer is ~30 ops, 0.5-0.8 ms for one row, for products whose
+weights stream from cache in tens of microseconds. :class:`FusedCpuDecode` runs every layer of
+a step whose tokens all decode (one new token per sequence, no prefill) through the kernel in
+``cpu_decode_layers.cpp`` (:mod:`~cadenza.kernels.native_library` builds it): same math as the
+torch path (RMSNorm, fused q/k/v, rotary, paged KV store, grouped-query attention over the
+pages in place, SwiGLU), float32 activations and accumulation, weights float32 or bfloat16.
+docs/benchmarks.md ("Fused CPU decode") has the speed and the accuracy against the torch path.
+
+What it needs, else the step stays on torch (:meth:`FusedCpuDecode.applies`): float32
+activations on the CPU, a float32 KV cache, a decode-only step without the dense decode copy,
+and widths the kernel handles (multiples of 16, head width at most 256); weights in plain
+``nn.Linear`` or :class:`~cadenza.kernels.cpu_linear.PackedLinear` layers (not int8).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from cadenza.kernels import native_library
+from cadenza.kernels.attention_context import AttentionContext
+from cadenza.kernels.cpu_linear import PackedLinear
+
+if TYPE_CHECKING:
+    from cadenza.engine.kv.paged_kv_cache import PagedKVCache
+    from cadenza.engine.models.llama import LlamaBackbone
+
+SOURCE = "cpu_decode_layers.cpp"
+LANES = 16
+MAX_HEAD_DIM = 128
+MAX_GROUP = 64
+
+
+class _Shape(ctypes.Structure):
+    _fields_ = [
+        ("hidden", ctypes.c_int32),
+        ("num_heads", ctypes.c_int32),
+        ("num_kv_heads", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("intermediate", ctypes.c_int32),
+        ("page_size", ctypes.c_int32),
+        ("eps", ctypes.c_float),
+        ("scale", ctypes.c_float),
+    ]
+
+
+class _LayerWeights(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_void_p)
+        for name in (
+            "qkv",
+            "o",
+            "gate_up",
+            "down",
+            "input_norm",
+            "post_attention_norm",
+            "keys",
+            "values",
+        )
+    ]
+
+
+def pack_weight(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``weight [N, K]`` (``N % 16 == 0``) in the kernel's layout: blocks of 16 output rows,
+    ``packed[n // 16, k, n % 16] = weight[n, k]``, in ``dtype``."""
+    out_features, in_features = weight.shape
+    blocks = weight.detach().to(dtype).reshape(out_features // LANES, LANES, in_features)
+    return blocks.transpose(1, 2).contiguous()
+
+
+def _projections(layer: nn.Module) -> tuple[nn.Module | None, ...]:
+    """A decoder layer's fused q/k/v, output, fused gate/up and down projections."""
+    attention, mlp = getattr(layer, "self_attn"), getattr(layer, "mlp")  # noqa: B009
+    return (attention.qkv_proj, attention.o_proj, mlp.gate_up_proj, mlp.down_proj)
+
+
+def _norm_weights(layer: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """A decoder layer's two RMSNorm weights, float32, contiguous."""
+    return tuple(
+        getattr(layer, name).weight.detach().float().contiguous()
+        for name in ("input_layernorm", "post_attention_layernorm")
+    )
+
+
+def _plain_weight(module: nn.Module | None) -> torch.Tensor | None:
+    if isinstance(module, PackedLinear | nn.Linear) and getattr(module, "bias", None) is None:
+        return module.weight
+    return None
+
+
+def unsupported_reason(backbone: LlamaBackbone) -> str | None:
+    """Why the kernel cannot run ``backbone`` (``None``: it can)."""
+    config = backbone.config
+    widths = {
+        "hidden size": config.hidden_size,
+        "head width": config.head_dim,
+        "intermediate size": config.intermediate_size,
+    }
+    for name, width in widths.items():
+        if width % LANES:
+            return f"{name} {width} is not a multiple of {LANES}"
+    if config.head_dim > MAX_HEAD_DIM:
+        return f"head width {config.head_dim} is over {MAX_HEAD_DIM}"
+    if config.num_heads // config.num_kv_heads > MAX_GROUP:
+        return f"more than {MAX_GROUP} query heads share a key head"
+    for layer in backbone.layers:
+        for module in _projections(layer):
+            weight = _plain_weight(module)
+            if weight is None:
+                return "its projections are not fused plain linear layers (int8 weights?)"
+            if weight.device.type != "cpu" or weight.dtype != torch.float32:
+                return "its weights are not float32 on the CPU"
+    return None
+
+
+class FusedCpuDecode:
+    """The kernel's weights for one backbone (packed once) and the call for one step."""
+
+    def __init__(
+        self, backbone: LlamaBackbone, weight_dtype: torch.dtype, library: ctypes.CDLL
+    ) -> None:
+        if weight_dtype not in (torch.float32, torch.bfloat16):
+            raise ValueError(
+                f"the fused CPU decode multiplies float32 or bfloat16, not {weight_dtype}"
+            )
+        config = backbone.config
+        self.weight_dtype = weight_dtype
+        self.num_layers = config.num_layers
+        self.hidden_size = config.hidden_size
+        self.shape = _Shape(
+            config.hidden_size,
+            config.num_heads,
+            config.num_kv_heads,
+            config.head_dim,
+            config.intermediate_size,
+            0,
+            config.rms_norm_eps,
+            config.head_dim**-0.5,
+        )
+        self._tensors: list[torch.Tensor] = []  # what the pointers below point into
+        self._weights: list[tuple[int, ...]] = []
+        for layer in backbone.layers:
+            pointers = []
+            for module in _projections(layer):
+                weight = _plain_weight(module)
+                assert weight is not None
+                packed = pack_weight(weight, weight_dtype)
+                self._tensors.append(packed)
+                pointers.append(packed.data_ptr())
+            for norm_weight in _norm_weights(layer):
+                self._tensors.append(norm_weight)
+                pointers.append(norm_weight.data_ptr())
+            self._weights.append(tuple(pointers))
+        self._layers_for: dict[tuple[object, ...], ctypes.Array[_LayerWeights]] = {}
+        self._scratch = torch.empty(0, dtype=torch.uint8)
+        self._run = (
+            library.cadenza_decode_layers_bf16
+            if weight_dtype == torch.bfloat16
+            else library.cadenza_decode_layers_f32
+        )
+        pointer, integer = ctypes.c_void_p, ctypes.c_int
+        self._run.argtypes = [pointer, pointer, integer, integer, *[pointer] * 5, integer]
+        self._run.argtypes += [pointer, pointer]
+        self._run.restype = None
+        self._scratch_bytes = library.cadenza_decode_scratch_bytes
+        self._scratch_bytes.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        self._scratch_bytes.restype = ctypes.c_int64
+
+    @classmethod
+    def build(cls, backbone: LlamaBackbone, weight_dtype: torch.dtype) -> FusedCpuDecode | None:
+        """The fused decode for ``backbone``, or ``None`` when the kernel cannot run it or
+        cannot be built on this machine."""
+        if unsupported_reason(backbone) is not None:
+            return None
+        library = native_library.load(SOURCE)
+        if library is None:
+            return None
+        return cls(backbone, weight_dtype, library)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory the packed weights take."""
+        return sum(t.nbytes for t in self._tensors)
+
+    @staticmethod
+    def supports_cache(kv_cache: PagedKVCache) -> bool:
+        return kv_cache.dtype == torch.float32 and kv_cache.keys.device.type == "cpu"
+
+    def applies(
+        self, embeddings: torch.Tensor, context: AttentionContext, kv_cache: PagedKVCache
+    ) -> bool:
+        """Whether this step can run fused: only decodes, float32 on the CPU, a float32
+        cache, no dense decode copy."""
+        return (
+            not context.prefills
+            and context.dense_decode is None
+            and 0 < context.num_decodes == embeddings.shape[0]
+            and embeddings.dtype == torch.float32
+            and embeddings.device.type == "cpu"
+            and self.supports_cache(kv_cache)
+        )
+
+    def __call__(
+        self,
+        embeddings: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor],
+        context: AttentionContext,
+        kv_cache: PagedKVCache,
+    ) -> torch.Tensor:
+        """Hidden states after every layer (before the final norm), ``[B, hidden]``; stores
+        the step's keys and values in ``kv_cache``. Call only where :meth:`applies`."""
+        batch = embeddings.shape[0]
+        x = embeddings.reshape(batch, self.hidden_size).contiguous().clone()
+        cos = rotary[0].reshape(batch, -1).contiguous()
+        signed_sin = rotary[1].reshape(batch, -1).contiguous()
+        slots = context.slot_mapping.contiguous()
+        tables = context.decode_page_tables.to(torch.int32).contiguous()
+        lengths = context.decode_seq_lens.to(torch.int32).contiguous()
+        longest = int(lengths.max())
+        shape = self.shape
+        shape.page_size = kv_cache.page_size
+        shape_pointer = ctypes.cast(ctypes.pointer(shape), ctypes.c_void_p)
+        needed = int(self._scratch_bytes(shape_pointer, batch, longest))
+        if self._scratch.numel() < needed:
+            self._scratch = torch.empty(2 * needed, dtype=torch.uint8)
+        self._run(
+            shape_pointer,
+            ctypes.cast(self._layers(kv_cache), ctypes.c_void_p),
+            self.num_layers,
+            batch,
+            ctypes.c_void_p(x.data_ptr()),
+            ctypes.c_void_p(cos.data_ptr()),
+            ctypes.c_void_p(signed_sin.data_ptr()),
+            ctypes.c_void_p(slots.data_ptr()),
+            ctypes.c_void_p(tables.data_ptr()),
+            tables.shape[1],
+            ctypes.c_void_p(lengths.data_ptr()),
+            ctypes.c_void_p(self._scratch.data_ptr()),
+        )
+        return x
+
+    def _layers(self, kv_cache: PagedKVCache) -> ctypes.Array[_LayerWeights]:
+        """The per-layer pointer table for ``kv_cache`` (built once per cache)."""
+        key = (kv_cache.keys.data_ptr(), kv_cache.values.data_ptr(), *kv_cache.keys.shape)
+        table = self._layers_for.get(key)
+        if table is None:
+            if len(self._layers_for) > 8:
+                self._layers_for.clear()
+            table = (_LayerWeights * self.num_layers)()
+            for index, pointers in enumerate(self._weights):
+                keys, values = kv_cache.layer(index)
+                assert keys.is_contiguous() and values.is_contiguous()
+                table[index] = _LayerWeights(*pointers, keys.data_ptr(), values.data_ptr())
+            self._layers_for[key] = table
+        return table

@@ -1,0 +1,229 @@
+"""The fused CPU decode against the torch layers it replaces: same hidden states and the same
+keys and values stored, for the shapes the kernel takes; the steps and models it does not
+take stay on torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from cadenza.engine.kv.paged_kv_cache import PagedKVCache
+from cadenza.engine.models.llama import (
+    LlamaBackbone,
+    LlamaBackboneConfig,
+    enable_fused_cpu_decode,
+    fuse_llama_projections,
+)
+from cadenza.kernels import native_library
+from cadenza.kernels.attention_context import AttentionContext, PrefillSpan
+from cadenza.kernels.cpu_linear import pack_linears
+from cadenza.kernels.fused_cpu_decode import FusedCpuDecode, pack_weight, unsupported_reason
+from cadenza.kernels.int8_linear import quantize_linears
+
+PAGE = 4
+
+needs_kernel = pytest.mark.skipif(
+    native_library.load("cpu_decode_layers.cpp") is None,
+    reason="no C++ compiler on this machine: the fused decode is not built",
+)
+
+
+def backbone(
+    heads: int = 4, kv_heads: int = 2, head_dim: int = 16, hidden: int = 64, seed: int = 0
+) -> LlamaBackbone:
+    torch.manual_seed(seed)
+    model = LlamaBackbone(
+        LlamaBackboneConfig(
+            hidden_size=hidden,
+            num_layers=3,
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            intermediate_size=96,
+        )
+    )
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.uniform_(0.5, 1.5)
+            else:
+                param.normal_(0.0, 0.2)
+    fuse_llama_projections(model)
+    return model.eval()
+
+
+def decode_step(
+    model: LlamaBackbone, lengths: list[int], store: list[bool] | None = None, seed: int = 1
+) -> tuple[torch.Tensor, torch.Tensor, AttentionContext, PagedKVCache]:
+    """A cache holding random keys for sequences with ``lengths`` cached positions (the new
+    token's included) on scattered pages, and one decode token per sequence."""
+    config = model.config
+    generator = torch.Generator().manual_seed(seed)
+    num_pages = sum(-(-n // PAGE) for n in lengths) + 7
+    cache = PagedKVCache(config.kv_spec, num_pages, PAGE, torch.float32, torch.device("cpu"))
+    cache.keys.normal_(generator=generator)
+    cache.values.normal_(generator=generator)
+    order = torch.randperm(num_pages, generator=generator).tolist()
+    tables, slots = [], []
+    for i, length in enumerate(lengths):
+        pages = [order.pop() for _ in range(-(-length // PAGE))]
+        tables.append(pages)
+        position = length - 1
+        stored = store is None or store[i]
+        slots.append(pages[position // PAGE] * PAGE + position % PAGE if stored else -1)
+    width = max(len(t) for t in tables)
+    context = AttentionContext(
+        slot_mapping=torch.tensor(slots, dtype=torch.int64),
+        num_decodes=len(lengths),
+        decode_page_tables=torch.tensor([t + [-1] * (width - len(t)) for t in tables]).int(),
+        decode_seq_lens=torch.tensor(lengths, dtype=torch.int32),
+        prefills=(),
+    )
+    embeddings = torch.randn(len(lengths), config.hidden_size, generator=generator)
+    positions = torch.tensor([n - 1 for n in lengths])
+    return embeddings, positions, context, cache
+
+
+def run_both(
+    model: LlamaBackbone, weight_dtype: torch.dtype, lengths: list[int], **kwargs
+) -> tuple[tuple[torch.Tensor, PagedKVCache], tuple[torch.Tensor, PagedKVCache]]:
+    """(fused hidden states and cache, torch's) for the same step from the same cache."""
+    fused = FusedCpuDecode.build(model, weight_dtype)
+    assert fused is not None
+    embeddings, positions, context, cache = decode_step(model, lengths, **kwargs)
+    reference_cache = PagedKVCache(
+        model.config.kv_spec, cache.num_pages, PAGE, torch.float32, torch.device("cpu")
+    )
+    reference_cache.keys.copy_(cache.keys)
+    reference_cache.values.copy_(cache.values)
+    with torch.inference_mode():
+        model.fused_decode = fused
+        assert fused.applies(embeddings, context, cache)
+        ours = model(embeddings, positions, context, cache)
+        model.fused_decode = None
+        if weight_dtype == torch.bfloat16:  # the reference multiplies the same rounded weights
+            for layer in model.layers:
+                for linear in (layer.self_attn.qkv_proj, layer.self_attn.o_proj):
+                    linear.weight.copy_(linear.weight.bfloat16().float())
+                for linear in (layer.mlp.gate_up_proj, layer.mlp.down_proj):
+                    linear.weight.copy_(linear.weight.bfloat16().float())
+        theirs = model(embeddings, positions, context, reference_cache)
+    return (ours, cache), (theirs, reference_cache)
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "head_dim"),
+    [(4, 2, 16), (4, 4, 32), (6, 2, 64), (8, 2, 128), (4, 1, 48)],
+)
+@pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_layers_equal_the_torch_layers(heads, kv_heads, head_dim, weight_dtype):
+    model = backbone(heads, kv_heads, head_dim)
+    lengths = [1, 5, 16, 17, 40, 3]
+    (ours, cache), (theirs, reference) = run_both(model, weight_dtype, lengths)
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=2e-5, atol=2e-5)
+    # The new keys and values are stored where the slot mapping says, nothing else changed.
+    np.testing.assert_allclose(cache.keys.numpy(), reference.keys.numpy(), atol=1e-5)
+    np.testing.assert_allclose(cache.values.numpy(), reference.values.numpy(), atol=1e-5)
+
+
+@needs_kernel
+def test_a_token_without_a_slot_is_not_stored():
+    model = backbone()
+    (ours, cache), (theirs, reference) = run_both(model, torch.float32, [6, 9], store=[True, False])
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=2e-5, atol=2e-5)
+    assert torch.equal(cache.keys, reference.keys) or torch.allclose(
+        cache.keys, reference.keys, atol=1e-5
+    )
+
+
+@needs_kernel
+def test_long_contexts_and_many_rows():
+    model = backbone(heads=4, kv_heads=2, head_dim=64)
+    lengths = [300, 1, 129, 64, 65, 250, 7, 200, 33, 100, 17]
+    (ours, _), (theirs, _) = run_both(model, torch.float32, lengths)
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=5e-5, atol=5e-5)
+
+
+@needs_kernel
+def test_a_nan_stays_in_its_row():
+    model = backbone()
+    fused = FusedCpuDecode.build(model, torch.float32)
+    assert fused is not None
+    embeddings, positions, context, cache = decode_step(model, [5, 8])
+    embeddings[1, 3] = float("nan")
+    model.fused_decode = fused
+    with torch.inference_mode():
+        out = model(embeddings, positions, context, cache)
+    assert torch.isfinite(out[0]).all()
+    assert torch.isnan(out[1]).all()
+
+
+def test_weights_are_packed_in_blocks_of_sixteen_output_rows():
+    weight = torch.arange(32 * 3, dtype=torch.float32).reshape(32, 3)
+    packed = pack_weight(weight, torch.float32)
+    assert packed.shape == (2, 3, 16)
+    assert packed[1, 2, 5] == weight[16 + 5, 2]
+
+
+def test_widths_the_kernel_does_not_take_are_refused():
+    assert unsupported_reason(backbone()) is None
+    assert "multiple of 16" in (unsupported_reason(backbone(hidden=72)) or "")
+    assert "over 128" in (unsupported_reason(backbone(heads=2, kv_heads=1, head_dim=256)) or "")
+    assert FusedCpuDecode.build(backbone(hidden=72), torch.float32) is None
+    int8 = backbone()
+    quantize_linears(int8)
+    assert "int8" in (unsupported_reason(int8) or "")
+
+
+@needs_kernel
+def test_packed_linears_are_read_through_their_float32_weights():
+    model = backbone()
+    pack_linears(model, torch.bfloat16)
+    assert enable_fused_cpu_decode(model, torch.bfloat16) == 1
+    assert model.fused_decode is not None
+
+
+@needs_kernel
+def test_steps_the_kernel_does_not_take_stay_on_torch():
+    model = backbone()
+    fused = FusedCpuDecode.build(model, torch.float32)
+    assert fused is not None
+    embeddings, _, context, cache = decode_step(model, [5, 8])
+    assert fused.applies(embeddings, context, cache)
+    span = PrefillSpan(query_start=2, query_len=1, context_len=1, page_table=torch.zeros(1).int())
+    with_prefill = AttentionContext(
+        slot_mapping=context.slot_mapping,
+        num_decodes=2,
+        decode_page_tables=context.decode_page_tables,
+        decode_seq_lens=context.decode_seq_lens,
+        prefills=(span,),
+    )
+    assert not fused.applies(embeddings, with_prefill, cache)
+    assert not fused.applies(embeddings.bfloat16(), context, cache)
+    bf16_cache = PagedKVCache(
+        model.config.kv_spec, cache.num_pages, PAGE, torch.bfloat16, torch.device("cpu")
+    )
+    assert not fused.applies(embeddings, context, bf16_cache)
+    assert not FusedCpuDecode.supports_cache(bf16_cache)
+
+
+def test_without_a_compiler_the_backbone_stays_on_torch(monkeypatch):
+    monkeypatch.setattr(native_library, "find_compiler", lambda: None)
+    native_library.load.cache_clear()
+    try:
+        model = backbone()
+        assert enable_fused_cpu_decode(model, torch.float32) == 0
+        assert model.fused_decode is None
+        embeddings, positions, context, cache = decode_step(model, [3, 4])
+        with torch.inference_mode():
+            assert torch.isfinite(model(embeddings, positions, context, cache)).all()
+    finally:
+        native_library.load.cache_clear()
+
+
+def test_an_unknown_weight_dtype_is_refused():
+    model = backbone()
+    with pytest.raises(ValueError, match="float32 or bfloat16"):
+        FusedCpuDecode(model, torch.float16, object())  # type: ignore[arg-type]
