@@ -15,7 +15,8 @@ class EngineInfo:
     """``kv_pages_total``: pages in the engine's KV pool (``max`` int for an engine without
     one); ``max_num_seqs``: streams it runs at once; ``calibration``: its measured step-time
     model, ``None`` when calibration is off (then admission counts only memory and
-    ``max_num_seqs``)."""
+    ``max_num_seqs``); ``decodes_padded``: whether a decode step's attention costs every
+    stream the longest one's context (else each its own: a step costs their sum)."""
 
     model_name: str
     voices: tuple[str, ...]
@@ -27,6 +28,7 @@ class EngineInfo:
     max_num_seqs: int
     calibration: Calibration | None = None
     default_sampling: SamplingParams = field(default_factory=SamplingParams)
+    decodes_padded: bool = True
 
     @property
     def frame_period_s(self) -> float:

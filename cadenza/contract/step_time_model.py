@@ -2,7 +2,8 @@
 
 A step's time depends on ``tokens``, the rows it computes (one per decoding stream, more for
 prefill chunks; sampling and the amortised codec decode ride along) and ``context_tokens``, the
-KV positions its attention reads (:func:`attended_context`; decodes are padded to the longest).
+KV positions its attention reads (:func:`attended_context`: decodes padded to the longest, or
+each its own where the engine reads every sequence's pages in place).
 Measured decode points are interpolated over ``tokens``, and a linear term per 1,000 context
 positions covers attention. The points come from a start-up sweep
 (:mod:`cadenza.engine.realtime.calibration`); the engine's online correction then scales
@@ -34,10 +35,17 @@ def step_budget_s(frame_period_s: float, steps_per_frame: int, headroom: float) 
     return frame_period_s / steps_per_frame * (1.0 - headroom)
 
 
-def attended_context(decode_lengths: list[int], prefill_lengths: list[int]) -> int:
-    """The KV positions a step's attention touches: decodes gather every sequence's keys
-    padded to the longest one (``B x max``); each prefill chunk gathers its own."""
-    decode = len(decode_lengths) * max(decode_lengths, default=0)
+def attended_context(
+    decode_lengths: list[int], prefill_lengths: list[int], decodes_padded: bool = True
+) -> int:
+    """The KV positions a step's attention touches: each prefill chunk its own; decodes every
+    sequence's keys padded to the longest one (``B x max``), or with ``decodes_padded`` off
+    (an engine whose decodes read each sequence's pages in place,
+    :mod:`cadenza.kernels.fused_cpu_decode`) their sum."""
+    if decodes_padded:
+        decode = len(decode_lengths) * max(decode_lengths, default=0)
+    else:
+        decode = sum(decode_lengths)
     return decode + sum(prefill_lengths)
 
 

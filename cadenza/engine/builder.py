@@ -17,6 +17,7 @@ from cadenza.engine.engine import Engine
 from cadenza.engine.kv.kv_cache_manager import KVCacheManager
 from cadenza.engine.kv.page_pool import PagePool
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache, kv_budget_bytes
+from cadenza.engine.models.llama import fused_cpu_decode_of
 from cadenza.engine.models.registry import checkpoint_identity, load_model
 from cadenza.engine.realtime.deadline_policy import DeadlinePolicy
 from cadenza.engine.realtime.step_telemetry import StepTelemetry
@@ -85,6 +86,9 @@ def build_engine(
         kv_dtype,
         torch_device,
     )
+    # Decode steps that run fused read each sequence's own pages: no padding to the longest.
+    fused = fused_cpu_decode_of(model)
+    decodes_padded = fused is None or not fused.supports_cache(kv_cache)
     kv = KVCacheManager(
         PagePool(kv_cache.num_pages, config.enable_prefix_caching),
         config.page_size,
@@ -126,8 +130,9 @@ def build_engine(
             min_prefill_tokens=config.page_size,
             max_lead_s=config.max_lead_ms / 1000.0,
             lead_hysteresis_s=config.lead_hysteresis_ms / 1000.0,
+            decodes_padded=decodes_padded,
         )
-    telemetry = StepTelemetry(policy)
+    telemetry = StepTelemetry(policy, decodes_padded)
     audio: AudioStage | TokenOutputs = TokenOutputs()
     if codec_model is not None:
         audio = AudioStage(

@@ -38,4 +38,5 @@ def describe(engine: Engine) -> EngineInfo:
         max_num_seqs=engine.scheduler.max_num_seqs,
         calibration=engine.calibration,
         default_sampling=engine.model.default_sampling,
+        decodes_padded=not engine.runner.fused_decode,
     )

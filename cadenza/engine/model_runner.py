@@ -253,7 +253,7 @@ class ModelRunner:
                 invalidate=[seq for seq, _ in batch.prefills],
             )
         keys = None
-        if dense is None and not (self.fused_decode and not batch.prefills):
+        if dense is None and not self.fused_decode:
             keys = decode_keys(page_tables, seq_lens, size, self.kv_cache.spec.num_kv_heads)
         context = AttentionContext(
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=self.device),

@@ -227,3 +227,37 @@ def test_an_unknown_weight_dtype_is_refused():
     model = backbone()
     with pytest.raises(ValueError, match="float32 or bfloat16"):
         FusedCpuDecode(model, torch.float16, object())  # type: ignore[arg-type]
+
+
+@needs_kernel
+def test_a_mixed_step_runs_its_decodes_fused_and_its_prefill_on_torch():
+    model = backbone()
+    fused = FusedCpuDecode.build(model, torch.float32)
+    assert fused is not None
+    embeddings, positions, context, cache = decode_step(model, [5, 9, 20])
+    used = {int(p) for p in context.decode_page_tables.flatten() if p >= 0}
+    free = [p for p in range(cache.num_pages) if p not in used][:2]  # 6 prompt rows: 2 pages
+    prompt_slots = [free[i // PAGE] * PAGE + i % PAGE for i in range(6)]
+    span = PrefillSpan(
+        query_start=3, query_len=6, context_len=6, page_table=torch.tensor(free).int()
+    )
+    mixed = AttentionContext(
+        slot_mapping=torch.cat([context.slot_mapping, torch.tensor(prompt_slots)]),
+        num_decodes=3,
+        decode_page_tables=context.decode_page_tables,
+        decode_seq_lens=context.decode_seq_lens,
+        prefills=(span,),
+    )
+    rows = torch.cat([embeddings, torch.randn(6, model.config.hidden_size)])
+    at = torch.cat([positions, torch.arange(6)])
+    reference = PagedKVCache(model.config.kv_spec, cache.num_pages, PAGE, torch.float32,
+                             torch.device("cpu"))  # fmt: skip
+    reference.keys.copy_(cache.keys)
+    reference.values.copy_(cache.values)
+    with torch.inference_mode():
+        model.fused_decode = fused
+        ours = model(rows, at, mixed, cache)
+        model.fused_decode = None
+        theirs = model(rows, at, mixed, reference)
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(cache.keys.numpy(), reference.keys.numpy(), atol=1e-5)

@@ -24,9 +24,15 @@ Two budgets, both from the engine (its ``ready`` info and its ``stats`` reports)
   prompts eat the running streams' slack.
 
 ``max_streams`` is the smaller of the two for a *nominal* stream (``admission.nominal_stream_s``
-of audio, at its full context), capped by the engine's ``max_num_seqs``. Admission itself
-uses the streams actually admitted: a decode step pads every stream's keys to the longest, so
-``B + 1`` streams cost ``B + 1`` times the largest final context among them and the new one.
+of audio), capped by the engine's ``max_num_seqs``. Admission itself uses the streams
+actually admitted. Where the engine pads a decode step's keys to the longest stream
+(``EngineInfo.decodes_padded``), ``B + 1`` streams cost ``B + 1`` times the largest final
+context among them and the new one, and the claim counts every nominal stream at its full
+context. Where each stream attends only its own context (the fused CPU decode), a step costs
+the sum of the contexts: admission follows every admitted stream's context forward (growing at
+the frame rate, up to ``engine.max_lead_ms`` ahead, until its final context and its end) and
+checks the step at each moment the sum peaks, just before a stream ends; the claim counts
+nominal streams started evenly one after another, at that peak.
 If delivered chunks start arriving with less slack than ``admission.slack_close_ms`` before
 their deadline, admission closes (no new stream until slack has recovered for
 ``admission.slack_reopen_s``): the measurement wins over the model. An idle server always
@@ -72,6 +78,16 @@ class StreamCost:
 
 
 @dataclass(frozen=True)
+class RunningStream:
+    """One admitted stream as admission follows it: seconds since it was admitted, its prompt
+    rows and its context at its end."""
+
+    age_s: float
+    prompt_tokens: int
+    final_context: int
+
+
+@dataclass(frozen=True)
 class AdmittedLoad:
     """What the admitted streams hold as admission weighs one more: how many, their KV
     pages, the prompt rows of those admitted within the last TTFA target (maybe still
@@ -84,6 +100,7 @@ class AdmittedLoad:
     longest_final_context: int | None = None
     longest_context_now: int | None = None
     prefilling_streams: int = 0  # those admitted within the last TTFA target
+    running: tuple[RunningStream, ...] = ()  # every admitted stream (the per-stream view)
 
 
 class CapacityModel:
@@ -149,6 +166,41 @@ class CapacityModel:
         shape = self.info.shape
         return shape.max_prompt_tokens(_NOMINAL_TEXT) + shape.steps_for_frames(frames)
 
+    @property
+    def steps_per_second(self) -> float:
+        """Decode steps a real-time stream takes per second."""
+        return self.info.frame_rate * self.info.shape.steps_per_frame
+
+    @property
+    def lead_steps(self) -> int:
+        """How many steps ahead of real time a stream may run (``engine.max_lead_ms``)."""
+        return int(self.engine_config.max_lead_ms / 1000.0 * self.steps_per_second)
+
+    def nominal_contexts(self, streams: int) -> int:
+        """What a decode step of ``streams`` nominal streams attends, at its most: each at
+        the full nominal context where the engine pads to the longest; otherwise the streams
+        started evenly one after another (each ``1 / streams`` of a stream's length after the
+        previous), just before the oldest ends, every one up to ``lead_steps`` ahead."""
+        nominal = self.nominal_context_tokens
+        if self.info.decodes_padded:
+            return streams * nominal
+        prompt = self.info.shape.max_prompt_tokens(_NOMINAL_TEXT)
+        steps = nominal - prompt
+        return sum(
+            min(nominal, prompt + self.lead_steps + round(steps * (1 - k / streams)))
+            for k in range(streams)
+        )
+
+    def _max_streams_within(self, budget_ms: float, limit: int) -> int:
+        """The most nominal streams (up to ``limit``) whose step fits ``budget_ms``."""
+        assert self.step_model is not None
+        best = 0
+        for streams in range(1, limit + 1):
+            if self.step_model.predict_ms(streams, self.nominal_contexts(streams)) > budget_ms:
+                break
+            best = streams
+        return best
+
     def stream_cost(self, text: str, audio_s: float, prompt_audio_s: float = 0.0) -> StreamCost:
         """What a request holds at most: the pages the engine will reserve for it (exactly
         those for a byte-level tokenizer, fewer for a subword one), its audio seconds, its
@@ -190,13 +242,14 @@ class CapacityModel:
     def realtime_limit(self, context_per_stream: int | None = None) -> int:
         """Decoding streams whose step fits the real-time budget at the realtime factor
         (``max_num_seqs`` without a calibration), each attending ``context_per_stream``
-        positions (default: the nominal stream's full context)."""
+        positions (default: nominal streams, :meth:`nominal_contexts`)."""
         limit = self.info.max_num_seqs
         if self.step_model is None:
             return limit
         budget = self.step_budget_ms / self.realtime_factor()
-        context = self.nominal_context_tokens if context_per_stream is None else context_per_stream
-        return self.step_model.max_batch(budget, context, limit)
+        if context_per_stream is None:
+            return self._max_streams_within(budget, limit)
+        return self.step_model.max_batch(budget, context_per_stream, limit)
 
     def realtime_bound(self, context_per_stream: int | None = None) -> int:
         """Decoding streams whose *calibrated* step fits one whole frame period: no headroom,
@@ -208,8 +261,9 @@ class CapacityModel:
         if self.step_model is None:
             return 0
         period_ms = self.frame_period_ms / self.info.shape.steps_per_frame
-        context = self.nominal_context_tokens if context_per_stream is None else context_per_stream
-        return self.step_model.max_batch(period_ms, context, _BOUND_LIMIT)
+        if context_per_stream is None:
+            return self._max_streams_within(period_ms, _BOUND_LIMIT)
+        return self.step_model.max_batch(period_ms, context_per_stream, _BOUND_LIMIT)
 
     def bounds(self) -> dict[str, float] | None:
         """This replica's share of the machine's bounds, none of them admission's own figure
@@ -237,16 +291,17 @@ class CapacityModel:
         points = () if self.step_model is None else self.step_model.decode_points
         return round(points[0][1] / points[0][0]) if points else 0
 
-    def prefill_fits(self, decoding: int, prompt_tokens: int, context_per_stream: int) -> bool:
+    def prefill_fits(self, decoding: int, prompt_tokens: int, decoding_context: int) -> bool:
         """Whether ``prompt_tokens`` prompt rows (the new stream's and those of streams
-        admitted just before it) can be prefilled in the step time ``decoding`` streams of
-        ``context_per_stream`` (their context now) leave free, within half the TTFA target."""
+        admitted just before it) can be prefilled in the step time ``decoding`` streams
+        attending ``decoding_context`` positions in all (now) leave free, within half the TTFA
+        target. A step with prefill rows pads its decodes: the caller counts them padded."""
         if self.step_model is None:
             return True
         factor = self.realtime_factor()
         step_ms = 0.0
         if decoding > 0:
-            step_ms = factor * self.step_model.predict_ms(decoding, decoding * context_per_stream)
+            step_ms = factor * self.step_model.predict_ms(decoding, decoding_context)
         spare_ms = max(self.step_budget_ms - step_ms, 0.0)
         window_ms = _PREFILL_SHARE_OF_TTFA * self.engine_config.ttfa_target_ms
         steps = window_ms / (self.frame_period_ms / self.info.shape.steps_per_frame)
@@ -284,17 +339,48 @@ class CapacityModel:
         now = max(now, cost.prompt_tokens)
         if active > 0 and not self.admission_open:
             return "deadlines_slipping"
-        if active > 0 and active + 1 > self.realtime_limit(final):
-            return "realtime_budget"
+        if active > 0:
+            if self.info.decodes_padded or not load.running:
+                if active + 1 > self.realtime_limit(final):
+                    return "realtime_budget"
+            elif not self._peaks_fit(load.running, cost):
+                return "realtime_budget"
         prompt_tokens = load.prefilling_tokens + cost.prompt_tokens
         decoding = active - load.prefilling_streams
-        if active > 0 and not self.prefill_fits(decoding, prompt_tokens, now):
+        decoding_context = decoding * now
+        if not self.info.decodes_padded and load.running:
+            decoding_context = sum(self._context_in(s, 0.0) for s in load.running)
+        if active > 0 and not self.prefill_fits(decoding, prompt_tokens, decoding_context):
             return "prefill_budget"
         if active + 1 > self.info.max_num_seqs:
             return "max_streams"
         if load.kv_pages + cost.kv_pages > self.info.kv_pages_total:
             return "kv_memory"
         return None
+
+    def _peaks_fit(self, running: tuple[RunningStream, ...], cost: StreamCost) -> bool:
+        """Whether every decode step from now on fits the real-time budget at the realtime
+        factor, with ``running`` and a new stream of ``cost``, each attending its own context
+        (an engine that does not pad): contexts grow at the frame rate (up to ``lead_steps``
+        ahead) to their final ones, and a stream ends once real time has reached its end;
+        the sum peaks just before each end, where it is checked."""
+        assert self.step_model is not None
+        rate = self.steps_per_second
+        streams = [*running, RunningStream(0.0, cost.prompt_tokens, cost.final_context)]
+        ends = [max((s.final_context - s.prompt_tokens) / rate - s.age_s, 0.0) for s in streams]
+        budget = self.step_budget_ms / self.realtime_factor()
+        for moment in sorted(set(ends)):
+            alive = [s for s, end in zip(streams, ends, strict=True) if end >= moment]
+            context = sum(self._context_in(s, moment) for s in alive)
+            if self.step_model.predict_ms(len(alive), context) > budget:
+                return False
+        return True
+
+    def _context_in(self, stream: RunningStream, seconds: float) -> int:
+        """The most positions ``stream`` attends ``seconds`` from now: real-time progress
+        since it was admitted, plus the lead it may run ahead, up to its final context."""
+        progress = int((stream.age_s + seconds) * self.steps_per_second)
+        return min(stream.final_context, stream.prompt_tokens + self.lead_steps + progress)
 
     def step_ms_p50(self, active: int) -> float:
         """Median of recent steps that decoded; the model's prediction before any."""
@@ -303,7 +389,7 @@ class CapacityModel:
         if self.step_model is None:
             return 0.0
         streams = max(active, 1)
-        predicted = self.step_model.predict_ms(streams, streams * self.nominal_context_tokens)
+        predicted = self.step_model.predict_ms(streams, self.nominal_contexts(streams))
         return predicted * self.realtime_factor()
 
     def rtf_headroom(self, active: int) -> float:

@@ -34,7 +34,12 @@ from cadenza.config import AdmissionConfig
 from cadenza.contract.calibration import CALIBRATION_ADAPTER
 from cadenza.contract.errors import ENGINE_RETRY_AFTER_S
 from cadenza.contract.messages import Stats
-from cadenza.edge.admission.capacity import AdmittedLoad, CapacityModel, StreamCost
+from cadenza.edge.admission.capacity import (
+    AdmittedLoad,
+    CapacityModel,
+    RunningStream,
+    StreamCost,
+)
 from cadenza.edge.admission.priority_queues import PRIORITIES, Priority, PriorityQueues, Waiter
 from cadenza.edge.metrics import ModelMetrics
 
@@ -333,6 +338,10 @@ class AdmissionGate:
             prefilling_streams=len(recent),
             longest_final_context=max((t.cost.final_context for t in tickets), default=0),
             longest_context_now=max(contexts_now, default=0),
+            running=tuple(
+                RunningStream(now - t.admitted_at, t.cost.prompt_tokens, t.cost.final_context)
+                for t in tickets
+            ),
         )
 
     def _placement(

@@ -257,8 +257,8 @@ class LlamaDecoderLayer(nn.Module):
 
 class LlamaBackbone(nn.Module):
     """Decoder layers plus the final norm; embeddings in, hidden states out. With
-    :attr:`fused_decode` set (:func:`enable_fused_cpu_decode`), the CPU's decode-only steps
-    run every layer in one native call."""
+    :attr:`fused_decode` set (:func:`enable_fused_cpu_decode`), a CPU step's decode tokens
+    run every layer in one native call (its prefill tokens, if any, on torch beside them)."""
 
     def __init__(self, config: LlamaBackboneConfig) -> None:
         super().__init__()
@@ -283,19 +283,39 @@ class LlamaBackbone(nn.Module):
         Stores the tokens' keys and values in ``kv_cache`` at ``context.slot_mapping``.
         """
         rotary = self.rotary(positions)
-        if self.fused_decode is not None and self.fused_decode.applies(
-            embeddings, context, kv_cache
-        ):
-            return self.norm(self.fused_decode(embeddings, rotary, context, kv_cache))
-        backend = self._backends.get(embeddings.device.type)
+        fused, decodes = self.fused_decode, context.num_decodes
+        if fused is not None and decodes:
+            decode_context = context.decodes_only()
+            if fused.applies(embeddings[:decodes], decode_context, kv_cache):
+                # Decode tokens through the fused call, prefill tokens (if any) on torch.
+                cos, sin = rotary
+                decode_rotary = (cos[:decodes], sin[:decodes])
+                hidden = fused(embeddings[:decodes], decode_rotary, decode_context, kv_cache)
+                if context.prefills:
+                    prefilled = self._layers(
+                        embeddings[decodes:],
+                        (cos[decodes:], sin[decodes:]),
+                        context.prefills_only(),
+                        kv_cache,
+                    )
+                    hidden = torch.cat([hidden, prefilled])
+                return self.norm(hidden)
+        return self.norm(self._layers(embeddings, rotary, context, kv_cache))
+
+    def _layers(
+        self,
+        x: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor],
+        context: AttentionContext,
+        kv_cache: PagedKVCache,
+    ) -> torch.Tensor:
+        """Every layer on torch (the attention backend of ``x``'s device)."""
+        backend = self._backends.get(x.device.type)
         if backend is None:
-            backend = self._backends[embeddings.device.type] = attention_backend_for(
-                embeddings.device
-            )
-        x = embeddings
+            backend = self._backends[x.device.type] = attention_backend_for(x.device)
         for layer in self.layers:
             x = layer(x, rotary, kv_cache, context, backend)
-        return self.norm(x)
+        return x
 
 
 def fuse_llama_projections(model: nn.Module) -> int:

@@ -52,9 +52,11 @@ class DeadlinePolicy:
         min_prefill_tokens: int,
         max_lead_s: float = math.inf,
         lead_hysteresis_s: float = 0.0,
+        decodes_padded: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.layout = layout
+        self.decodes_padded = decodes_padded
         self.frame_period_s = frame_period_s
         self.first_chunk_frames = first_chunk_frames
         self.chunk_frames = chunk_frames
@@ -92,7 +94,7 @@ class DeadlinePolicy:
         """``decodes`` by laxity (least first), minus the streams that may skip this step;
         returns ``(kept, skipped)``."""
         now = self.clock()
-        step_s = self.predict_s(len(decodes), _context(decodes)) or self.step_budget_s
+        step_s = self.predict_s(len(decodes), self._context(decodes)) or self.step_budget_s
         laxity = {seq: self.laxity_s(seq, now, step_s) for seq in decodes}
         ordered = sorted(decodes, key=lambda seq: laxity[seq])
         if self.step_model is None or step_s <= self.step_budget_s:
@@ -104,7 +106,7 @@ class DeadlinePolicy:
                 break
             kept.remove(seq)
             skipped.append(seq)
-            predicted = self.predict_s(len(kept), _context(kept))
+            predicted = self.predict_s(len(kept), self._context(kept))
             if predicted is not None and predicted <= self.step_budget_s:
                 break
         return kept, skipped
@@ -120,7 +122,7 @@ class DeadlinePolicy:
             self._resting = False
             return 0.0
         now = self.clock()
-        step_s = self.predict_s(len(running), _context(running)) or self.step_budget_s
+        step_s = self.predict_s(len(running), self._context(running)) or self.step_budget_s
         laxity = min(self.laxity_s(seq, now, step_s) for seq in running)
         resume_at = self.max_lead_s - min(self.lead_hysteresis_s, self.max_lead_s)
         if laxity > self.max_lead_s:
@@ -134,7 +136,7 @@ class DeadlinePolicy:
         if self.step_model is None or not decodes:
             return budget_tokens
         now = self.clock()
-        step_s = self.predict_s(len(decodes), _context(decodes)) or 0.0
+        step_s = self.predict_s(len(decodes), self._context(decodes)) or 0.0
         spare_s = min(self.laxity_s(seq, now, step_s) for seq in decodes)
         per_token_s = self.step_model.prefill_ms(1) * self.correction.factor / 1000.0
         if per_token_s <= 0:
@@ -146,6 +148,6 @@ class DeadlinePolicy:
         allowed = int(max(spare_s, 0.0) / per_token_s)
         return max(min(allowed, budget_tokens), min(self.min_prefill_tokens, budget_tokens))
 
-
-def _context(decodes: list[Sequence]) -> int:
-    return attended_context([seq.num_tokens for seq in decodes], [])
+    def _context(self, decodes: list[Sequence]) -> int:
+        """KV positions a step's decodes over ``decodes`` attend."""
+        return attended_context([seq.num_tokens for seq in decodes], [], self.decodes_padded)

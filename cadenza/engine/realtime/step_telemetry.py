@@ -21,8 +21,11 @@ MAX_RECORDS = 4096
 
 
 class StepTelemetry:
-    def __init__(self, policy: DeadlinePolicy | None) -> None:
+    def __init__(self, policy: DeadlinePolicy | None, decodes_padded: bool = True) -> None:
+        """``decodes_padded``: how the engine's decode steps attend (see
+        :func:`~cadenza.contract.step_time_model.attended_context`)."""
         self.policy = policy
+        self.decodes_padded = decodes_padded
         self.last_step: StepRecord | None = None
         self._steps: deque[StepRecord] = deque(maxlen=MAX_RECORDS)
         self._slacks_s: deque[float] = deque(maxlen=MAX_RECORDS)
@@ -34,7 +37,9 @@ class StepTelemetry:
         if batch.is_empty:
             return
         context = attended_context(
-            [seq.num_tokens for seq in batch.decodes], [seq.num_tokens for seq, _ in batch.prefills]
+            [seq.num_tokens for seq in batch.decodes],
+            [seq.num_tokens for seq, _ in batch.prefills],
+            self.decodes_padded,
         )
         record = StepRecord(seconds, len(batch.decodes), batch.num_tokens, context)
         self._steps.append(record)

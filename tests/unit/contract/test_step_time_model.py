@@ -61,3 +61,13 @@ def test_the_step_budget_is_one_frame_per_steps_per_frame_less_headroom() -> Non
 def test_fit_needs_samples() -> None:
     with pytest.raises(ValueError):
         StepTimeModel.fit([])
+
+
+def test_attended_context_pads_decodes_unless_the_engine_reads_each_its_own() -> None:
+    from cadenza.contract.step_time_model import attended_context
+
+    assert attended_context([10, 30], [8]) == 2 * 30 + 8
+    assert attended_context([10, 30], []) == 60
+    assert attended_context([10, 30], [], decodes_padded=False) == 40
+    assert attended_context([10, 30], [8], decodes_padded=False) == 40 + 8
+    assert attended_context([], [], decodes_padded=False) == 0

@@ -356,3 +356,6 @@ def test_the_fused_cpu_decode_and_the_torch_path_give_the_same_audio(
         np.testing.assert_allclose(ours, theirs, atol=1e-4)
     tiny_engine.check_integrity()
     torch_decode_engine.check_integrity()
+    # What the edge's admission is told: fused decode steps cost each stream its own context.
+    assert tiny_engine.info.decodes_padded is False
+    assert torch_decode_engine.info.decodes_padded is True

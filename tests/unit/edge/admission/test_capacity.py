@@ -169,3 +169,58 @@ def test_uncalibrated_engines_admit_by_memory_and_slots_only() -> None:
     assert model.realtime_limit() == 7
     assert model.max_streams() == 7
     assert model.rtf_headroom(0) == pytest.approx(1.0)
+
+
+def _costly(decodes_padded: bool) -> CapacityModel:
+    """1 ms a stream at 400 positions, 1 ms more per 1,000 positions beyond; prompt rows
+    0.01 ms each."""
+    base = info()
+    assert base.calibration is not None
+    step_model = replace(base.calibration.model, per_kilocontext_ms=1.0, prefill_ms_per_token=0.01)
+    calibration = replace(base.calibration, model=step_model)
+    engine = replace(base, calibration=calibration, decodes_padded=decodes_padded)
+    return CapacityModel(engine, EngineConfig(), AdmissionConfig())
+
+
+def test_an_engine_that_reads_each_streams_own_context_is_claimed_on_staggered_streams() -> None:
+    padded, own = _costly(True), _costly(False)
+    nominal = padded.nominal_context_tokens
+    assert padded.nominal_contexts(10) == 10 * nominal
+    # Started evenly one after another: the oldest near its end, the newest near its start
+    # (each up to 1.5 s of lead ahead), never past the nominal context.
+    contexts = own.nominal_contexts(10)
+    assert 5 * nominal < contexts < 10 * nominal
+    assert own.nominal_contexts(1) == nominal
+    # 8 padded streams fit 12 ms (1.42 ms each); staggered, 10 (11.8 ms).
+    assert padded.realtime_limit() == 8
+    assert own.realtime_limit() == 10
+    assert own.max_streams() == 10
+    assert own.realtime_bound() > padded.realtime_bound()
+    # An explicit context per stream is every stream at it, padded or not.
+    assert own.realtime_limit(400) == padded.realtime_limit(400) == 12
+
+
+def _running(ages: list[float], final: int = 823, prompt: int = 67) -> tuple:
+    from cadenza.edge.admission.capacity import RunningStream
+
+    return tuple(RunningStream(age, prompt, final) for age in ages)
+
+
+def test_admission_follows_each_stream_to_its_end_when_the_engine_does_not_pad() -> None:
+    own, padded = _costly(False), _costly(True)
+    new = StreamCost(10, 10.0, prompt_tokens=67, final_context=823)
+    # Nine streams started one second apart: their contexts peak well below nine full ones.
+    staggered = _running([float(k) for k in range(9)])
+    load = Load(9, 0, longest_final_context=823, longest_context_now=400, running=staggered)
+    assert own.refusal(load, new) is None
+    assert padded.refusal(load, new) == "realtime_budget"  # ten at 823 positions each
+    # Nine that started together all reach their final context together: refused.
+    together = Load(9, 0, longest_final_context=823, longest_context_now=67,
+                    running=_running([0.0] * 9))  # fmt: skip
+    assert own.refusal(together, new) == "realtime_budget"
+    # A stream still admitted past its modeled end still runs: it counts, at its final
+    # context, until it is released.
+    late = Load(9, 0, longest_final_context=823, longest_context_now=400,
+                running=_running([30.0] * 9))  # fmt: skip
+    assert own.refusal(late, new) == "realtime_budget"
+    assert own.refusal(Load(4, 0, running=_running([30.0] * 4)), new) is None

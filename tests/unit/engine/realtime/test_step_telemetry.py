@@ -36,6 +36,15 @@ def test_steps_chunks_and_codec_time_are_reported_once() -> None:
     assert (empty.steps, empty.chunk_slack_s, empty.codec_frames) == ((), (), 0)
 
 
+def test_an_engine_that_does_not_pad_records_the_sum_of_its_decodes_contexts() -> None:
+    telemetry = StepTelemetry(policy=None, decodes_padded=False)
+    telemetry.record_step(ScheduledBatch(decodes=[_seq(10), _seq(30)]), 0.004)
+    assert telemetry.last_step == StepRecord(0.004, 2, 2, 10 + 30)
+    mixed = ScheduledBatch(decodes=[_seq(10), _seq(30)], prefills=[(_seq(8), 8)])
+    telemetry.record_step(mixed, 0.004)
+    assert telemetry.last_step == StepRecord(0.004, 2, 10, 10 + 30 + 8)
+
+
 def test_records_are_bounded_when_nobody_drains_them() -> None:
     telemetry = StepTelemetry(policy=None)
     for _ in range(MAX_RECORDS + 10):
