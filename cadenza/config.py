@@ -243,9 +243,9 @@ class EngineConfig(_Section):
     )
     fused_cpu_decode: bool = Field(
         True,
-        description="on the CPU, run decode-only steps of Llama backbones through the native "
-        "kernel (compiled once per machine with the system's C++ compiler; without one, or "
-        "with int8 weights or a non-float32 KV cache, steps stay on torch)",
+        description="on the CPU, run Llama backbones' steps through the native kernel "
+        "(compiled once per machine with the system's C++ compiler; without one, or with "
+        "int8 weights or a non-float32 KV cache, steps stay on torch)",
     )
     codec_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",

@@ -48,8 +48,8 @@ class ModelRunner:
         # kept between steps, instead of gathering their pages every layer of every step. The
         # copy may use as much memory as the paged cache itself, and at most a quarter of what
         # is free now (growing, it briefly holds its old and new tensors).
-        # A model whose decode steps run fused (cadenza.kernels.fused_cpu_decode) reads the
-        # pages in place: it needs neither the copy nor the gathered key positions.
+        # A model whose steps run fused (cadenza.kernels.fused_cpu_decode) reads the pages in
+        # place: it needs neither the copy nor the gathered key positions.
         fused = fused_cpu_decode_of(model)
         self.fused_decode = fused is not None and fused.supports_cache(kv_cache)
         self.dense_kv: DenseDecodeKV | None = None

@@ -11,7 +11,7 @@ The model runner builds one context per step; every layer reads it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -48,29 +48,6 @@ class AttentionContext:
     def stores_every_token(self) -> bool:
         """Whether every token has a cache slot (no ``-1`` in ``slot_mapping``)."""
         return not self.slot_mapping.numel() or bool((self.slot_mapping >= 0).all())
-
-    def decodes_only(self) -> AttentionContext:
-        """The context of the batch's first ``num_decodes`` tokens alone (itself if it has
-        no prefill). Sequences never share a step's tokens, so the two parts of a mixed batch
-        may run apart (:meth:`prefills_only`) and be concatenated."""
-        if not self.prefills:
-            return self
-        n = self.num_decodes
-        return replace(self, slot_mapping=self.slot_mapping[:n], prefills=())
-
-    def prefills_only(self) -> AttentionContext:
-        """The context of the batch's prefill tokens alone, numbered from 0 (itself if it has
-        no decode)."""
-        n = self.num_decodes
-        if n == 0:
-            return self
-        return AttentionContext(
-            slot_mapping=self.slot_mapping[n:],
-            num_decodes=0,
-            decode_page_tables=self.decode_page_tables[:0],
-            decode_seq_lens=self.decode_seq_lens[:0],
-            prefills=tuple(replace(s, query_start=s.query_start - n) for s in self.prefills),
-        )
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,20 @@
-"""A Llama decoder stack's decode steps on the CPU in one native call per step.
+"""A Llama decoder stack's steps on the CPU in one native call per step.
 
 On the CPU a small model's decode step costs what its torch ops cost to launch, not their
 arithmetic: cadenza-tiny's layer is ~30 ops, 0.5-0.8 ms for one row, for products whose
 weights stream from cache in tens of microseconds. :class:`FusedCpuDecode` runs every layer of
-a step whose tokens all decode (one new token per sequence, no prefill) through the kernel in
-``cpu_decode_layers.cpp`` (:mod:`~cadenza.kernels.native_library` builds it): same math as the
-torch path (RMSNorm, fused q/k/v, rotary, paged KV store, grouped-query attention over the
-pages in place, SwiGLU), float32 activations and accumulation, weights float32 or bfloat16.
+a step through the kernel in ``cpu_decode_layers.cpp`` (:mod:`~cadenza.kernels.native_library`
+builds it): same math as the torch path (RMSNorm, fused q/k/v, rotary, paged KV store,
+grouped-query attention over the pages in place, SwiGLU), float32 activations and
+accumulation, weights float32 or bfloat16. Every token is a row: a decode token attends its
+whole sequence, a prefill chunk's token the positions up to its own (:func:`token_rows`), so
+decodes and prefill chunks share the call, and no row pays for another's context.
 docs/benchmarks.md ("Fused CPU decode") has the speed and the accuracy against the torch path.
 
 What it needs, else the step stays on torch (:meth:`FusedCpuDecode.applies`): float32
-activations on the CPU, a float32 KV cache, a decode-only step without the dense decode copy,
-and widths the kernel handles (multiples of 16, head width at most 256); weights in plain
-``nn.Linear`` or :class:`~cadenza.kernels.cpu_linear.PackedLinear` layers (not int8).
+activations on the CPU, a float32 KV cache, no dense decode copy, and widths the kernel
+handles (multiples of 16, head width at most 128); weights in plain ``nn.Linear`` or
+:class:`~cadenza.kernels.cpu_linear.PackedLinear` layers (not int8).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import ctypes
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from cadenza.kernels import native_library
@@ -119,6 +122,30 @@ def unsupported_reason(backbone: LlamaBackbone) -> str | None:
     return None
 
 
+def token_rows(context: AttentionContext) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every token of the step as the kernel's row: its sequence's page table (``[N,
+    max_pages]`` int32, -1 padded) and the positions it attends, its own included (``[N]``
+    int32). A decode token attends its whole sequence; prefill token ``j`` of a chunk the
+    positions up to its own (causal: the chunk's keys are stored before any row attends)."""
+    if not context.prefills:
+        return (
+            context.decode_page_tables.to(torch.int32).contiguous(),
+            context.decode_seq_lens.to(torch.int32).contiguous(),
+        )
+    width = max(
+        [context.decode_page_tables.shape[1], *(len(s.page_table) for s in context.prefills)]
+    )
+    tables = [F.pad(context.decode_page_tables.to(torch.int32),
+                    (0, width - context.decode_page_tables.shape[1]), value=-1)]  # fmt: skip
+    lengths = [context.decode_seq_lens.to(torch.int32)]
+    for span in context.prefills:
+        table = F.pad(span.page_table.to(torch.int32), (0, width - len(span.page_table)), value=-1)
+        tables.append(table.expand(span.query_len, width))
+        first = span.context_len - span.query_len + 1
+        lengths.append(torch.arange(first, span.context_len + 1, dtype=torch.int32))
+    return torch.cat(tables).contiguous(), torch.cat(lengths).contiguous()
+
+
 class FusedCpuDecode:
     """The kernel's weights for one backbone (packed once) and the call for one step."""
 
@@ -195,12 +222,11 @@ class FusedCpuDecode:
     def applies(
         self, embeddings: torch.Tensor, context: AttentionContext, kv_cache: PagedKVCache
     ) -> bool:
-        """Whether this step can run fused: only decodes, float32 on the CPU, a float32
-        cache, no dense decode copy."""
+        """Whether this step can run fused: float32 on the CPU, a float32 cache, no dense
+        decode copy."""
         return (
-            not context.prefills
-            and context.dense_decode is None
-            and 0 < context.num_decodes == embeddings.shape[0]
+            context.dense_decode is None
+            and embeddings.shape[0] > 0
             and embeddings.dtype == torch.float32
             and embeddings.device.type == "cpu"
             and self.supports_cache(kv_cache)
@@ -213,15 +239,15 @@ class FusedCpuDecode:
         context: AttentionContext,
         kv_cache: PagedKVCache,
     ) -> torch.Tensor:
-        """Hidden states after every layer (before the final norm), ``[B, hidden]``; stores
-        the step's keys and values in ``kv_cache``. Call only where :meth:`applies`."""
+        """Hidden states after every layer (before the final norm), ``[N, hidden]``, for the
+        step's ``N`` tokens; stores their keys and values in ``kv_cache``. Call only where
+        :meth:`applies`."""
         batch = embeddings.shape[0]
         x = embeddings.reshape(batch, self.hidden_size).contiguous().clone()
         cos = rotary[0].reshape(batch, -1).contiguous()
         signed_sin = rotary[1].reshape(batch, -1).contiguous()
         slots = context.slot_mapping.contiguous()
-        tables = context.decode_page_tables.to(torch.int32).contiguous()
-        lengths = context.decode_seq_lens.to(torch.int32).contiguous()
+        tables, lengths = token_rows(context)
         longest = int(lengths.max())
         shape = self.shape
         shape.page_size = kv_cache.page_size

@@ -61,6 +61,12 @@ def _cpu_flags() -> str:
     return platform.processor()
 
 
+def source_digest(source_name: str) -> str:
+    """A short hash of ``cadenza/kernels/<source_name>`` (what calibrations of the code built
+    from it are keyed by)."""
+    return hashlib.sha256(Path(__file__).with_name(source_name).read_bytes()).hexdigest()[:16]
+
+
 def library_path(source: Path, compiler: str) -> Path:
     """Where the build of ``source`` by ``compiler`` for this machine lives."""
     version = subprocess.run(

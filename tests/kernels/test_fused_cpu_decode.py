@@ -200,7 +200,7 @@ def test_steps_the_kernel_does_not_take_stay_on_torch():
         decode_seq_lens=context.decode_seq_lens,
         prefills=(span,),
     )
-    assert not fused.applies(embeddings, with_prefill, cache)
+    assert fused.applies(embeddings, with_prefill, cache)  # prefill rows run fused too
     assert not fused.applies(embeddings.bfloat16(), context, cache)
     bf16_cache = PagedKVCache(
         model.config.kv_spec, cache.num_pages, PAGE, torch.bfloat16, torch.device("cpu")
@@ -230,7 +230,7 @@ def test_an_unknown_weight_dtype_is_refused():
 
 
 @needs_kernel
-def test_a_mixed_step_runs_its_decodes_fused_and_its_prefill_on_torch():
+def test_a_step_with_a_prefill_chunk_runs_fused_each_prompt_row_causally():
     model = backbone()
     fused = FusedCpuDecode.build(model, torch.float32)
     assert fused is not None
@@ -261,3 +261,45 @@ def test_a_mixed_step_runs_its_decodes_fused_and_its_prefill_on_torch():
         theirs = model(rows, at, mixed, reference)
     np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(cache.keys.numpy(), reference.keys.numpy(), atol=1e-5)
+
+
+@needs_kernel
+def test_prefill_chunks_alone_continuing_a_cached_prefix_equal_torch():
+    model = backbone(heads=6, kv_heads=2, head_dim=32)
+    fused = FusedCpuDecode.build(model, torch.bfloat16)
+    assert fused is not None
+    config = model.config
+    cache = PagedKVCache(config.kv_spec, 12, PAGE, torch.float32, torch.device("cpu"))
+    cache.keys.normal_()
+    cache.values.normal_()
+    # Sequence A: positions 6..9 of 10 (6 cached before, on pages 3 and 7, then page 5);
+    # sequence B: its first 5 positions, on pages 0 and 9.
+    table_a, table_b = [3, 7, 5], [0, 9]
+    slots_a = [table_a[p // PAGE] * PAGE + p % PAGE for p in range(6, 10)]
+    slots_b = [table_b[p // PAGE] * PAGE + p % PAGE for p in range(5)]
+    context = AttentionContext(
+        slot_mapping=torch.tensor(slots_a + slots_b),
+        num_decodes=0,
+        decode_page_tables=torch.zeros(0, 1, dtype=torch.int32),
+        decode_seq_lens=torch.zeros(0, dtype=torch.int32),
+        prefills=(
+            PrefillSpan(0, 4, 10, torch.tensor(table_a).int()),
+            PrefillSpan(4, 5, 5, torch.tensor(table_b).int()),
+        ),
+    )
+    rows = torch.randn(9, config.hidden_size)
+    positions = torch.tensor([6, 7, 8, 9, 0, 1, 2, 3, 4])
+    reference = PagedKVCache(config.kv_spec, 12, PAGE, torch.float32, torch.device("cpu"))
+    reference.keys.copy_(cache.keys)
+    reference.values.copy_(cache.values)
+    with torch.inference_mode():
+        model.fused_decode = fused
+        ours = model(rows, positions, context, cache)
+        model.fused_decode = None
+        for layer in model.layers:  # the reference multiplies the same bf16-rounded weights
+            for linear in (layer.self_attn.qkv_proj, layer.self_attn.o_proj,
+                           layer.mlp.gate_up_proj, layer.mlp.down_proj):  # fmt: skip
+                linear.weight.copy_(linear.weight.bfloat16().float())
+        theirs = model(rows, positions, context, reference)
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(cache.values.numpy(), reference.values.numpy(), atol=1e-5)

@@ -82,3 +82,8 @@ def test_a_failing_compiler_gives_none_and_says_so(private_cache, monkeypatch, c
 def test_a_missing_configured_compiler_is_not_found(monkeypatch):
     monkeypatch.setenv("CXX", "no-such-compiler-here")
     assert native_library.find_compiler() is None
+
+
+def test_the_source_digest_names_the_kernel_source():
+    digest = native_library.source_digest("cpu_decode_layers.cpp")
+    assert len(digest) == 16 and digest == native_library.source_digest("cpu_decode_layers.cpp")

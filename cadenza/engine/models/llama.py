@@ -257,8 +257,8 @@ class LlamaDecoderLayer(nn.Module):
 
 class LlamaBackbone(nn.Module):
     """Decoder layers plus the final norm; embeddings in, hidden states out. With
-    :attr:`fused_decode` set (:func:`enable_fused_cpu_decode`), a CPU step's decode tokens
-    run every layer in one native call (its prefill tokens, if any, on torch beside them)."""
+    :attr:`fused_decode` set (:func:`enable_fused_cpu_decode`), a CPU step runs every layer
+    for all its tokens in one native call."""
 
     def __init__(self, config: LlamaBackboneConfig) -> None:
         super().__init__()
@@ -283,23 +283,9 @@ class LlamaBackbone(nn.Module):
         Stores the tokens' keys and values in ``kv_cache`` at ``context.slot_mapping``.
         """
         rotary = self.rotary(positions)
-        fused, decodes = self.fused_decode, context.num_decodes
-        if fused is not None and decodes:
-            decode_context = context.decodes_only()
-            if fused.applies(embeddings[:decodes], decode_context, kv_cache):
-                # Decode tokens through the fused call, prefill tokens (if any) on torch.
-                cos, sin = rotary
-                decode_rotary = (cos[:decodes], sin[:decodes])
-                hidden = fused(embeddings[:decodes], decode_rotary, decode_context, kv_cache)
-                if context.prefills:
-                    prefilled = self._layers(
-                        embeddings[decodes:],
-                        (cos[decodes:], sin[decodes:]),
-                        context.prefills_only(),
-                        kv_cache,
-                    )
-                    hidden = torch.cat([hidden, prefilled])
-                return self.norm(hidden)
+        fused = self.fused_decode
+        if fused is not None and fused.applies(embeddings, context, kv_cache):
+            return self.norm(fused(embeddings, rotary, context, kv_cache))
         return self.norm(self._layers(embeddings, rotary, context, kv_cache))
 
     def _layers(

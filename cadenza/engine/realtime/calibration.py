@@ -47,6 +47,7 @@ from cadenza.contract.sampling import SamplingParams
 from cadenza.contract.step_time_model import StepSample, StepTimeModel, step_budget_s
 from cadenza.engine.device import device_name
 from cadenza.engine.layouts.token_layout import layout_steps_for_frames
+from cadenza.kernels import fused_cpu_decode, native_library
 from cadenza.version import __version__
 
 if TYPE_CHECKING:
@@ -73,7 +74,8 @@ def calibration_identity(engine: Engine, seed: int) -> str:
         "chunk_frames": config.chunk_frames,
         "first_chunk_frames": config.first_chunk_frames,
         "pack_cpu_weights": config.pack_cpu_weights,
-        "fused_cpu_decode": config.fused_cpu_decode,
+        "fused_cpu_decode": config.fused_cpu_decode
+        and native_library.source_digest(fused_cpu_decode.SOURCE),
         "batch_sizes": list(config.calibration_batch_sizes),
         "steps": config.calibration_steps,
         "long_context": config.calibration_long_context,
