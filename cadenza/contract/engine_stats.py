@@ -29,12 +29,15 @@ class EngineStats:
 
 
 class StepRecord(NamedTuple):
-    """One engine step: wall time, decode tokens, all rows computed, KV positions attended."""
+    """One engine step: wall time, decode tokens, all rows computed, KV positions attended,
+    and how long the engine had been idle just before it (a step after a rest starts with
+    cold caches)."""
 
     seconds: float
     decodes: int
     tokens: int
     context_tokens: int
+    rested_s: float = 0.0
 
 
 @dataclass(frozen=True)

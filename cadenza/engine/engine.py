@@ -76,6 +76,8 @@ class Engine:
         self.calibration: Calibration | None = None
         self._live: dict[str, Sequence] = {}
         self._outputs: list[StreamOutput] = []
+        self._last_step_end: float | None = None
+        self._resting = False  # idle_s() said to wait since the last step
 
     @classmethod
     def from_pretrained(cls, name_or_path: str = "cadenza-tiny", **options: Any) -> Engine:
@@ -173,20 +175,29 @@ class Engine:
         their listeners, nothing waits and no output is pending."""
         if self.policy is None or self.scheduler.waiting or self._outputs:
             return 0.0
-        return self.policy.idle_s(self.scheduler.running)
+        idle = self.policy.idle_s(self.scheduler.running)
+        self._resting = self._resting or idle > 0
+        return idle
 
     # -- the loop ---------------------------------------------------------------------------
 
     def step(self) -> list[StreamOutput]:
         """Run one step; return the outputs that are ready (audio chunks, endings)."""
         started = time.perf_counter()
+        # Time since the previous step, when the engine chose to rest in between (its
+        # caches may be cold; telemetry says so, see StepRecord).
+        rested_s = 0.0
+        if self._resting and self._last_step_end is not None:
+            rested_s = started - self._last_step_end
+        self._resting = False
         batch = self.scheduler.schedule()
         outcome = self.scheduler.postprocess(batch, self.runner.run(batch))
         self.runner.retain(self.scheduler.running)
         self._outputs += self.audio.emit(outcome)
         for seq in (*outcome.finished, *outcome.failed):
             del self._live[seq.request_id]
-        self.telemetry.record_step(batch, time.perf_counter() - started)
+        self._last_step_end = time.perf_counter()
+        self.telemetry.record_step(batch, self._last_step_end - started, rested_s)
         outputs, self._outputs = self._outputs, []
         return outputs
 

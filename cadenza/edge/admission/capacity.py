@@ -12,7 +12,8 @@ Two budgets, both from the engine (its ``ready`` info and its ``stats`` reports)
   how many decoding streams fit that step, with every prediction scaled by the *realtime
   factor*: the 90th percentile of how much slower than predicted the engine's steps actually
   ran, per half-second report over the last ``admission.jitter_window_s`` (before any report,
-  the calibration's own measured jitter), and never less than the jitter times the engine
+  the calibration's own measured jitter; steps right after the engine rested are left out:
+  it rests only while every stream is far ahead), and never less than the jitter times the engine
   replicas that share this one's CPU cores (:mod:`cadenza.contract.cpu_replicas`: any of them
   may be busy). Admitting against a high percentile rather than the mean is what lets the
   promise survive a noisy host: a stream is admitted only if ``B + 1`` streams still fit at
@@ -58,6 +59,10 @@ from cadenza.contract.stream_length import frames_for_duration
 
 _NOMINAL_TEXT = "x" * 64  # the text of the nominal stream max_streams is quoted for
 _MIN_REPORT_MS = 50.0  # a report with less decoding than this says little about speed
+# A step after the engine rested this long starts with cold caches and runs slower than the
+# calibration's back-to-back steps; the engine rests only while every stream is far ahead of
+# its listener, so such steps threaten no deadline, and they do not count against the model.
+_REST_S = 0.002
 _MIN_REPORTS = 3  # live reports for a percentile (fewer: the worst of them and the jitter)
 _KEEP_REPORTS = 10  # the latest reports stand, however old, until newer ones replace them
 _FACTOR_RANGE = (0.5, 20.0)
@@ -135,7 +140,8 @@ class CapacityModel:
         for step in message.report.steps:
             if step.decodes > 0:
                 self._recent_steps.append(1000.0 * step.seconds)
-            if self.step_model is not None and step.decodes > 0 and step.tokens <= 2 * step.decodes:
+            counted = step.decodes > 0 and step.tokens <= 2 * step.decodes
+            if self.step_model is not None and counted and step.rested_s <= _REST_S:
                 measured += 1000.0 * step.seconds
                 predicted += self.step_model.predict_ms(step.tokens, step.context_tokens)
         if predicted > 0 and measured >= _MIN_REPORT_MS:

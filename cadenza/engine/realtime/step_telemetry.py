@@ -32,8 +32,9 @@ class StepTelemetry:
         self._codec_s = 0.0
         self._codec_frames = 0
 
-    def record_step(self, batch: ScheduledBatch, seconds: float) -> None:
-        """A step that ran ``batch`` took ``seconds`` (empty steps are not steps)."""
+    def record_step(self, batch: ScheduledBatch, seconds: float, rested_s: float = 0.0) -> None:
+        """A step that ran ``batch`` took ``seconds``, after ``rested_s`` idle (empty steps
+        are not steps)."""
         if batch.is_empty:
             return
         context = attended_context(
@@ -41,7 +42,7 @@ class StepTelemetry:
             [seq.num_tokens for seq, _ in batch.prefills],
             self.decodes_padded,
         )
-        record = StepRecord(seconds, len(batch.decodes), batch.num_tokens, context)
+        record = StepRecord(seconds, len(batch.decodes), batch.num_tokens, context, rested_s)
         self._steps.append(record)
         self.last_step = record
         policy = self.policy

@@ -359,3 +359,21 @@ def test_the_fused_cpu_decode_and_the_torch_path_give_the_same_audio(
     # What the edge's admission is told: fused decode steps cost each stream its own context.
     assert tiny_engine.info.decodes_padded is False
     assert torch_decode_engine.info.decodes_padded is True
+
+
+def test_a_step_after_a_rest_says_how_long_the_engine_rested(tiny_engine, monkeypatch):
+    tiny_engine.add_request(SynthesisRequest("rest", "x" * 30, sampling=SamplingParams(seed=3)))
+    for _ in range(3):
+        tiny_engine.step()
+    assert tiny_engine.telemetry.last_step.rested_s == 0.0  # back to back
+    assert tiny_engine.policy is not None
+    monkeypatch.setattr(tiny_engine.policy, "idle_s", lambda running: 0.5)
+    assert tiny_engine.idle_s() == 0.5  # the loop would wait...
+    time.sleep(0.02)
+    monkeypatch.undo()
+    tiny_engine.step()  # ...and steps once a stream needs it
+    assert tiny_engine.telemetry.last_step.rested_s >= 0.02
+    tiny_engine.step()
+    assert tiny_engine.telemetry.last_step.rested_s == 0.0
+    assert tiny_engine.abort_request("rest")
+    tiny_engine.check_integrity()

@@ -224,3 +224,19 @@ def test_admission_follows_each_stream_to_its_end_when_the_engine_does_not_pad()
                 running=_running([30.0] * 9))  # fmt: skip
     assert own.refusal(late, new) == "realtime_budget"
     assert own.refusal(Load(4, 0, running=_running([30.0] * 4)), new) is None
+
+
+def test_steps_right_after_the_engine_rested_do_not_count_against_the_model() -> None:
+    from cadenza.contract.engine_stats import StepRecord, StepReport
+    from cadenza.contract.messages import Stats
+    from tests.support.contract_examples import engine_stats
+
+    model = CapacityModel(info(), EngineConfig(), AdmissionConfig())
+    cold = StepRecord(0.004 * 3.0, 4, 4, 400, rested_s=0.5)  # 3x the model, after a rest
+    warm = StepRecord(0.004, 4, 4, 400)
+    for _ in range(10):
+        model.observe(Stats(engine_stats(), StepReport(steps=(cold,) * 20 + (warm,) * 20)))
+    assert model.realtime_factor() == pytest.approx(1.0)
+    for _ in range(10):
+        model.observe(Stats(engine_stats(), StepReport(steps=(cold._replace(rested_s=0.0),) * 20)))
+    assert model.realtime_factor() == pytest.approx(3.0)
