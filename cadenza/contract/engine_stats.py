@@ -30,14 +30,16 @@ class EngineStats:
 
 class StepRecord(NamedTuple):
     """One engine step: wall time, decode tokens, all rows computed, KV positions attended,
-    and how long the engine had been idle just before it (a step after a rest starts with
-    cold caches)."""
+    how long the engine had been idle just before it (a step after a rest starts with cold
+    caches), and the part of its time the streaming codec took (chunks of several frames
+    are decoded at once, so a few steps carry the codec time of many)."""
 
     seconds: float
     decodes: int
     tokens: int
     context_tokens: int
     rested_s: float = 0.0
+    codec_s: float = 0.0
 
 
 @dataclass(frozen=True)

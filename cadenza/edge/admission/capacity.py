@@ -12,10 +12,13 @@ Two budgets, both from the engine (its ``ready`` info and its ``stats`` reports)
   how many decoding streams fit that step, with every prediction scaled by the *realtime
   factor*: the 90th percentile of how much slower than predicted the engine's steps actually
   ran, per half-second report over the last ``admission.jitter_window_s`` (before any report,
-  the calibration's own measured jitter; steps right after the engine rested are left out:
-  it rests only while every stream is far ahead), and never less than the jitter times the engine
+  the calibration's own measured jitter), and never less than the jitter times the engine
   replicas that share this one's CPU cores (:mod:`cadenza.contract.cpu_replicas`: any of them
-  may be busy). Admitting against a high percentile rather than the mean is what lets the
+  may be busy). Two kinds of step time are not held against the model: steps right after the
+  engine rested (cold caches; it rests only while every stream is far ahead of its listener),
+  and the lumps of the codec, which decodes chunks of several frames on a few steps: each step
+  counts its frames' share of the codec's recent time instead, as the calibration's mean step
+  times do. Admitting against a high percentile rather than the mean is what lets the
   promise survive a noisy host: a stream is admitted only if ``B + 1`` streams still fit at
   that percentile.
 * **What admitting costs**: a new stream's prompt has to be prefilled in the spare time of
@@ -128,6 +131,8 @@ class CapacityModel:
         self._recent_steps: deque[float] = deque(maxlen=512)  # ms of steps with decodes
         # (time, measured / predicted) per report; pruned by realtime_factor, bounded anyway
         self._ratios: deque[tuple[float, float]] = deque(maxlen=1024)
+        # (time, codec seconds, stream-frames) per report, over the jitter window
+        self._codec: deque[tuple[float, float, int]] = deque(maxlen=1024)
         self._closed_until = 0.0
 
     # -- inputs -------------------------------------------------------------------------------
@@ -136,19 +141,37 @@ class CapacityModel:
         """Fold one engine ``stats`` message in."""
         self.correction = message.stats.step_correction
         self.kv_pages_free = message.stats.kv_pages_free
+        report = message.report
+        now = self.clock()
+        self._codec.append((now, report.codec_s, report.codec_frames))
+        codec_ms_per_frame = self._codec_ms_per_frame(now)
         measured = predicted = 0.0
-        for step in message.report.steps:
+        for step in report.steps:
             if step.decodes > 0:
                 self._recent_steps.append(1000.0 * step.seconds)
             counted = step.decodes > 0 and step.tokens <= 2 * step.decodes
             if self.step_model is not None and counted and step.rested_s <= _REST_S:
+                # The codec's chunks land on a few steps: each step is counted with its
+                # frames' share of the codec's recent time instead (the calibration's step
+                # times amortise the codec the same way).
                 measured += 1000.0 * step.seconds
+                if codec_ms_per_frame is not None:
+                    frames = step.decodes / self.info.shape.steps_per_frame
+                    measured += frames * codec_ms_per_frame - 1000.0 * step.codec_s
                 predicted += self.step_model.predict_ms(step.tokens, step.context_tokens)
         if predicted > 0 and measured >= _MIN_REPORT_MS:
             self._ratios.append((self.clock(), measured / predicted))
         slacks_ms = [1000.0 * s for s in message.report.chunk_slack_s]
         if slacks_ms and min(slacks_ms) < self.config.slack_close_ms:
             self._closed_until = self.clock() + self.config.slack_reopen_s
+
+    def _codec_ms_per_frame(self, now: float) -> float | None:
+        """The codec's time per stream-frame over the jitter window (``None`` before it has
+        decoded anything)."""
+        while self._codec and now - self._codec[0][0] > self.config.jitter_window_s:
+            self._codec.popleft()
+        frames = sum(f for _, _, f in self._codec)
+        return 1000.0 * sum(s for _, s, _ in self._codec) / frames if frames else None
 
     # -- the numbers ----------------------------------------------------------------------------
 

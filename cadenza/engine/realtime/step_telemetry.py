@@ -31,6 +31,7 @@ class StepTelemetry:
         self._slacks_s: deque[float] = deque(maxlen=MAX_RECORDS)
         self._codec_s = 0.0
         self._codec_frames = 0
+        self._step_codec_s = 0.0  # the codec's time in the step being run
 
     def record_step(self, batch: ScheduledBatch, seconds: float, rested_s: float = 0.0) -> None:
         """A step that ran ``batch`` took ``seconds``, after ``rested_s`` idle (empty steps
@@ -42,7 +43,10 @@ class StepTelemetry:
             [seq.num_tokens for seq, _ in batch.prefills],
             self.decodes_padded,
         )
-        record = StepRecord(seconds, len(batch.decodes), batch.num_tokens, context, rested_s)
+        codec_s, self._step_codec_s = self._step_codec_s, 0.0
+        record = StepRecord(
+            seconds, len(batch.decodes), batch.num_tokens, context, rested_s, codec_s
+        )
         self._steps.append(record)
         self.last_step = record
         policy = self.policy
@@ -55,8 +59,11 @@ class StepTelemetry:
         self._slacks_s.append(slack_s)
 
     def record_codec(self, seconds: float, frames: int) -> None:
+        """The codec decoded ``frames`` stream-frames in ``seconds``, within the step being
+        run (recorded with it)."""
         self._codec_s += seconds
         self._codec_frames += frames
+        self._step_codec_s += seconds
 
     def take_report(self) -> StepReport:
         report = StepReport(

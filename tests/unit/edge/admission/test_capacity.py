@@ -240,3 +240,21 @@ def test_steps_right_after_the_engine_rested_do_not_count_against_the_model() ->
     for _ in range(10):
         model.observe(Stats(engine_stats(), StepReport(steps=(cold._replace(rested_s=0.0),) * 20)))
     assert model.realtime_factor() == pytest.approx(3.0)
+
+
+def test_the_codecs_chunks_are_spread_over_the_steps_whose_frames_they_decoded() -> None:
+    from cadenza.contract.engine_stats import StepRecord, StepReport
+    from cadenza.contract.messages import Stats
+    from tests.support.contract_examples import engine_stats
+
+    model = CapacityModel(info(), EngineConfig(), AdmissionConfig())
+    # 4 streams, 4 ms a step as calibrated, of which the codec's share is 1 ms (0.25 ms a
+    # frame): the engine decodes it in one 10-step chunk, so one step in ten takes 13 ms.
+    plain = StepRecord(0.003, 4, 4, 400)
+    chunk = StepRecord(0.013, 4, 4, 400, codec_s=0.010)
+    lumpy = [(plain,) * 9 + (chunk,), (plain,) * 19 + (chunk,) * 2, (plain,) * 20]
+    for steps in lumpy * 4:  # some reports catch two chunks, some none
+        report = StepReport(steps=steps, codec_s=sum(s.codec_s for s in steps),
+                            codec_frames=40 * sum(1 for s in steps if s.codec_s))  # fmt: skip
+        model.observe(Stats(engine_stats(), report))
+    assert model.realtime_factor() == pytest.approx(1.0)

@@ -67,3 +67,13 @@ def test_decode_steps_correct_the_calibrated_model() -> None:
     batch = ScheduledBatch(decodes=[_seq(10), _seq(10)])
     telemetry.record_step(batch, 0.004)  # 4 ms where 2 ms were predicted
     assert abs(policy.correction.factor - 2.0) < 1e-6
+
+
+def test_a_steps_codec_time_is_recorded_with_it() -> None:
+    telemetry = StepTelemetry(policy=None)
+    telemetry.record_codec(0.003, 8)  # within the step being run
+    telemetry.record_step(ScheduledBatch(decodes=[_seq(10)]), 0.005)
+    assert telemetry.last_step is not None and telemetry.last_step.codec_s == 0.003
+    telemetry.record_step(ScheduledBatch(decodes=[_seq(11)]), 0.002)
+    assert telemetry.last_step.codec_s == 0.0
+    assert telemetry.take_report().codec_s == 0.003
