@@ -10,17 +10,31 @@
 // up, and the down product into the residual.
 //
 // Numbers: activations, accumulations and the KV cache are float32; weights are float32 or
-// bfloat16 (widened exactly to float32 before each multiply-add), packed in blocks of 16
-// output rows: ``packed[n / 16][k][n % 16]`` (cadenza/kernels/fused_cpu_decode.py packs them).
+// bfloat16, packed in blocks of 16 output rows: ``packed[n / 16][k][n % 16]``
+// (cadenza/kernels/fused_cpu_decode.py packs them). bfloat16 weights are widened exactly to
+// float32 before each multiply-add, except on a CPU with AVX512-BF16 dot products: there the
+// products' inputs are rounded to bfloat16 too (as oneDNN's bf16 products do) and multiplied
+// in pairs, twice the multiply-adds per instruction, with the weights packed as pairs along k:
+// ``packed[n / 16][k / 2][n % 16][k % 2]`` (cadenza_weight_pairs() says which).
 // Exponentials use a polynomial accurate to float32 rounding (a few ulp).
 //
 // Portable C++ with GCC/Clang vector extensions: the compiler maps them to the machine's SIMD
 // (AVX-512, AVX2, NEON) under -march=native. The Python side compiles this file once per
-// machine and calls it through ctypes (cadenza/kernels/native_library.py).
+// machine and calls it through ctypes (cadenza/kernels/native_library.py). Built with OpenMP,
+// big products and the attention of many rows are split over the threads torch is set to use
+// (the library shares torch's OpenMP runtime: the same threads, the same count).
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
+
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace {
 
@@ -31,6 +45,9 @@ typedef uint16_t u16x16 __attribute__((vector_size(32)));
 
 constexpr int LANES = 16;
 constexpr int MAX_HEADS = 128;  // query heads
+// Work below these stays on the calling thread (waking others costs more than it saves).
+constexpr int64_t PARALLEL_MACS = 1 << 20;     // a product's multiply-adds
+constexpr int64_t PARALLEL_POSITIONS = 2048;  // positions a step's rows attend in all
 constexpr int MAX_HEAD_DIM = 128;
 
 inline f32x16 load(const float* p) {
@@ -123,6 +140,9 @@ template <typename Weight>
 void product(const float* x, int B, int ldx, const Weight* packed, int N, int K, float* y,
              int ldy, bool accumulate) {
     constexpr int ROWS = 8;
+    // Output blocks are independent: split over the threads when the product is big enough
+    // to pay for waking them (one thread: inline).
+#pragma omp parallel for schedule(static) if ((int64_t)B * N * K >= PARALLEL_MACS)
     for (int n = 0; n < N; n += LANES) {
         const Weight* block = packed + (size_t)n * K;
         float* out = y + n;
@@ -143,6 +163,100 @@ void product(const float* x, int B, int ldx, const Weight* packed, int N, int K,
         }
     }
 }
+
+#if defined(__AVX512BF16__)
+constexpr bool WEIGHT_PAIRS = true;
+
+// float32 to bfloat16, rounding to nearest even (NaN stays NaN), for the odd tail of a row.
+inline uint16_t to_bf16(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40u);
+    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+// Rows of x (K wide, stride ldx) as bfloat16 pairs: ``pairs[b * K / 2 + i]`` holds k = 2i
+// (low half) and 2i + 1; K is even.
+void to_pairs(const float* x, int B, int ldx, int K, uint32_t* pairs) {
+    for (int b = 0; b < B; ++b) {
+        const float* row = x + (size_t)b * ldx;
+        uint16_t* out = (uint16_t*)(pairs + (size_t)b * (K / 2));
+        int k = 0;
+        for (; k + 32 <= K; k += 32) {
+            const __m512bh packed =
+                _mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + k + 16), _mm512_loadu_ps(row + k));
+            _mm512_storeu_si512(out + k, (__m512i)packed);
+        }
+        for (; k < K; ++k) out[k] = to_bf16(row[k]);
+    }
+}
+
+// y[j, 0:16] (+)= pairs[j, :] . block for ROWS rows, two bfloat16 products per lane and
+// instruction; two accumulators per row (even and odd pairs) for the short chains of few rows.
+template <int ROWS>
+void pair_product_block(const uint32_t* pairs, int half_k, const uint16_t* block, float* y,
+                        int ldy, bool accumulate) {
+    __m512 even[ROWS], odd[ROWS];
+    for (int j = 0; j < ROWS; ++j) even[j] = odd[j] = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 1 < half_k; i += 2) {
+        const __m512bh w0 = (__m512bh)_mm512_loadu_si512(block + (size_t)i * 2 * LANES);
+        const __m512bh w1 = (__m512bh)_mm512_loadu_si512(block + (size_t)(i + 1) * 2 * LANES);
+        for (int j = 0; j < ROWS; ++j) {
+            const uint32_t* row = pairs + (size_t)j * half_k;
+            even[j] = _mm512_dpbf16_ps(even[j], (__m512bh)_mm512_set1_epi32((int)row[i]), w0);
+            odd[j] = _mm512_dpbf16_ps(odd[j], (__m512bh)_mm512_set1_epi32((int)row[i + 1]), w1);
+        }
+    }
+    if (i < half_k) {
+        const __m512bh w0 = (__m512bh)_mm512_loadu_si512(block + (size_t)i * 2 * LANES);
+        for (int j = 0; j < ROWS; ++j) {
+            const uint32_t pair = pairs[(size_t)j * half_k + i];
+            even[j] = _mm512_dpbf16_ps(even[j], (__m512bh)_mm512_set1_epi32((int)pair), w0);
+        }
+    }
+    for (int j = 0; j < ROWS; ++j) {
+        __m512 result = _mm512_add_ps(even[j], odd[j]);
+        if (accumulate) result = _mm512_add_ps(result, _mm512_loadu_ps(y + (size_t)j * ldy));
+        _mm512_storeu_ps(y + (size_t)j * ldy, result);
+    }
+}
+
+// The bfloat16 product with pair-packed weights (see the header).
+template <>
+void product<uint16_t>(const float* x, int B, int ldx, const uint16_t* packed, int N, int K,
+                       float* y, int ldy, bool accumulate) {
+    thread_local std::vector<uint32_t> pairs;
+    const int half_k = K / 2;
+    if (pairs.size() < (size_t)B * half_k) pairs.resize((size_t)B * half_k);
+    to_pairs(x, B, ldx, K, pairs.data());
+    const uint32_t* all_pairs = pairs.data();
+    constexpr int ROWS = 8;
+#pragma omp parallel for schedule(static) if ((int64_t)B * N * K >= PARALLEL_MACS)
+    for (int n = 0; n < N; n += LANES) {
+        const uint16_t* block = packed + (size_t)n * K;
+        float* out = y + n;
+        int b = 0;
+        for (; b + ROWS <= B; b += ROWS)
+            pair_product_block<ROWS>(all_pairs + (size_t)b * half_k, half_k, block,
+                                     out + (size_t)b * ldy, ldy, accumulate);
+        const uint32_t* rows = all_pairs + (size_t)b * half_k;
+        float* yr = out + (size_t)b * ldy;
+        switch (B - b) {
+            case 7: pair_product_block<7>(rows, half_k, block, yr, ldy, accumulate); break;
+            case 6: pair_product_block<6>(rows, half_k, block, yr, ldy, accumulate); break;
+            case 5: pair_product_block<5>(rows, half_k, block, yr, ldy, accumulate); break;
+            case 4: pair_product_block<4>(rows, half_k, block, yr, ldy, accumulate); break;
+            case 3: pair_product_block<3>(rows, half_k, block, yr, ldy, accumulate); break;
+            case 2: pair_product_block<2>(rows, half_k, block, yr, ldy, accumulate); break;
+            case 1: pair_product_block<1>(rows, half_k, block, yr, ldy, accumulate); break;
+            default: break;
+        }
+    }
+}
+#else
+constexpr bool WEIGHT_PAIRS = false;
+#endif
 
 // out[b] = weight * x[b] / sqrt(mean(x[b]^2) + eps); H % 16 == 0.
 void rms_norm(const float* x, int B, int H, const float* weight, float eps, float* out) {
@@ -372,10 +486,25 @@ void decode_layer(const Shape& s, const LayerWeights& w, const Step& step, float
                         sizeof(float) * stride);
         }
     }
-    for (int b = 0; b < B; ++b)
-        attend_any(qkv + (size_t)b * width, Hq, group, D, w.keys, w.values,
-                   step.rows + (size_t)b * step.longest, seq_lens[b], s.scale, scores,
-                   attention + (size_t)b * Hq * D);
+    int64_t attended = 0;
+    for (int b = 0; b < B; ++b) attended += seq_lens[b];
+    // Rows attend independently, each thread with scores of its own.
+#pragma omp parallel if (attended >= PARALLEL_POSITIONS && B > 1)
+    {
+        thread_local std::vector<float> own;
+        float* row_scores = scores;
+#ifdef _OPENMP
+        if (omp_get_num_threads() > 1) {
+            own.resize((size_t)Hq * ((step.longest + LANES - 1) / LANES * LANES));
+            row_scores = own.data();
+        }
+#endif
+#pragma omp for schedule(dynamic, 1)
+        for (int b = 0; b < B; ++b)
+            attend_any(qkv + (size_t)b * width, Hq, group, D, w.keys, w.values,
+                       step.rows + (size_t)b * step.longest, seq_lens[b], s.scale, row_scores,
+                       attention + (size_t)b * Hq * D);
+    }
     product<Weight>(attention, B, Hq * D, (const Weight*)w.o, H, Hq * D, x, H, true);
     rms_norm(x, B, H, w.post_attention_norm, s.eps, normed);
     product<Weight>(normed, B, H, (const Weight*)w.gate_up, 2 * F, H, gate_up, 2 * F, false);
@@ -443,6 +572,10 @@ void cadenza_decode_layers_bf16(const Shape* s, const LayerWeights* layers, int 
     decode_layers<uint16_t>(*s, layers, num_layers, B, x, cos, signed_sin, slots, page_tables,
                             max_pages, seq_lens, scratch);
 }
+
+// 1 when bfloat16 weights are multiplied in pairs (pack them ``[n / 16][k / 2][n % 16][k %
+// 2]``), 0 when widened one by one (``[n / 16][k][n % 16]``).
+int cadenza_weight_pairs() { return WEIGHT_PAIRS ? 1 : 0; }
 
 int64_t cadenza_decode_scratch_bytes(const Shape* s, int B, int longest) {
     if (longest < 1) longest = 1;

@@ -6,7 +6,9 @@ weights stream from cache in tens of microseconds. :class:`FusedCpuDecode` runs 
 a step through the kernel in ``cpu_decode_layers.cpp`` (:mod:`~cadenza.kernels.native_library`
 builds it): same math as the torch path (RMSNorm, fused q/k/v, rotary, paged KV store,
 grouped-query attention over the pages in place, SwiGLU), float32 activations and
-accumulation, weights float32 or bfloat16. Every token is a row: a decode token attends its
+accumulation, weights float32 or bfloat16 (on a CPU with AVX512-BF16 dot products, bf16
+products round their inputs to bf16 as oneDNN's do, :attr:`FusedCpuDecode.rounds_activations`).
+Every token is a row: a decode token attends its
 whole sequence, a prefill chunk's token the positions up to its own (:func:`token_rows`), so
 decodes and prefill chunks share the call, and no row pays for another's context.
 docs/benchmarks.md ("Fused CPU decode") has the speed and the accuracy against the torch path.
@@ -69,11 +71,15 @@ class _LayerWeights(ctypes.Structure):
     ]
 
 
-def pack_weight(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``weight [N, K]`` (``N % 16 == 0``) in the kernel's layout: blocks of 16 output rows,
-    ``packed[n // 16, k, n % 16] = weight[n, k]``, in ``dtype``."""
+def pack_weight(weight: torch.Tensor, dtype: torch.dtype, pairs: bool = False) -> torch.Tensor:
+    """``weight [N, K]`` (``N % 16 == 0``) in the kernel's layout, in ``dtype``: blocks of 16
+    output rows, ``packed[n // 16, k, n % 16] = weight[n, k]``; with ``pairs`` (bfloat16
+    multiplied in pairs, ``K`` even) ``packed[n // 16, k // 2, n % 16, k % 2]``."""
     out_features, in_features = weight.shape
     blocks = weight.detach().to(dtype).reshape(out_features // LANES, LANES, in_features)
+    if pairs:
+        halves = blocks.reshape(out_features // LANES, LANES, in_features // 2, 2)
+        return halves.permute(0, 2, 1, 3).contiguous()
     return blocks.transpose(1, 2).contiguous()
 
 
@@ -170,6 +176,10 @@ class FusedCpuDecode:
             config.rms_norm_eps,
             config.head_dim**-0.5,
         )
+        # bfloat16 weights go in pairs along k where the CPU multiplies them so.
+        library.cadenza_weight_pairs.restype = ctypes.c_int
+        pairs = weight_dtype == torch.bfloat16 and bool(library.cadenza_weight_pairs())
+        self.rounds_activations = pairs  # the products' inputs are rounded to bf16 too
         self._tensors: list[torch.Tensor] = []  # what the pointers below point into
         self._weights: list[tuple[int, ...]] = []
         for layer in backbone.layers:
@@ -177,7 +187,7 @@ class FusedCpuDecode:
             for module in _projections(layer):
                 weight = _plain_weight(module)
                 assert weight is not None
-                packed = pack_weight(weight, weight_dtype)
+                packed = pack_weight(weight, weight_dtype, pairs)
                 self._tensors.append(packed)
                 pointers.append(packed.data_ptr())
             for norm_weight in _norm_weights(layer):

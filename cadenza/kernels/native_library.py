@@ -28,6 +28,9 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno")
+# Tried first, dropped if the compiler refuses them (a clang without OpenMP): the kernels then
+# run on the calling thread.
+OPTIONAL_FLAGS = ("-fopenmp",)
 BUILD_TIMEOUT_S = 300
 _COMPILERS = ("c++", "g++", "clang++")
 
@@ -73,7 +76,7 @@ def library_path(source: Path, compiler: str) -> Path:
         [compiler, "--version"], capture_output=True, text=True, timeout=30, check=False
     ).stdout
     digest = hashlib.sha256()
-    for part in (source.read_bytes(), version.encode(), " ".join(FLAGS).encode()):
+    for part in (source.read_bytes(), version.encode(), " ".join(FLAGS + OPTIONAL_FLAGS).encode()):
         digest.update(part)
     digest.update(f"{platform.machine()} {_cpu_flags()}".encode())
     return cache_dir() / f"{source.stem}-{digest.hexdigest()[:16]}.so"
@@ -86,13 +89,16 @@ def build(source: Path, compiler: str, target: Path) -> None:
     fd, partial = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        result = subprocess.run(
-            [compiler, *FLAGS, str(source), "-o", partial],
-            capture_output=True,
-            text=True,
-            timeout=BUILD_TIMEOUT_S,
-            check=False,
-        )
+        for flags in ((*FLAGS, *OPTIONAL_FLAGS), FLAGS):
+            result = subprocess.run(
+                [compiler, *flags, str(source), "-o", partial],
+                capture_output=True,
+                text=True,
+                timeout=BUILD_TIMEOUT_S,
+                check=False,
+            )
+            if result.returncode == 0:
+                break
         if result.returncode != 0:
             raise RuntimeError(f"{compiler} failed: {result.stderr.strip()[-2000:]}")
         os.replace(partial, target)
