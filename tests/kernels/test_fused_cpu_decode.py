@@ -347,8 +347,6 @@ def test_big_steps_split_over_torchs_threads_give_the_same_result(threads):
         lengths = [150 + 7 * i for i in range(24)]
         (ours, cache), (theirs, reference) = run_both(model, torch.float32, lengths)
         np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=5e-5, atol=5e-5)
-        np.testing.assert_allclose(
-            cache.keys.numpy(), reference.keys.numpy(), rtol=5e-5, atol=5e-5
-        )
+        np.testing.assert_allclose(cache.keys.numpy(), reference.keys.numpy(), rtol=5e-5, atol=5e-5)
     finally:
         torch.set_num_threads(saved)

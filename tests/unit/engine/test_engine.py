@@ -376,4 +376,6 @@ def test_a_step_after_a_rest_says_how_long_the_engine_rested(tiny_engine, monkey
     tiny_engine.step()
     assert tiny_engine.telemetry.last_step.rested_s == 0.0
     assert tiny_engine.abort_request("rest")
+    while tiny_engine.has_unfinished_requests():
+        tiny_engine.step()  # the cancellation's output too
     tiny_engine.check_integrity()
