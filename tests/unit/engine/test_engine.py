@@ -10,6 +10,7 @@ from cadenza.contract.errors import RequestRejected
 from cadenza.contract.request import FinishReason, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
+from cadenza.kernels import native_library
 from tests.support.float32_compute import float32_engine_config
 
 HOP = 320
@@ -336,6 +337,10 @@ def test_after_a_failed_batch_the_dense_copy_gives_the_audio_gathering_gives(
         np.testing.assert_allclose(ours, theirs, atol=1e-4)
 
 
+@pytest.mark.skipif(
+    native_library.load("cpu_decode_layers.cpp") is None,
+    reason="no C++ compiler on this machine: the fused CPU decode is not built",
+)
 def test_the_fused_cpu_decode_and_the_torch_path_give_the_same_audio(
     tiny_engine, torch_decode_engine
 ):
