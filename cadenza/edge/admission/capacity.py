@@ -372,7 +372,7 @@ class CapacityModel:
             if self.info.decodes_padded or not load.running:
                 if active + 1 > self.realtime_limit(final):
                     return "realtime_budget"
-            elif not self._peaks_fit(load.running, cost):
+            elif self.step_model is not None and not self._peaks_fit(load.running, cost):
                 return "realtime_budget"
         prompt_tokens = load.prefilling_tokens + cost.prompt_tokens
         decoding = active - load.prefilling_streams

@@ -258,3 +258,11 @@ def test_the_codecs_chunks_are_spread_over_the_steps_whose_frames_they_decoded()
                             codec_frames=40 * sum(1 for s in steps if s.codec_s))  # fmt: skip
         model.observe(Stats(engine_stats(), report))
     assert model.realtime_factor() == pytest.approx(1.0)
+
+
+def test_an_uncalibrated_engine_that_does_not_pad_admits_by_memory_and_slots() -> None:
+    engine = replace(info(calibrated=False, max_num_seqs=3), decodes_padded=False)
+    model = CapacityModel(engine, EngineConfig(), AdmissionConfig())
+    cost = StreamCost(10, 3.0, prompt_tokens=67, final_context=823)
+    assert model.refusal(Load(2, 0, running=_running([0.0, 1.0])), cost) is None
+    assert model.refusal(Load(3, 0, running=_running([0.0, 1.0, 2.0])), cost) == "max_streams"
