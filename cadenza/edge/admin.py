@@ -79,6 +79,7 @@ async def replicas(request: Request) -> dict[str, Any]:
                     "status": r.status,
                     "pid": r.pid,
                     "streams": 0 if r.client is None else r.client.num_streams,
+                    "spare": r.spare_status,
                     "last_error": r.last_error,
                 }
                 for r in service.replicas

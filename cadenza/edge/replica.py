@@ -92,6 +92,18 @@ class EngineReplica:
     def is_ready(self) -> bool:
         return self.status == "ready" and self.client is not None and self.client.is_ready()
 
+    @property
+    def spare_status(self) -> str | None:
+        """The warm spare's state: ``ready`` (it would take over a lost engine at once),
+        ``loading``, or ``None`` (no spare)."""
+        if self._spare is not None and self._spare.is_ready():
+            return "ready"
+        if self._spare is not None or (
+            self._spare_loading is not None and not self._spare_loading.done()
+        ):
+            return "loading"
+        return None
+
     async def start(self) -> None:
         """Start the first engine and supervise it from then on. Raises
         :class:`EngineUnavailable` when it does not come up (nothing is left running)."""

@@ -328,9 +328,10 @@ def test_a_warm_spare_takes_over_a_killed_engine_at_once(tmp_path) -> None:
     with serving(tmp_path / "server.log", env) as server:
         server.idle_tasks = server.metric("cadenza_edge_asyncio_tasks")
         deadline = time.monotonic() + 60
-        while len(server.engine_pids()) < 2:  # the engine and its loaded spare
-            assert time.monotonic() < deadline, "no warm spare was started"
+        while replicas(server)[0]["spare"] != "ready":  # the engine and its loaded spare
+            assert time.monotonic() < deadline, "no warm spare was loaded"
             time.sleep(0.2)
+        assert len(server.engine_pids()) == 2
         reference, _ = asyncio.run(speak_codes(server))
         spare = (set(server.engine_pids()) - {r["pid"] for r in replicas(server)}).pop()
         resumed, _ = asyncio.run(speak_codes(server, kill_after_chunks=3))
