@@ -85,6 +85,7 @@ def test_reference_lists_every_key_with_its_variable():
         ("CADENZA_ENGINE__MAX_START_FAILURES", "0", "engine.max_start_failures"),
         ("CADENZA_ENGINE__RESUME_REPLAY_FRAMES", "-5", "engine.resume_replay_frames"),
         ("CADENZA_ENGINE__WARM_SPARE", "perhaps", "engine.warm_spare"),
+        ("CADENZA_ENGINE__FUSED_CPU_DECODE", "maybe", "engine.fused_cpu_decode"),
         ("CADENZA_SERVER__DRAIN_TIMEOUT_S", "-1", "server.drain_timeout_s"),
         ("CADENZA_SERVER__RESUME_TIMEOUT_S", "later", "server.resume_timeout_s"),
     ],
