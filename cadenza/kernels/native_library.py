@@ -3,10 +3,10 @@ through ``ctypes``.
 
 The library is built with the system's C++ compiler (``$CXX``, else ``c++``, ``g++`` or
 ``clang++``) at ``-O3 -march=native`` into ``$XDG_CACHE_HOME/cadenza/native`` (default
-``~/.cache/cadenza/native``), named by a hash of the source, the compiler's version, the flags
-and the CPU's feature flags, so a changed source, compiler or machine builds anew and
-processes that start together share one build (written to a temporary name, then renamed).
-Building takes a second or two; loading a cached build, milliseconds.
+``~/.cache/cadenza/native``), named by a hash of the source (and the headers beside it), the
+compiler's version, the flags and the CPU's feature flags, so a changed source, compiler or
+machine builds anew and processes that start together share one build (written to a
+temporary name, then renamed). Building takes a second or two; loading a cached build, milliseconds.
 
 No compiler, a failed build or a library that does not load is not an error: :func:`load`
 returns ``None`` and logs why once, and callers keep their torch path.
@@ -64,10 +64,16 @@ def _cpu_flags() -> str:
     return platform.processor()
 
 
+def _source_bytes(source: Path) -> bytes:
+    """``source`` and the headers beside it (every kernel includes the shared ones)."""
+    headers = sorted(source.parent.glob("*.h"))
+    return b"".join(path.read_bytes() for path in (source, *headers))
+
+
 def source_digest(source_name: str) -> str:
-    """A short hash of ``cadenza/kernels/<source_name>`` (what calibrations of the code built
-    from it are keyed by)."""
-    return hashlib.sha256(Path(__file__).with_name(source_name).read_bytes()).hexdigest()[:16]
+    """A short hash of ``cadenza/kernels/<source_name>`` and the kernels' headers (what
+    calibrations of the code built from them are keyed by)."""
+    return hashlib.sha256(_source_bytes(Path(__file__).with_name(source_name))).hexdigest()[:16]
 
 
 def library_path(source: Path, compiler: str) -> Path:
@@ -76,7 +82,11 @@ def library_path(source: Path, compiler: str) -> Path:
         [compiler, "--version"], capture_output=True, text=True, timeout=30, check=False
     ).stdout
     digest = hashlib.sha256()
-    for part in (source.read_bytes(), version.encode(), " ".join(FLAGS + OPTIONAL_FLAGS).encode()):
+    for part in (
+        _source_bytes(source),
+        version.encode(),
+        " ".join(FLAGS + OPTIONAL_FLAGS).encode(),
+    ):
         digest.update(part)
     digest.update(f"{platform.machine()} {_cpu_flags()}".encode())
     return cache_dir() / f"{source.stem}-{digest.hexdigest()[:16]}.so"

@@ -87,3 +87,15 @@ def test_a_missing_configured_compiler_is_not_found(monkeypatch):
 def test_the_source_digest_names_the_kernel_source():
     digest = native_library.source_digest("cpu_decode_layers.cpp")
     assert len(digest) == 16 and digest == native_library.source_digest("cpu_decode_layers.cpp")
+
+
+@needs_compiler
+def test_a_changed_header_beside_the_source_builds_anew(tmp_path):
+    compiler = native_library.find_compiler()
+    assert compiler is not None
+    (tmp_path / "shared.h").write_text("#pragma once\nconstexpr int SEVEN = 7;\n")
+    source = tmp_path / "probe.cpp"
+    source.write_text('#include "shared.h"\nextern "C" int probe() { return SEVEN; }\n')
+    first = native_library.library_path(source, compiler)
+    (tmp_path / "shared.h").write_text("#pragma once\nconstexpr int SEVEN = 8;\n")
+    assert native_library.library_path(source, compiler) != first
