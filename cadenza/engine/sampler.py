@@ -10,7 +10,8 @@ settings (never by the batch):
   ranking. One uniform per codebook picks an id by inverse CDF over the candidates in id
   order. This is the serving default: on a CPU the whole draw costs about half of what the
   ranked draw below does (``topk`` alone is ~1.5 ms over a 16-stream cadenza-tiny batch;
-  docs/benchmarks.md).
+  docs/benchmarks.md), and where a C++ compiler is found it is one native call
+  (:mod:`cadenza.kernels.cpu_sampling`, the same arithmetic per row).
 - with top-p, the nucleus needs the candidates' mass in rank order: top-k (or a sort), then
   the exponential race (``argmax(p / E)`` with ``E ~ Exp(1)``, equivalent to drawing from
   ``p``), one uniform per candidate, the i-th to the i-th best id.
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 
 from cadenza.engine.sequence import Sequence
+from cadenza.kernels import cpu_sampling
 
 
 def sample_rows(
@@ -121,9 +123,20 @@ def _draw_thresholded(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tenso
     the sequence's generator. Ties at the k-th value are all candidates."""
     device = logits.device
     num_seqs, num_codebooks, vocab = logits.shape
+    top_k = [min(s.sampling.top_k or vocab, vocab) for s in seqs]
+    uniform = torch.empty(num_seqs, num_codebooks, 1, device=device)
+    for index, seq in enumerate(seqs):
+        uniform[index].uniform_(generator=seq.generator)
+    if device.type == "cpu" and cpu_sampling.available():
+        return cpu_sampling.draw_thresholded(
+            logits,
+            [s.sampling.temperature for s in seqs],
+            top_k,
+            [s.sampling.min_p for s in seqs],
+            uniform[..., 0],
+        )
     temperature = torch.tensor([s.sampling.temperature for s in seqs], device=device)
     logits = logits / temperature.view(-1, 1, 1)
-    top_k = [min(s.sampling.top_k or vocab, vocab) for s in seqs]
     threshold = _kth_largest(logits, top_k)
     best = logits.amax(dim=-1, keepdim=True)
     min_p = torch.tensor([s.sampling.min_p for s in seqs], device=device).view(-1, 1, 1)
@@ -136,9 +149,6 @@ def _draw_thresholded(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tenso
     keep = (logits - threshold).sign_().add_(1.0).clamp_(max=1.0)
     weights = (logits - best).exp_().mul_(keep)
     cdf = weights.cumsum_(dim=-1)
-    uniform = torch.empty(num_seqs, num_codebooks, 1, device=device)
-    for index, seq in enumerate(seqs):
-        uniform[index].uniform_(generator=seq.generator)
     total = cdf[..., -1:]
     # Below the total, so the first cdf entry above the target is a candidate's (a non-zero
     # weight), even when u * total rounds up.
