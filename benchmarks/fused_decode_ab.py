@@ -4,13 +4,15 @@ the tokens of the ``cadenza bench engine`` Llama (31 M parameters, random weight
 
     .venv/bin/python benchmarks/fused_decode_ab.py --streams 1,4,8,16 --rounds 4
 
-Speed: for each stream count both engines hold the same streams (started one step apart,
-settled 20 steps), then alternate ``--rounds`` times 60 steps each; the table gives each one's
-median over rounds of the median step, in milliseconds, and the ratio. Accuracy: greedy
-continuations (64 tokens) of 8 random 32-token prompts from the torch path in float32 (the
-reference) and from every other setting: the share of tokens equal to the reference's before
-the first divergence, and the mean of that prefix's length. A random model's logits are
-nearly flat, a harsh test: a trained model's margins are wider.
+Speed: for each stream count the torch path, the fused step with a float32 KV cache and the
+default (fused, bf16 KV where the CPU multiplies in bf16) hold the same streams (started one
+step apart, settled 20 steps; with ``--long``, 10-second utterances settled 400 steps, contexts
+of 500-800 positions), then alternate ``--rounds`` times 60 steps each; the table gives each
+one's median over rounds of the median step, in milliseconds, and the torch / default ratio.
+Accuracy: greedy continuations (64 tokens) of 8 random 32-token prompts from the torch path in
+float32 (the reference) and from every other setting: the share of tokens equal to the
+reference's before the first divergence, and the mean of that prefix's length. A random
+model's logits are nearly flat, a harsh test: a trained model's margins are wider.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from typing import Any
 
 import torch
 
@@ -29,28 +32,41 @@ from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
 
 SETTINGS = {
-    "torch fp32": {"fused_cpu_decode": False, "cpu_linear_dtype": "float32"},
-    "torch bf16": {"fused_cpu_decode": False, "cpu_linear_dtype": "bfloat16"},
-    "fused fp32": {"fused_cpu_decode": True, "cpu_linear_dtype": "float32"},
-    "fused bf16 (default)": {"fused_cpu_decode": True, "cpu_linear_dtype": "bfloat16"},
+    "torch fp32": {"fused_cpu_decode": False, "cpu_linear_dtype": "float32", "kv_dtype": "fp32"},
+    "torch bf16": {"fused_cpu_decode": False, "cpu_linear_dtype": "bfloat16", "kv_dtype": "fp32"},
+    "fused fp32": {"fused_cpu_decode": True, "cpu_linear_dtype": "float32", "kv_dtype": "fp32"},
+    "fused bf16, fp32 KV": {
+        "fused_cpu_decode": True,
+        "cpu_linear_dtype": "bfloat16",
+        "kv_dtype": "fp32",
+    },
+    "fused bf16, bf16 KV (default)": {
+        "fused_cpu_decode": True,
+        "cpu_linear_dtype": "bfloat16",
+        "kv_dtype": "auto",
+    },
+}
+# The engines the speed table compares (the CPU's default linear precision for each).
+ENGINES: dict[str, dict[str, Any]] = {
+    "torch": {"fused_cpu_decode": False, "kv_dtype": "fp32"},
+    "fused, fp32 KV": {"fused_cpu_decode": True, "kv_dtype": "fp32"},
+    "fused (default)": {"fused_cpu_decode": True},
 }
 
 
-def tiny_engine(fused: bool, streams: int) -> Engine:
+def tiny_engine(fields: dict[str, Any], streams: int, text: str, settle: int) -> Engine:
     engine = Engine.from_pretrained(
-        "cadenza-tiny", engine_config=EngineConfig(fused_cpu_decode=fused)
+        "cadenza-tiny",
+        engine_config=EngineConfig(kv_cache_memory_bytes=512 << 20, **fields),
     )
     for index in range(streams):
         engine.add_request(
             SynthesisRequest(
-                f"s{index}",
-                "hello there friend " * 3,
-                max_duration_s=30,
-                sampling=SamplingParams(seed=index),
+                f"s{index}", text, max_duration_s=30, sampling=SamplingParams(seed=index)
             )
         )
         engine.step()
-    for _ in range(20):
+    for _ in range(settle):
         engine.step()
     return engine
 
@@ -64,17 +80,21 @@ def median_step_ms(engine: Engine, steps: int = 60) -> float:
     return 1000 * statistics.median(times)
 
 
-def speed(stream_counts: list[int], rounds: int) -> None:
-    print("| streams | torch path ms | fused ms | torch / fused |")
-    print("| --- | --- | --- | --- |")
+def speed(stream_counts: list[int], rounds: int, text: str, settle: int) -> None:
+    names = list(ENGINES)
+    print("| streams | " + " | ".join(f"{n} ms" for n in names) + " | torch / default |")
+    print("| --- " * (len(names) + 2) + "|")
     for streams in stream_counts:
-        engines = {"torch": tiny_engine(False, streams), "fused": tiny_engine(True, streams)}
+        engines = {
+            name: tiny_engine(fields, streams, text, settle) for name, fields in ENGINES.items()
+        }
         results: dict[str, list[float]] = {name: [] for name in engines}
         for _ in range(rounds):
             for name, engine in engines.items():
                 results[name].append(median_step_ms(engine))
-        torch_ms, fused_ms = (statistics.median(results[n]) for n in ("torch", "fused"))
-        print(f"| {streams} | {torch_ms:.2f} | {fused_ms:.2f} | {torch_ms / fused_ms:.2f} |")
+        medians = [statistics.median(results[n]) for n in names]
+        cells = " | ".join(f"{m:.2f}" for m in medians)
+        print(f"| {streams} | {cells} | {medians[0] / medians[-1]:.2f} |")
 
 
 def accuracy() -> None:
@@ -105,9 +125,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", default="1,4,8,16")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument(
+        "--long",
+        action="store_true",
+        help="10-second utterances (contexts of 500-800 positions) instead of 3-second ones",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
-    speed([int(n) for n in args.streams.split(",")], args.rounds)
+    counts = [int(n) for n in args.streams.split(",")]
+    if args.long:
+        speed(counts, args.rounds, "a stream of moderate length that goes on for a while " * 6, 400)
+    else:
+        speed(counts, args.rounds, "hello there friend " * 3, 20)
     print()
     accuracy()
 

@@ -217,7 +217,8 @@ class EngineConfig(_Section):
     page_size: int = Field(16, ge=1, le=1024, description="tokens per KV page")
     kv_dtype: Literal["auto", "fp32", "fp16", "bf16", "int8"] = Field(
         "auto",
-        description="KV cache dtype (auto: the model's; int8: per-token-per-head scales, "
+        description="KV cache dtype (auto: the model's, except bf16 where a float32 model's "
+        "steps run fused on the CPU with bf16 products; int8: per-token-per-head scales, "
         "about twice the tokens of fp16 per byte)",
     )
     max_num_batched_tokens: int = Field(

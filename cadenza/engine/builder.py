@@ -78,7 +78,12 @@ def build_engine(
         fused_cpu_decode=config.fused_cpu_decode,
     )
     layout = model.layout
-    kv_dtype = resolve_kv_dtype(config.kv_dtype, model_dtype)
+    fused = fused_cpu_decode_of(model)
+    kv_dtype = resolve_kv_dtype(
+        config.kv_dtype,
+        model_dtype,
+        steps_read_bf16=fused is not None and fused.weight_dtype == torch.bfloat16,
+    )
     kv_cache = PagedKVCache.from_budget(
         model.kv_spec,
         kv_budget_bytes(config, torch_device),
@@ -87,7 +92,6 @@ def build_engine(
         torch_device,
     )
     # Decode steps that run fused read each sequence's own pages: no padding to the longest.
-    fused = fused_cpu_decode_of(model)
     decodes_padded = fused is None or not fused.supports_cache(kv_cache)
     kv = KVCacheManager(
         PagePool(kv_cache.num_pages, config.enable_prefix_caching),

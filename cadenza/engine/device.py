@@ -34,9 +34,18 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return _DTYPES[dtype]
 
 
-def resolve_kv_dtype(kv_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
-    """``"auto"`` -> the model's dtype; otherwise the named one (int8: quantized pages)."""
-    return model_dtype if kv_dtype == "auto" else _KV_DTYPES[kv_dtype]
+def resolve_kv_dtype(
+    kv_dtype: str, model_dtype: torch.dtype, steps_read_bf16: bool = False
+) -> torch.dtype:
+    """``"auto"`` -> the model's dtype, except bfloat16 for a float32 model whose steps already
+    multiply in bfloat16 and read a bfloat16 cache directly (``steps_read_bf16``: the fused CPU
+    step with bf16 products): half the bytes a step's attention reads, for the precision its
+    products already have. Otherwise the named one (int8: quantized pages)."""
+    if kv_dtype != "auto":
+        return _KV_DTYPES[kv_dtype]
+    if steps_read_bf16 and model_dtype == torch.float32:
+        return torch.bfloat16
+    return model_dtype
 
 
 def kv_dtype_name(dtype: torch.dtype) -> str:

@@ -9,8 +9,9 @@
 // place, the output product into the residual, RMSNorm, the fused gate/up product, SiLU times
 // up, and the down product into the residual.
 //
-// Numbers: activations, accumulations and the KV cache are float32; weights are float32 or
-// bfloat16, packed in blocks of 16 output rows: ``packed[n / 16][k][n % 16]``
+// Numbers: activations and accumulations are float32; the KV cache float32 or bfloat16 (new
+// keys and values rounded to nearest even on the way in, widened exactly on the way out, half
+// the bytes attention reads); weights are float32 or bfloat16, packed in blocks of 16 output rows: ``packed[n / 16][k][n % 16]``
 // (cadenza/kernels/fused_cpu_decode.py packs them). bfloat16 weights are widened exactly to
 // float32 before each multiply-add, except on a CPU with AVX512-BF16 dot products: there the
 // products' inputs are rounded to bfloat16 too (as oneDNN's bf16 products do) and multiplied
@@ -222,6 +223,7 @@ void rotate(float* head, const float* cos, const float* signed_sin, int D, float
 struct Shape {
     int32_t hidden, num_heads, num_kv_heads, head_dim, intermediate, page_size;
     float eps, scale;
+    int32_t cache_bf16;  // 1: the KV cache holds bfloat16, 0: float32
 };
 
 struct LayerWeights {
@@ -231,8 +233,8 @@ struct LayerWeights {
     const void* down;  // hidden x F, packed
     const float* input_norm;
     const float* post_attention_norm;
-    float* keys;       // this layer's cache: [slots, Hkv, D]
-    float* values;
+    void* keys;        // this layer's cache: [slots, Hkv, D], float32 or bfloat16
+    void* values;
 };
 
 // Lane i of 16 vectors' sums gathered into one vector, by four rounds of pairwise shuffles and
@@ -272,14 +274,31 @@ inline f32x16 sum_lanes_16(const f32x16* p) {
 }
 
 // Positions sit in pages scattered over the cache: the hardware prefetcher loses the stream
-// at every page boundary, so each row is asked for this many positions ahead.
-#ifndef AHEAD_N
-#define AHEAD_N 8
-#endif
-constexpr int AHEAD = AHEAD_N;
+// at every page boundary, so each row asks for the positions this far ahead (a page of 16
+// later), into L2: one core keeps many more L2 misses in flight than L1 ones, and a page's
+// lines arrive together instead of one latency after another (B=10 rows of 650 positions,
+// cadenza-tiny, 25-35 % faster than 8 positions ahead into L1; docs/benchmarks.md).
+constexpr int AHEAD = 16;
+constexpr int PREFETCH_INTO_L2 = 2;  // __builtin_prefetch locality: prefetcht1
 
-inline void prefetch_row(const float* row, int D) {
-    for (int i = 0; i < D; i += 64 / (int)sizeof(float)) __builtin_prefetch(row + i);
+template <typename Cache>
+inline void prefetch_row(const Cache* row, int D) {
+    for (int i = 0; i < D; i += 64 / (int)sizeof(Cache))
+        __builtin_prefetch(row + i, 0, PREFETCH_INTO_L2);
+}
+
+inline f32x16 load_cache(const float* p) { return load(p); }
+
+inline f32x16 load_cache(const uint16_t* p) { return load_bf16(p); }
+
+// A new key or value row into the cache: copied, or rounded to bfloat16 (nearest even, as
+// torch's conversion does); ``n % 16 == 0``.
+inline void store_cache(float* to, const float* from, int n) {
+    std::memcpy(to, from, sizeof(float) * n);
+}
+
+inline void store_cache(uint16_t* to, const float* from, int n) {
+    for (int i = 0; i < n; i += LANES) store_bf16(to + i, load(from + i));
 }
 
 // One query row's attention over ``length`` positions, every head: query head ``h`` of
@@ -287,8 +306,8 @@ inline void prefetch_row(const float* row, int D) {
 // floats) start at ``keys + rows[l]``, its values at ``values + rows[l]``. The heads are the
 // inner loop, so each position's row is used whole while it is in cache. ``scores`` holds
 // ``Hq * padded`` floats (``padded``: ``length`` rounded up to 16); ``out [Hq, D]``.
-template <int VECTORS>
-void attend(const float* q, int Hq, int group, const float* keys, const float* values,
+template <int VECTORS, typename Cache>
+void attend(const float* q, int Hq, int group, const Cache* keys, const Cache* values,
             const int64_t* rows, int length, float scale, float* scores, float* out) {
     constexpr int D = VECTORS * LANES;
     constexpr int CHUNK = 64;  // positions per pass of the value accumulators
@@ -301,7 +320,7 @@ void attend(const float* q, int Hq, int group, const float* keys, const float* v
         const int count = length - l0 < LANES ? length - l0 : LANES;
         for (int j = 0; j < count && l0 + j + AHEAD < length; ++j)
             prefetch_row(keys + rows[l0 + j + AHEAD], row_floats);
-        const float* block_rows[LANES];
+        const Cache* block_rows[LANES];
         for (int j = 0; j < LANES; ++j) block_rows[j] = keys + rows[j < count ? l0 + j : l0];
         for (int h = 0; h < Hq; ++h) {
             const int key_offset = h / group * D;
@@ -309,11 +328,11 @@ void attend(const float* q, int Hq, int group, const float* keys, const float* v
             for (int v = 0; v < VECTORS; ++v) qv[v] = load(q + h * D + v * LANES);
             f32x16 partial[LANES];
             for (int j = 0; j < LANES; ++j) {  // position l0 + j; its dot product's lanes
-                const float* key = block_rows[j] + key_offset;
-                f32x16 even = load(key) * qv[0], odd = f32x16{};
+                const Cache* key = block_rows[j] + key_offset;
+                f32x16 even = load_cache(key) * qv[0], odd = f32x16{};
                 for (int v = 1; v < VECTORS; ++v) {
-                    if (v % 2) odd += load(key + v * LANES) * qv[v];
-                    else even += load(key + v * LANES) * qv[v];
+                    if (v % 2) odd += load_cache(key + v * LANES) * qv[v];
+                    else even += load_cache(key + v * LANES) * qv[v];
                 }
                 partial[BIT_REVERSED[j]] = even + odd;
             }
@@ -352,10 +371,10 @@ void attend(const float* q, int Hq, int group, const float* keys, const float* v
             }
             for (int l = l0; l < end; ++l) {
                 if (h == 0 && l + AHEAD < length) prefetch_row(values + rows[l + AHEAD], row_floats);
-                const float* value = values + rows[l] + value_offset;
+                const Cache* value = values + rows[l] + value_offset;
                 const float w0 = p0[l], w1 = p1[l];
                 for (int v = 0; v < VECTORS; ++v) {
-                    const f32x16 x = load(value + v * LANES);
+                    const f32x16 x = load_cache(value + v * LANES);
                     first[v] += w0 * x;
                     second[v] += w1 * x;
                 }
@@ -372,7 +391,8 @@ void attend(const float* q, int Hq, int group, const float* keys, const float* v
             store(out + h * D + v * LANES, load(out + h * D + v * LANES) * inverse[h]);
 }
 
-void attend_any(const float* q, int Hq, int group, int D, const float* keys, const float* values,
+template <typename Cache>
+void attend_any(const float* q, int Hq, int group, int D, const Cache* keys, const Cache* values,
                 const int64_t* rows, int length, float scale, float* scores, float* out) {
     switch (D / LANES) {
         case 1: attend<1>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
@@ -391,11 +411,11 @@ void attend_any(const float* q, int Hq, int group, int D, const float* keys, con
 struct Step {
     int B;
     int longest;          // the most positions any row attends to
-    const int64_t* rows;  // [B, longest]: float offset of position l's key row in a layer
+    const int64_t* rows;  // [B, longest]: element offset of position l's key row in a layer
     float* work;          // work_floats(...) floats
 };
 
-template <typename Weight>
+template <typename Weight, typename Cache>
 void decode_layer(const Shape& s, const LayerWeights& w, const Step& step, float* x,
                   const float* cos, const float* signed_sin, const int64_t* slots,
                   const int32_t* seq_lens) {
@@ -416,9 +436,8 @@ void decode_layer(const Shape& s, const LayerWeights& w, const Step& step, float
         for (int head = 0; head < Hq + Hkv; ++head)
             rotate(row + head * D, cos + (size_t)b * D, signed_sin + (size_t)b * D, D, rotated);
         if (slots[b] >= 0) {
-            std::memcpy(w.keys + slots[b] * stride, row + Hq * D, sizeof(float) * stride);
-            std::memcpy(w.values + slots[b] * stride, row + (Hq + Hkv) * D,
-                        sizeof(float) * stride);
+            store_cache((Cache*)w.keys + slots[b] * stride, row + Hq * D, stride);
+            store_cache((Cache*)w.values + slots[b] * stride, row + (Hq + Hkv) * D, stride);
         }
     }
     int64_t attended = 0;
@@ -436,7 +455,8 @@ void decode_layer(const Shape& s, const LayerWeights& w, const Step& step, float
 #endif
 #pragma omp for schedule(dynamic, 1)
         for (int b = 0; b < B; ++b)
-            attend_any(qkv + (size_t)b * width, Hq, group, D, w.keys, w.values,
+            attend_any(qkv + (size_t)b * width, Hq, group, D, (const Cache*)w.keys,
+                       (const Cache*)w.values,
                        step.rows + (size_t)b * step.longest, seq_lens[b], s.scale, row_scores,
                        attention + (size_t)b * Hq * D);
     }
@@ -480,8 +500,13 @@ void decode_layers(const Shape& s, const LayerWeights* layers, int num_layers, i
         }
     }
     const Step step{B, longest, rows, (float*)(rows + (size_t)B * longest)};
-    for (int i = 0; i < num_layers; ++i)
-        decode_layer<Weight>(s, layers[i], step, x, cos, signed_sin, slots, seq_lens);
+    for (int i = 0; i < num_layers; ++i) {
+        if (s.cache_bf16)
+            decode_layer<Weight, uint16_t>(s, layers[i], step, x, cos, signed_sin, slots,
+                                           seq_lens);
+        else
+            decode_layer<Weight, float>(s, layers[i], step, x, cos, signed_sin, slots, seq_lens);
+    }
 }
 
 }  // namespace

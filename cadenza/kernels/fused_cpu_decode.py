@@ -14,7 +14,7 @@ decodes and prefill chunks share the call, and no row pays for another's context
 docs/benchmarks.md ("Fused CPU decode") has the speed and the accuracy against the torch path.
 
 What it needs, else the step stays on torch (:meth:`FusedCpuDecode.applies`): float32
-activations on the CPU, a float32 KV cache, no dense decode copy, and widths the kernel
+activations on the CPU, a float32 or bfloat16 KV cache, no dense decode copy, and widths the kernel
 handles (multiples of 16, head width at most 128); weights in plain ``nn.Linear`` or
 :class:`~cadenza.kernels.cpu_linear.PackedLinear` layers (not int8).
 """
@@ -40,6 +40,7 @@ SOURCE = "cpu_decode_layers.cpp"
 LANES = 16
 MAX_HEAD_DIM = 128
 MAX_GROUP = 64
+CACHE_DTYPES = (torch.float32, torch.bfloat16)
 
 
 class _Shape(ctypes.Structure):
@@ -52,6 +53,7 @@ class _Shape(ctypes.Structure):
         ("page_size", ctypes.c_int32),
         ("eps", ctypes.c_float),
         ("scale", ctypes.c_float),
+        ("cache_bf16", ctypes.c_int32),
     ]
 
 
@@ -175,6 +177,7 @@ class FusedCpuDecode:
             0,
             config.rms_norm_eps,
             config.head_dim**-0.5,
+            0,
         )
         # bfloat16 weights go in pairs along k where the CPU multiplies them so.
         library.cadenza_weight_pairs.restype = ctypes.c_int
@@ -227,13 +230,13 @@ class FusedCpuDecode:
 
     @staticmethod
     def supports_cache(kv_cache: PagedKVCache) -> bool:
-        return kv_cache.dtype == torch.float32 and kv_cache.keys.device.type == "cpu"
+        return kv_cache.dtype in CACHE_DTYPES and kv_cache.keys.device.type == "cpu"
 
     def applies(
         self, embeddings: torch.Tensor, context: AttentionContext, kv_cache: PagedKVCache
     ) -> bool:
-        """Whether this step can run fused: float32 on the CPU, a float32 cache, no dense
-        decode copy."""
+        """Whether this step can run fused: float32 on the CPU, a float32 or bfloat16 cache,
+        no dense decode copy."""
         return (
             context.dense_decode is None
             and embeddings.shape[0] > 0
@@ -261,6 +264,7 @@ class FusedCpuDecode:
         longest = int(lengths.max())
         shape = self.shape
         shape.page_size = kv_cache.page_size
+        shape.cache_bf16 = int(kv_cache.dtype == torch.bfloat16)
         shape_pointer = ctypes.cast(ctypes.pointer(shape), ctypes.c_void_p)
         needed = int(self._scratch_bytes(shape_pointer, batch, longest))
         if self._scratch.numel() < needed:

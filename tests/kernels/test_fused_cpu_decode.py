@@ -54,16 +54,20 @@ def backbone(
 
 
 def decode_step(
-    model: LlamaBackbone, lengths: list[int], store: list[bool] | None = None, seed: int = 1
+    model: LlamaBackbone,
+    lengths: list[int],
+    store: list[bool] | None = None,
+    seed: int = 1,
+    cache_dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor, AttentionContext, PagedKVCache]:
     """A cache holding random keys for sequences with ``lengths`` cached positions (the new
     token's included) on scattered pages, and one decode token per sequence."""
     config = model.config
     generator = torch.Generator().manual_seed(seed)
     num_pages = sum(-(-n // PAGE) for n in lengths) + 7
-    cache = PagedKVCache(config.kv_spec, num_pages, PAGE, torch.float32, torch.device("cpu"))
-    cache.keys.normal_(generator=generator)
-    cache.values.normal_(generator=generator)
+    cache = PagedKVCache(config.kv_spec, num_pages, PAGE, cache_dtype, torch.device("cpu"))
+    cache.keys.copy_(torch.randn(cache.keys.shape, generator=generator))
+    cache.values.copy_(torch.randn(cache.values.shape, generator=generator))
     order = torch.randperm(num_pages, generator=generator).tolist()
     tables, slots = [], []
     for i, length in enumerate(lengths):
@@ -121,7 +125,7 @@ def run_both(
     assert fused is not None
     embeddings, positions, context, cache = decode_step(model, lengths, **kwargs)
     reference_cache = PagedKVCache(
-        model.config.kv_spec, cache.num_pages, PAGE, torch.float32, torch.device("cpu")
+        model.config.kv_spec, cache.num_pages, PAGE, cache.dtype, torch.device("cpu")
     )
     reference_cache.keys.copy_(cache.keys)
     reference_cache.values.copy_(cache.values)
@@ -155,6 +159,25 @@ def test_the_fused_layers_equal_the_torch_layers(heads, kv_heads, head_dim, weig
     atol = 1e-5 if weight_dtype == torch.float32 else 5e-2
     np.testing.assert_allclose(cache.keys.numpy(), reference.keys.numpy(), atol=atol)
     np.testing.assert_allclose(cache.values.numpy(), reference.values.numpy(), atol=atol)
+
+
+@needs_kernel
+@pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(4, 2, 64), (6, 2, 32), (4, 1, 128)])
+def test_a_bfloat16_cache_is_read_and_written_as_torch_does(heads, kv_heads, head_dim):
+    model = backbone(heads, kv_heads, head_dim)
+    lengths = [1, 5, 16, 17, 40, 3, 100]
+    (ours, cache), (theirs, reference) = run_both(
+        model, torch.float32, lengths, cache_dtype=torch.bfloat16
+    )
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=2e-5, atol=2e-5)
+    # The new rows are rounded to bfloat16 as torch rounds them: equal bits, except where the
+    # products' float32 sums (in another order) fell on the other side of a rounding boundary.
+    assert cache.keys.dtype == torch.bfloat16
+    stored = 2 * len(lengths) * kv_heads * head_dim
+    differ = (cache.keys != reference.keys).sum() + (cache.values != reference.values).sum()
+    assert int(differ) <= stored // 50
+    for mine, torchs in ((cache.keys, reference.keys), (cache.values, reference.values)):
+        torch.testing.assert_close(mine.float(), torchs.float(), rtol=8e-3, atol=1e-5)
 
 
 @needs_kernel
@@ -234,11 +257,11 @@ def test_steps_the_kernel_does_not_take_stay_on_torch():
     )
     assert fused.applies(embeddings, with_prefill, cache)  # prefill rows run fused too
     assert not fused.applies(embeddings.bfloat16(), context, cache)
-    bf16_cache = PagedKVCache(
-        model.config.kv_spec, cache.num_pages, PAGE, torch.bfloat16, torch.device("cpu")
+    half_cache = PagedKVCache(
+        model.config.kv_spec, cache.num_pages, PAGE, torch.float16, torch.device("cpu")
     )
-    assert not fused.applies(embeddings, context, bf16_cache)
-    assert not FusedCpuDecode.supports_cache(bf16_cache)
+    assert not fused.applies(embeddings, context, half_cache)
+    assert not FusedCpuDecode.supports_cache(half_cache)
 
 
 def test_without_a_compiler_the_backbone_stays_on_torch(monkeypatch):

@@ -12,6 +12,7 @@ from cadenza.engine.builder import build_engine, build_serving_engine
 from cadenza.engine.device import kv_dtype_name, resolve_dtype, resolve_kv_dtype
 from cadenza.engine.engine import Engine
 from cadenza.engine.identity import prompt_overhead_tokens
+from cadenza.engine.models.llama import fused_cpu_decode_of
 from cadenza.engine.naive_engine import NaiveEngine
 from tests.unit.engine.llama_checkpoints import save_tiny_llama
 
@@ -21,7 +22,10 @@ def test_keyword_overrides_and_dtypes() -> None:
         "cadenza-tiny", page_size=8, max_num_seqs=3, kv_cache_memory_bytes=4 << 20
     )
     assert (engine.config.page_size, engine.scheduler.max_num_seqs) == (8, 3)
-    assert engine.kv_cache.nbytes <= 4 << 20 and engine.kv_cache.dtype == torch.float32
+    fused = fused_cpu_decode_of(engine.model)
+    bf16_steps = fused is not None and fused.weight_dtype == torch.bfloat16
+    assert engine.kv_cache.nbytes <= 4 << 20
+    assert engine.kv_cache.dtype == (torch.bfloat16 if bf16_steps else torch.float32)
     assert isinstance(engine.audio, AudioStage)
     assert engine.info.shape.prompt_overhead_tokens == prompt_overhead_tokens(engine.model) == 2
     assert engine.identity_keys[0] == "cadenza-tiny"
@@ -45,6 +49,9 @@ def test_the_engine_process_serves_the_configured_kind() -> None:
 def test_dtype_names() -> None:
     assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
     assert resolve_kv_dtype("auto", torch.bfloat16) == torch.bfloat16
+    assert resolve_kv_dtype("auto", torch.float32) == torch.float32
+    assert resolve_kv_dtype("auto", torch.float32, steps_read_bf16=True) == torch.bfloat16
+    assert resolve_kv_dtype("fp32", torch.float32, steps_read_bf16=True) == torch.float32
     assert [kv_dtype_name(resolve_kv_dtype(n, torch.float32)) for n in ("fp16", "int8")] == [
         "fp16",
         "int8",
@@ -83,3 +90,8 @@ def test_cpu_precisions_follow_the_settings_and_key_the_prefix_cache() -> None:
         assert engine.audio.decoder.compute_dtype == getattr(torch, dtype)
     # KV computed in another precision is other KV: the prefix cache keeps them apart.
     assert engines["float32"].identity_keys != engines["bfloat16"].identity_keys
+    # With bf16 products on the fused step, the cache is bf16 too (half the bytes read).
+    fused = fused_cpu_decode_of(engines["bfloat16"].model) is not None
+    bf16_cache = engines["bfloat16"].runner.kv_cache.dtype
+    assert bf16_cache == (torch.bfloat16 if fused else torch.float32)
+    assert engines["float32"].runner.kv_cache.dtype == torch.float32
