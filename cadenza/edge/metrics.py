@@ -182,6 +182,14 @@ class Metrics:
             labelnames=["model", "priority", "decision", "reason"],
             registry=r,
         )
+        self.admission_holds = Counter(
+            "cadenza_admission_holds",
+            "streams that could not start at once, by what held them (realtime_budget, "
+            "prefill_budget, deadlines_slipping, max_streams, kv_memory, engine_unavailable, "
+            "behind_others: streams already waiting)",
+            labelnames=["model", "reason"],
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "cadenza_queue_depth",
             "requests waiting for capacity",
@@ -282,6 +290,7 @@ class ModelMetrics:
         self.preemptions = metrics.preemptions.labels(model=model)
         self.prefix_hit_tokens = metrics.prefix_hit_tokens.labels(model=model)
         self.admission_decisions = _ForModel(metrics.admission_decisions, model)
+        self.admission_holds = _ForModel(metrics.admission_holds, model)
         self.queue_depth = _ForModel(metrics.queue_depth, model)
         self.queue_oldest_age = _ForModel(metrics.queue_oldest_age, model)
         self.queue_wait = _ForModel(metrics.queue_wait, model)

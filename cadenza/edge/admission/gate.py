@@ -122,6 +122,7 @@ class AdmissionGate:
         if not self.queues and not self._resuming and replica is not None:
             self._count(priority, "admitted", "immediate")
             return self._admit(priority, cost, None, replica, prefix)
+        self.metrics.admission_holds.labels(reason=cause or "behind_others").inc()
         if self.queues.depth(priority) >= self.config.max_queue_length:
             retry = self._retry_after_s(len(self.queues) + 1)
             self._count(priority, "refused", "queue_full")

@@ -17,13 +17,13 @@ from tests.support.contract_examples import engine_info as info
 COST = StreamCost(10, 4.0)
 
 
-def gate(max_streams: int = 2, **admission: float) -> AdmissionGate:
+def gate(max_streams: int = 2, metrics: Metrics | None = None, **admission: float) -> AdmissionGate:
     """A gate of ``max_streams``; realtime requests may wait 30 s unless told otherwise (the
     tests of queueing need waits longer than a stream)."""
     admission = {"realtime_max_wait_s": 30.0, **admission}
     config = AdmissionConfig(**admission)  # type: ignore[arg-type]
     capacity = CapacityModel(info(max_num_seqs=max_streams), EngineConfig(), config)
-    return AdmissionGate(config, capacity, ModelMetrics(Metrics(), "cadenza-tiny"))
+    return AdmissionGate(config, capacity, ModelMetrics(metrics or Metrics(), "cadenza-tiny"))
 
 
 def test_admits_at_once_while_capacity_lasts_then_queues() -> None:
@@ -74,16 +74,22 @@ def test_a_wait_expected_longer_than_the_class_allows_is_refused_at_once() -> No
     """A realtime listener is not kept waiting for a slot that will not come in time: it is
     refused at once, with the expected wait as Retry-After; a standard request queues."""
 
+    metrics = Metrics()
+
     async def scenario() -> None:
-        g = gate(max_streams=1, realtime_max_wait_s=0.25)
+        g = gate(max_streams=1, metrics=metrics, realtime_max_wait_s=0.25)
         held = await g.acquire("realtime", COST)  # 4 s of audio: ends in about 3.6 s
         with pytest.raises(AdmissionRefused) as refused:
             await asyncio.wait_for(g.acquire("realtime", COST), 0.1)
         assert refused.value.code == "queue_timeout"
+        assert "(realtime_budget)" in str(refused.value)
         assert 3.0 <= refused.value.retry_after_s <= 4.0
         standard = asyncio.create_task(g.acquire("standard", COST))
         await asyncio.sleep(0.01)
         assert not standard.done() and g.snapshot()["queued"] == 1
+        # What held each stream that could not start at once is counted by reason.
+        labels = {"model": "cadenza-tiny", "reason": "realtime_budget"}
+        assert metrics.registry.get_sample_value("cadenza_admission_holds_total", labels) == 2
         g.release(held)
         g.release(await asyncio.wait_for(standard, 1))
         assert not g.active and not g.queues
