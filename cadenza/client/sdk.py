@@ -174,8 +174,11 @@ def _stream_error(event: dict[str, Any]) -> StreamError:
 
 @asynccontextmanager
 async def connect(url: str, api_key: str | None = None, **options: Any) -> AsyncIterator[Session]:
-    """Open a session. ``options`` go to ``websockets.connect`` (e.g. ``open_timeout``)."""
+    """Open a session. ``options`` go to ``websockets.connect`` (e.g. ``open_timeout``); the
+    session asks for no per-message compression unless ``compression`` says otherwise (audio
+    does not compress, and deflating it costs both ends CPU)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    options.setdefault("compression", None)
     async with websockets.connect(url, additional_headers=headers, **options) as connection:
         ready = json.loads(await connection.recv())
         if ready.get("type") == "error":

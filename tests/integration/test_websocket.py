@@ -199,6 +199,18 @@ def test_idle_sessions_are_closed(ws_url):
     assert asyncio.run(main()) >= IDLE_TIMEOUT_S * 0.9
 
 
+def test_audio_is_not_deflated_even_for_a_client_that_offers_it(ws_url):
+    async def main():
+        async with websockets.connect(ws_url) as raw:  # offers permessage-deflate
+            await raw.recv()
+            offered = raw.request.headers.get("Sec-WebSocket-Extensions")
+            return offered, raw.response.headers.get("Sec-WebSocket-Extensions")
+
+    offered, accepted = asyncio.run(main())
+    assert offered and "permessage-deflate" in offered
+    assert accepted is None
+
+
 def test_oversize_message_closes_the_connection(ws_url):
     async def main():
         async with websockets.connect(ws_url, max_size=None) as raw:
