@@ -10,7 +10,10 @@ from typing import NamedTuple
 class EngineStats:
     """A snapshot of the engine's counters. ``prefix_*_tokens``, ``num_preemptions`` and
     ``skipped_steps`` count since start-up; ``step_correction`` is measured over calibrated
-    step time (1.0 when uncalibrated)."""
+    step time (1.0 when uncalibrated); ``spare_lead_s``: how much longer than predicted the
+    next step could take before any running stream would eat into its playout reserve (the
+    least time to spare among them; ``None`` without running audio streams),
+    what a new stream's prefill may borrow."""
 
     num_running: int
     num_waiting: int
@@ -22,6 +25,7 @@ class EngineStats:
     prefix_query_tokens: int
     skipped_steps: int
     step_correction: float
+    spare_lead_s: float | None = None
 
     @property
     def num_requests(self) -> int:

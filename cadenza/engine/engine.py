@@ -213,6 +213,9 @@ class Engine:
             prefix_query_tokens=self.kv.prefix_query_tokens,
             skipped_steps=self.scheduler.num_skipped,
             step_correction=1.0 if self.policy is None else self.policy.correction.factor,
+            spare_lead_s=(
+                None if self.policy is None else self.policy.spare_lead_s(self.scheduler.running)
+            ),
         )
 
     def take_report(self) -> StepReport:

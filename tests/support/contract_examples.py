@@ -35,7 +35,9 @@ def engine_info(
     )
 
 
-def engine_stats(correction: float = 1.0, kv_pages_free: int = 1000) -> EngineStats:
+def engine_stats(
+    correction: float = 1.0, kv_pages_free: int = 1000, spare_lead_s: float | None = None
+) -> EngineStats:
     return EngineStats(
         num_running=4,
         num_waiting=0,
@@ -47,6 +49,7 @@ def engine_stats(correction: float = 1.0, kv_pages_free: int = 1000) -> EngineSt
         prefix_query_tokens=0,
         skipped_steps=0,
         step_correction=correction,
+        spare_lead_s=spare_lead_s,
     )
 
 

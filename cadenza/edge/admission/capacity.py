@@ -21,11 +21,13 @@ Two budgets, both from the engine (its ``ready`` info and its ``stats`` reports)
   times do. Admitting against a high percentile rather than the mean is what lets the
   promise survive a noisy host: a stream is admitted only if ``B + 1`` streams still fit at
   that percentile.
-* **What admitting costs**: a new stream's prompt has to be prefilled in the spare time of
-  the steps the running streams leave, within the first half of its TTFA target, together
-  with the prompts of the streams admitted just before it that may still be prefilling. A
-  stream whose prompt would not fit waits (or is refused) rather than making a wave of new
-  prompts eat the running streams' slack.
+* **What admitting costs**: a new stream's prompt has to be prefilled within the first half
+  of its TTFA target, together with the prompts of the streams admitted just before it that
+  may still be prefilling, in the spare time of the steps the running streams leave plus the
+  lead they can lend (the engine reports how far ahead of their playout reserves its running
+  streams are, ``EngineStats.spare_lead_s``; its deadline policy prefills past the step
+  budget by at most that). A stream whose prompt would not fit waits (or is refused) rather
+  than making a wave of new prompts eat the running streams' slack.
 
 ``max_streams`` is the smaller of the two for a *nominal* stream (``admission.nominal_stream_s``
 of audio), capped by the engine's ``max_num_seqs``. Admission itself uses the streams
@@ -128,6 +130,7 @@ class CapacityModel:
         self.step_model = None if info.calibration is None else info.calibration.model
         self.correction = 1.0
         self.kv_pages_free = info.kv_pages_total
+        self.spare_lead_s: float | None = None  # the engine's latest (EngineStats)
         self._recent_steps: deque[float] = deque(maxlen=512)  # ms of steps with decodes
         # (time, measured / predicted) per report; pruned by realtime_factor, bounded anyway
         self._ratios: deque[tuple[float, float]] = deque(maxlen=1024)
@@ -141,6 +144,7 @@ class CapacityModel:
         """Fold one engine ``stats`` message in."""
         self.correction = message.stats.step_correction
         self.kv_pages_free = message.stats.kv_pages_free
+        self.spare_lead_s = message.stats.spare_lead_s
         report = message.report
         now = self.clock()
         self._codec.append((now, report.codec_s, report.codec_frames))
@@ -322,9 +326,12 @@ class CapacityModel:
 
     def prefill_fits(self, decoding: int, prompt_tokens: int, decoding_context: int) -> bool:
         """Whether ``prompt_tokens`` prompt rows (the new stream's and those of streams
-        admitted just before it) can be prefilled in the step time ``decoding`` streams
-        attending ``decoding_context`` positions in all (now) leave free, within half the TTFA
-        target. A step with prefill rows pads its decodes: the caller counts them padded."""
+        admitted just before it) can be prefilled within half the TTFA target: in the step
+        time ``decoding`` streams attending ``decoding_context`` positions in all (now) leave
+        free, plus the lead the running streams can lend (the engine's latest
+        ``spare_lead_s``: it prefills past the step budget while every stream has that much
+        to spare beyond its playout reserve). A step with prefill rows pads its decodes: the
+        caller counts them padded."""
         if self.step_model is None:
             return True
         factor = self.realtime_factor()
@@ -334,7 +341,11 @@ class CapacityModel:
         spare_ms = max(self.step_budget_ms - step_ms, 0.0)
         window_ms = _PREFILL_SHARE_OF_TTFA * self.engine_config.ttfa_target_ms
         steps = window_ms / (self.frame_period_ms / self.info.shape.steps_per_frame)
-        return factor * self.step_model.prefill_ms(prompt_tokens) <= spare_ms * steps
+        lent_ms = 0.0
+        if decoding > 0 and self.spare_lead_s is not None:
+            lent_ms = min(1000.0 * self.spare_lead_s, window_ms)
+        needed_ms = factor * self.step_model.prefill_ms(prompt_tokens)
+        return needed_ms <= spare_ms * steps + lent_ms
 
     def kv_limit(self) -> int:
         nominal = self.stream_cost(_NOMINAL_TEXT, self.config.nominal_stream_s)

@@ -10,10 +10,11 @@ The scheduler asks three questions each step:
   (1 - headroom)``), streams whose laxity still exceeds their jitter reserve plus one step
   sit this step out, the laxest first, until the prediction fits. They are ahead of their
   listeners; the step they skip is spent on streams that are not.
-* **Prefill size**: a prefill chunk may lengthen this step by at most the smallest laxity
-  among the streams decoding in it, so a new stream's prompt never makes a running one late,
-  and by no more than what keeps the step within its budget, so a wave of new prompts is
-  spread over several steps instead of eating the running streams' slack at once. At least
+* **Prefill size**: a prefill chunk may lengthen this step to the step budget, and past it
+  by as much as every decoding stream can spare beyond its playout reserve (streams well
+  ahead of their listeners lend their lead: a new prompt is prefilled at once instead of a
+  few rows a step, and its first chunk comes sooner), never by more than the least lax
+  stream can wait, so a new stream's prompt never makes a running one late. At least
   ``min_prefill_tokens`` are allowed, so a prompt always progresses.
 
 * **Lead**: a stream at most ``max_lead_s`` ahead of its listener is enough; when every
@@ -132,21 +133,41 @@ class DeadlinePolicy:
         return max(laxity - resume_at, 0.0) if self._resting else 0.0
 
     def prefill_limit(self, decodes: list[Sequence], budget_tokens: int) -> int:
-        """Most prefill rows this step may carry next to ``decodes``."""
+        """Most prefill rows this step may carry next to ``decodes``: what fits the step
+        budget, or more where every decoding stream has that much time to spare beyond its
+        playout reserve (:meth:`spare_lead_s`), never more than the least lax can wait."""
         if self.step_model is None or not decodes:
             return budget_tokens
         now = self.clock()
         step_s = self.predict_s(len(decodes), self._context(decodes)) or 0.0
-        spare_s = min(self.laxity_s(seq, now, step_s) for seq in decodes)
+        laxity_s = min(self.laxity_s(seq, now, step_s) for seq in decodes)
         per_token_s = self.step_model.prefill_ms(1) * self.correction.factor / 1000.0
         if per_token_s <= 0:
             return budget_tokens
-        if math.isfinite(spare_s):
-            spare_s = min(spare_s, self.step_budget_s - step_s)
-        else:
-            spare_s = self.step_budget_s - step_s
+        spare_s = self.step_budget_s - step_s
+        if math.isfinite(laxity_s):
+            lead_s = self._spare_lead_s(decodes, now, step_s)
+            spare_s = max(min(spare_s, laxity_s), lead_s if lead_s is not None else 0.0)
         allowed = int(max(spare_s, 0.0) / per_token_s)
         return max(min(allowed, budget_tokens), min(self.min_prefill_tokens, budget_tokens))
+
+    def spare_lead_s(self, running: list[Sequence]) -> float | None:
+        """How much longer the next step of ``running`` could take than predicted with no
+        stream eating into its playout reserve: the least ``laxity - reserve`` among them
+        (streams already playing and still waiting for their first chunk alike), at least 0,
+        steps taken at the step budget without a step model; ``None`` without audio
+        streams."""
+        now = self.clock()
+        step_s = self.predict_s(len(running), self._context(running)) or self.step_budget_s
+        return self._spare_lead_s(running, now, step_s)
+
+    def _spare_lead_s(self, decodes: list[Sequence], now: float, step_s: float) -> float | None:
+        spares = [
+            self.laxity_s(seq, now, step_s) - seq.audio.playout.reserve_s
+            for seq in decodes
+            if seq.audio is not None
+        ]
+        return max(min(spares), 0.0) if spares else None
 
     def _context(self, decodes: list[Sequence]) -> int:
         """KV positions a step's decodes over ``decodes`` attend."""

@@ -34,7 +34,7 @@ EVERY_KIND = [
     messages.Ready(engine_info(calibrated=False)),
     messages.Output("id2", np.arange(3, dtype="<f4").tobytes()),
     messages.Stats(
-        engine_stats(1.25),
+        engine_stats(1.25, spare_lead_s=0.75),
         StepReport((StepRecord(0.01, 4, 20, 4000), StepRecord(0.02, 8, 8, 800)), (0.12, -0.01)),
     ),
     messages.Fatal("engine failed to load: no weights"),

@@ -220,6 +220,9 @@ def test_a_stream_far_ahead_of_its_listener_lets_the_engine_wait(tiny_engine, mo
             if tiny_engine.idle_s() > 0:
                 break
         assert 0 < tiny_engine.idle_s() <= 5.0
+        # A stream that far ahead has time to lend a new prompt's prefill (stats say how much).
+        lent = tiny_engine.stats().spare_lead_s
+        assert lent is not None and lent > 0.1
         tiny_engine.add_request(SynthesisRequest("new", "hello"))
         assert tiny_engine.idle_s() == 0.0
         assert tiny_engine.abort_request("ahead") and tiny_engine.abort_request("new")

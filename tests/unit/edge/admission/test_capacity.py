@@ -10,8 +10,8 @@ from cadenza.config import AdmissionConfig, EngineConfig
 from cadenza.edge.admission.capacity import AdmittedLoad as Load
 from cadenza.edge.admission.capacity import CapacityModel, StreamCost
 from tests.support.contract_examples import engine_info as info
+from tests.support.contract_examples import engine_stats, timed_stats
 from tests.support.contract_examples import stats_message as stats
-from tests.support.contract_examples import timed_stats
 
 
 class Clock:
@@ -126,6 +126,17 @@ def test_a_prompt_is_admitted_only_if_the_spare_step_time_can_prefill_it() -> No
     )
     assert model.refusal(Load(11, 0), StreamCost(10, 3.0, prompt_tokens=2000)) == "prefill_budget"
     assert model.refusal(Load(0, 0), StreamCost(10, 3.0, prompt_tokens=10**6)) is None  # idle
+    # Running streams well ahead of their listeners lend their lead (up to half the TTFA
+    # target): the engine reports it, and 8,000 rows (80 ms) fit in 79 ms + 50 ms lent.
+    wave = Load(5, prefilling_tokens=6000)
+    model.observe(replace(stats(), stats=engine_stats(spare_lead_s=0.05)))
+    assert model.refusal(wave, StreamCost(10, 3.0, prompt_tokens=2000)) is None
+    assert model.refusal(wave, StreamCost(10, 3.0, prompt_tokens=7000)) == "prefill_budget"
+    model.observe(replace(stats(), stats=engine_stats(spare_lead_s=30.0)))
+    big = StreamCost(10, 3.0, prompt_tokens=20_000)  # 260 ms: more than 79 + 150 lent
+    assert model.refusal(wave, big) == "prefill_budget"
+    model.observe(stats())  # no running audio streams reported: nothing lent
+    assert model.refusal(wave, StreamCost(10, 3.0, prompt_tokens=2000)) == "prefill_budget"
 
 
 def test_kv_memory_and_max_num_seqs_limit_too() -> None:

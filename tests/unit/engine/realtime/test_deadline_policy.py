@@ -102,17 +102,25 @@ def test_prefill_is_capped_by_the_most_urgent_stream() -> None:
     assert policy.prefill_limit(late, 512) == 16  # always some progress
 
 
-def test_prefill_keeps_the_step_within_its_budget_however_far_ahead_the_streams_are() -> None:
+def test_prefill_borrows_past_the_budget_only_what_every_stream_can_spare() -> None:
     clock = FakeClock()
     samples = [StepSample(1, 20, 1.0), StepSample(20, 400, 20.0)]
-    policy = _policy(clock, StepTimeModel.fit(samples, prefill_ms_per_token=0.1))
-    relaxed = [_stream(clock, 8, 20, ahead_s=5.0)]
-    # Budget 12 ms (13.3 ms less 10 %), one stream's step 1 ms: 11 ms of prompt rows at 0.1 ms.
-    limit = policy.prefill_limit(relaxed, 512)
-    assert 100 <= limit <= 110
-    # A wave of prompts is spread over steps instead of making one step 50 ms long.
+    policy = _policy(clock, StepTimeModel.fit(samples, prefill_ms_per_token=1.0))
+    # Budget 12 ms (13.3 ms less 10 %), one stream's step 1 ms: 11 ms of prompt rows at 1 ms.
+    near = [_stream(clock, 8, 20, ahead_s=0.105)]  # 5 ms beyond its 100 ms reserve
+    assert policy.prefill_limit(near, 512) == 16  # the budget's 11 rows, raised to the minimum
+    # A stream 200 ms ahead lends what it has beyond its reserve: 100 ms, 100 rows.
+    ahead = [_stream(clock, 8, 20, ahead_s=0.2)]
+    assert 98 <= policy.prefill_limit(ahead, 512) <= 100
+    # The least lax stream decides: one near its reserve keeps a busy step within budget.
     busy = [_stream(clock, 8, 20, ahead_s=5.0) for _ in range(11)]
-    assert policy.prefill_limit(busy, 512) == 16
+    assert policy.prefill_limit(busy, 512) == 512  # all far ahead: the whole token budget
+    assert policy.prefill_limit([*busy, *near], 512) == 16
+    assert policy.spare_lead_s(busy) == pytest.approx(4.9, abs=0.02)
+    assert policy.spare_lead_s([*busy, *near]) == pytest.approx(0.005, abs=0.002)
+    assert policy.spare_lead_s([_stream(clock, 8, 20, ahead_s=0.05)]) == 0.0  # never negative
+    assert policy.spare_lead_s([]) is None
+    assert _policy(clock, None).spare_lead_s(busy) == pytest.approx(4.9, abs=0.02)
 
 
 def test_streams_far_ahead_of_their_listeners_let_the_engine_wait() -> None:
