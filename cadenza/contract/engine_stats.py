@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+STATS_INTERVAL_S = 0.5  # how often the engine reports (and, in doing so, says it is alive)
+
 
 @dataclass(frozen=True)
 class EngineStats:

@@ -36,6 +36,7 @@ from cadenza.contract.cpu_replicas import (
     replica_count,
     usable_cores,
 )
+from cadenza.contract.engine_stats import STATS_INTERVAL_S
 from cadenza.contract.errors import RequestRejected
 from cadenza.contract.request import FinishReason, StreamOutput
 from cadenza.ipc.serving_engine import ServingEngine
@@ -43,7 +44,6 @@ from cadenza.logs import configure_logging
 
 log = logging.getLogger(__name__)
 
-STATS_INTERVAL_S = 0.5
 IDLE_POLL_MS = 100
 EDGE_GONE_AFTER_S = 30.0
 MAX_LEAD_POLL_MS = 20  # streams far ahead: look again this soon (stats keep their pace)

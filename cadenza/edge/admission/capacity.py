@@ -11,16 +11,17 @@ Two budgets, both from the engine (its ``ready`` info and its ``stats`` reports)
   most ``frame period / steps_per_frame * (1 - headroom)``. The calibrated step-time model says
   how many decoding streams fit that step, with every prediction scaled by the *realtime
   factor*: the 90th percentile of how much slower than predicted the engine's steps actually
-  ran, per half-second report over the last ``admission.jitter_window_s`` (before any report,
-  the calibration's own measured jitter), and never less than the jitter times the engine
-  replicas that share this one's CPU cores (:mod:`cadenza.contract.cpu_replicas`: any of them
-  may be busy). Two kinds of step time are not held against the model: steps right after the
-  engine rested (cold caches; it rests only while every stream is far ahead of its listener),
-  and the lumps of the codec, which decodes chunks of several frames on a few steps: each step
-  counts its frames' share of the codec's recent time instead, as the calibration's mean step
-  times do. Admitting against a high percentile rather than the mean is what lets the
-  promise survive a noisy host: a stream is admitted only if ``B + 1`` streams still fit at
-  that percentile.
+  ran, per window of ``engine.max_lead_ms`` (a shorter slow spell is absorbed by the lead the
+  streams run ahead of their listeners) over the last ``admission.jitter_window_s`` (before
+  any report, the calibration's own measured jitter), and never less than the jitter times
+  the engine replicas that share this one's CPU cores (:mod:`cadenza.contract.cpu_replicas`:
+  any of them may be busy). Two kinds of step time are not held against the model: steps
+  right after the engine rested (cold caches; it rests only while every stream is far ahead
+  of its listener), and the lumps of the codec, which decodes chunks of several frames on a
+  few steps: each step counts its frames' share of the codec's recent time instead, as the
+  calibration's mean step times do. Admitting against a high percentile rather than the mean
+  is what lets the promise survive a noisy host: a stream is admitted only if ``B + 1``
+  streams still fit at that percentile.
 * **What admitting costs**: a new stream's prompt has to be prefilled within the first half
   of its TTFA target, together with the prompts of the streams admitted just before it that
   may still be prefilling, in the spare time of the steps the running streams leave plus the
@@ -58,6 +59,7 @@ from dataclasses import dataclass
 
 from cadenza.config import AdmissionConfig, EngineConfig
 from cadenza.contract.engine_info import EngineInfo
+from cadenza.contract.engine_stats import STATS_INTERVAL_S
 from cadenza.contract.messages import Stats
 from cadenza.contract.step_time_model import step_budget_s
 from cadenza.contract.stream_length import frames_for_duration
@@ -68,8 +70,8 @@ _MIN_REPORT_MS = 50.0  # a report with less decoding than this says little about
 # calibration's back-to-back steps; the engine rests only while every stream is far ahead of
 # its listener, so such steps threaten no deadline, and they do not count against the model.
 _REST_S = 0.002
-_MIN_REPORTS = 3  # live reports for a percentile (fewer: the worst of them and the jitter)
-_KEEP_REPORTS = 10  # the latest reports stand, however old, until newer ones replace them
+_MIN_WINDOWS = 3  # live windows for a percentile (fewer: the worst of them and the jitter)
+_KEEP_WINDOWS = 10  # the latest windows stand, however old, until newer ones replace them
 _FACTOR_RANGE = (0.5, 20.0)
 _PREFILL_SHARE_OF_TTFA = 0.5  # the rest of the TTFA target is the first chunk's frames
 _BOUND_LIMIT = 1024  # streams the real-time bound counts up to
@@ -134,6 +136,9 @@ class CapacityModel:
         self._recent_steps: deque[float] = deque(maxlen=512)  # ms of steps with decodes
         # (time, measured / predicted) per report; pruned by realtime_factor, bounded anyway
         self._ratios: deque[tuple[float, float]] = deque(maxlen=1024)
+        # the window being filled: measured and predicted decode ms, reports in it
+        self._window_measured_ms = self._window_predicted_ms = 0.0
+        self._window_reports = 0
         # (time, codec seconds, stream-frames) per report, over the jitter window
         self._codec: deque[tuple[float, float, int]] = deque(maxlen=1024)
         self._closed_until = 0.0
@@ -163,8 +168,17 @@ class CapacityModel:
                     frames = step.decodes / self.info.shape.steps_per_frame
                     measured += frames * codec_ms_per_frame - 1000.0 * step.codec_s
                 predicted += self.step_model.predict_ms(step.tokens, step.context_tokens)
-        if predicted > 0 and measured >= _MIN_REPORT_MS:
-            self._ratios.append((self.clock(), measured / predicted))
+        if predicted > 0:
+            self._window_measured_ms += measured
+            self._window_predicted_ms += predicted
+            self._window_reports += 1
+            if (
+                self._window_reports * STATS_INTERVAL_S >= self.ratio_window_s
+                and self._window_measured_ms >= _MIN_REPORT_MS
+            ):
+                self._ratios.append((now, self._window_measured_ms / self._window_predicted_ms))
+                self._window_measured_ms = self._window_predicted_ms = 0.0
+                self._window_reports = 0
         slacks_ms = [1000.0 * s for s in message.report.chunk_slack_s]
         if slacks_ms and min(slacks_ms) < self.config.slack_close_ms:
             self._closed_until = self.clock() + self.config.slack_reopen_s
@@ -249,23 +263,36 @@ class CapacityModel:
             prompt_tokens + shape.steps_for_frames(frames),
         )
 
+    @property
+    def ratio_window_s(self) -> float:
+        """How much engine time one measured/predicted ratio sums (in reports of
+        ``STATS_INTERVAL_S``): the engine's lead cap (``engine.max_lead_ms``), at least one
+        report and at most a fifth of the jitter window. A slower spell shorter than the
+        lead is absorbed by the lead its streams run ahead of their listeners; what admission
+        must not overrun is the engine's speed over the lead."""
+        lead_s = self.engine_config.max_lead_ms / 1000.0
+        return min(max(lead_s, STATS_INTERVAL_S), self.config.jitter_window_s / 5)
+
     def realtime_factor(self) -> float:
         """What step-time predictions are multiplied by before admitting: the 90th percentile
-        of measured over predicted time, per engine report, over the last
-        ``jitter_window_s`` (and at least the latest reports, however old: an idle server
-        keeps its last verdict rather than trusting a calibration the machine may have
-        drifted from); with fewer than three, the worst of them or the calibration's
-        jitter, whichever is larger; at least ``core_sharers`` times the jitter."""
+        of measured over predicted time, summed over windows of :attr:`ratio_window_s` (the
+        one being filled included), over the last ``jitter_window_s`` (and at least the
+        latest windows, however old: an idle server keeps its last verdict rather than
+        trusting a calibration the machine may have drifted from); with fewer than three,
+        the worst of them or the calibration's jitter, whichever is larger; at least
+        ``core_sharers`` times the jitter."""
         now = self.clock()
         while (
-            len(self._ratios) > _KEEP_REPORTS
+            len(self._ratios) > _KEEP_WINDOWS
             and now - self._ratios[0][0] > self.config.jitter_window_s
         ):
             self._ratios.popleft()
         calibration = self.info.calibration
         jitter = 1.0 if calibration is None else calibration.jitter
         ratios = sorted(r for _, r in self._ratios)
-        if len(ratios) >= _MIN_REPORTS:
+        if self._window_measured_ms >= _MIN_REPORT_MS:
+            ratios = sorted([*ratios, self._window_measured_ms / self._window_predicted_ms])
+        if len(ratios) >= _MIN_WINDOWS:
             factor = ratios[min(int(0.9 * len(ratios)), len(ratios) - 1)]
         else:
             factor = max([jitter, *ratios])

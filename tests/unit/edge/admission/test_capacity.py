@@ -29,28 +29,37 @@ def test_realtime_limit_follows_the_model_and_the_90th_percentile_of_live_steps(
     assert model.max_streams() == 12
     model.observe(timed_stats(2.0))  # steps take twice what was calibrated
     assert model.realtime_factor() == pytest.approx(2.0)  # at once: the worst report counts
-    for _ in range(9):
+    for _ in range(8):
         model.observe(timed_stats(2.0))
     assert model.realtime_factor() == pytest.approx(2.0)
     assert model.realtime_limit() == 6
     assert model.refusal(Load(6, 0), StreamCost(10, 3.0)) == "realtime_budget"
     assert model.refusal(Load(5, 0), StreamCost(10, 3.0)) is None
-    # A percentile, not a mean: one slow report in ten is enough to count.
+    # A percentile over windows of the engine's lead (1.5 s: three reports), not a mean: one
+    # slow window in ten is enough to count...
+    assert model.ratio_window_s == pytest.approx(1.5)
     clock.now = 31.0  # (the reports above have left the 30 s window)
-    for _ in range(9):
+    for _ in range(27):
         model.observe(timed_stats(1.0))
-    model.observe(timed_stats(3.0))
+    for _ in range(3):
+        model.observe(timed_stats(3.0))
     assert model.realtime_factor() == pytest.approx(3.0)
     assert model.realtime_limit() == 4
+    # ...while one slow report is a slow spell the streams' lead absorbs: its window's mean.
+    clock.now = 62.0
+    for _ in range(29):
+        model.observe(timed_stats(1.0))
+    model.observe(timed_stats(4.0))
+    assert model.realtime_factor() == pytest.approx(2.0)  # (1 + 1 + 4) / 3
     for _ in range(20):
         model.observe(timed_stats(100.0))  # no stream fits the budget any more...
     assert model.realtime_limit() == 0
     idle = Load(0, 0)
     assert model.refusal(idle, StreamCost(10, 3.0)) is None  # ...but an idle server admits one
     assert model.refusal(Load(1, 0), StreamCost(10, 3.0)) == "realtime_budget"
-    clock.now = 62.0  # the window has passed, but nothing newer: the last verdict stands
+    clock.now = 93.0  # the window has passed, but nothing newer: the last verdict stands
     assert model.realtime_limit() == 0
-    for _ in range(10):  # new reports replace it
+    for _ in range(30):  # new reports (ten windows of them) replace it
         model.observe(timed_stats(1.0))
     assert model.realtime_factor() == pytest.approx(1.0) and model.realtime_limit() == 12
 
