@@ -22,6 +22,9 @@ from pydantic_settings import (
 )
 
 ENV_PREFIX = "CADENZA_"
+CHUNK_FRAME_RATE = 75.0
+"""The frame rate ``engine.chunk_frames`` and ``engine.first_chunk_frames`` are counted in
+(EnCodec 24 kHz): a codec of another rate gets the same durations in its own frames."""
 ENV_NESTED_DELIMITER = "__"
 
 

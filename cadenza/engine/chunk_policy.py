@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
+from cadenza.config import CHUNK_FRAME_RATE
 from cadenza.engine.sequence import Sequence
-
-CHUNK_FRAME_RATE = 75.0
-"""The frame rate the configuration's chunk sizes are counted in (EnCodec 24 kHz)."""
 
 
 def codec_chunk_frames(frames_at_75hz: int, frame_rate: float) -> int:

@@ -22,13 +22,14 @@ Two budgets, both from the engine (its ``ready`` info and its ``stats`` reports)
   calibration's mean step times do. Admitting against a high percentile rather than the mean
   is what lets the promise survive a noisy host: a stream is admitted only if ``B + 1``
   streams still fit at that percentile.
-* **What admitting costs**: a new stream's prompt has to be prefilled within the first half
-  of its TTFA target, together with the prompts of the streams admitted just before it that
-  may still be prefilling, in the spare time of the steps the running streams leave plus the
-  lead they can lend (the engine reports how far ahead of their playout reserves its running
-  streams are, ``EngineStats.spare_lead_s``; its deadline policy prefills past the step
-  budget by at most that). A stream whose prompt would not fit waits (or is refused) rather
-  than making a wave of new prompts eat the running streams' slack.
+* **What admitting costs**: a new stream's prompt has to be prefilled within its TTFA target
+  less the time its first chunk takes at the step budget, together with the prompts of the
+  streams admitted just before it that may still be prefilling, in the spare time of the
+  steps the running streams leave plus the lead they can lend (the engine reports how far
+  ahead of their playout reserves its running streams are, ``EngineStats.spare_lead_s``; its
+  deadline policy prefills past the step budget by at most that). A stream whose prompt
+  would not fit waits (or is refused) rather than making a wave of new prompts eat the
+  running streams' slack.
 
 ``max_streams`` is the smaller of the two for a *nominal* stream (``admission.nominal_stream_s``
 of audio), capped by the engine's ``max_num_seqs``. Admission itself uses the streams
@@ -57,7 +58,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cadenza.config import AdmissionConfig, EngineConfig
+from cadenza.config import CHUNK_FRAME_RATE, AdmissionConfig, EngineConfig
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.engine_stats import STATS_INTERVAL_S
 from cadenza.contract.messages import Stats
@@ -73,7 +74,7 @@ _REST_S = 0.002
 _MIN_WINDOWS = 3  # live windows for a percentile (fewer: the worst of them and the jitter)
 _KEEP_WINDOWS = 10  # the latest windows stand, however old, until newer ones replace them
 _FACTOR_RANGE = (0.5, 20.0)
-_PREFILL_SHARE_OF_TTFA = 0.5  # the rest of the TTFA target is the first chunk's frames
+_MIN_PREFILL_SHARE_OF_TTFA = 0.25  # a prompt always has this much of its TTFA target
 _BOUND_LIMIT = 1024  # streams the real-time bound counts up to
 
 
@@ -351,9 +352,21 @@ class CapacityModel:
         points = () if self.step_model is None else self.step_model.decode_points
         return round(points[0][1] / points[0][0]) if points else 0
 
+    @property
+    def prefill_window_ms(self) -> float:
+        """How long a new stream's prompt may take to prefill: its TTFA target less the time
+        its first chunk's frames take at the step budget (``engine.first_chunk_frames``, a
+        duration), at least a quarter of the target."""
+        config = self.engine_config
+        first_chunk_ms = (
+            1000.0 * config.first_chunk_frames / CHUNK_FRAME_RATE * (1.0 - config.realtime_headroom)
+        )
+        target_ms = config.ttfa_target_ms
+        return max(target_ms - first_chunk_ms, _MIN_PREFILL_SHARE_OF_TTFA * target_ms)
+
     def prefill_fits(self, decoding: int, prompt_tokens: int, decoding_context: int) -> bool:
         """Whether ``prompt_tokens`` prompt rows (the new stream's and those of streams
-        admitted just before it) can be prefilled within half the TTFA target: in the step
+        admitted just before it) can be prefilled within :attr:`prefill_window_ms`: in the step
         time ``decoding`` streams attending ``decoding_context`` positions in all (now) leave
         free, plus the lead the running streams can lend (the engine's latest
         ``spare_lead_s``: it prefills past the step budget while every stream has that much
@@ -366,7 +379,7 @@ class CapacityModel:
         if decoding > 0:
             step_ms = factor * self.step_model.predict_ms(decoding, decoding_context)
         spare_ms = max(self.step_budget_ms - step_ms, 0.0)
-        window_ms = _PREFILL_SHARE_OF_TTFA * self.engine_config.ttfa_target_ms
+        window_ms = self.prefill_window_ms
         steps = window_ms / (self.frame_period_ms / self.info.shape.steps_per_frame)
         lent_ms = 0.0
         if decoding > 0 and self.spare_lead_s is not None:

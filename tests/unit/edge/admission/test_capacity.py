@@ -126,23 +126,22 @@ def test_a_prompt_is_admitted_only_if_the_spare_step_time_can_prefill_it() -> No
         calibrated, calibration=replace(calibrated.calibration, model=step_model)
     )
     model = CapacityModel(with_prefill, EngineConfig(), AdmissionConfig())
-    # 5 streams decoding: 7 ms of 12 spare per step, 150 ms (half the TTFA target) is 11.25
-    # steps: 79 ms of prompt rows, 7,875 tokens at 0.01 ms.
+    # 5 streams decoding: 7 ms of 12 spare per step; the window is the TTFA target (300 ms)
+    # less the first chunk's 8 frames at the budget (96 ms): 204 ms, 15.3 steps, 107 ms of
+    # prompt rows, 10,700 tokens at 0.01 ms.
+    assert model.prefill_window_ms == pytest.approx(204.0)
     assert model.refusal(Load(5, 0), StreamCost(10, 3.0, prompt_tokens=2000)) is None
-    assert (
-        model.refusal(Load(5, prefilling_tokens=6000), StreamCost(10, 3.0, prompt_tokens=2000))
-        == "prefill_budget"
-    )
+    wave = Load(5, prefilling_tokens=9000)
+    assert model.refusal(wave, StreamCost(10, 3.0, prompt_tokens=2000)) == "prefill_budget"
     assert model.refusal(Load(11, 0), StreamCost(10, 3.0, prompt_tokens=2000)) == "prefill_budget"
     assert model.refusal(Load(0, 0), StreamCost(10, 3.0, prompt_tokens=10**6)) is None  # idle
-    # Running streams well ahead of their listeners lend their lead (up to half the TTFA
-    # target): the engine reports it, and 8,000 rows (80 ms) fit in 79 ms + 50 ms lent.
-    wave = Load(5, prefilling_tokens=6000)
+    # Running streams well ahead of their listeners lend their lead (up to the window): the
+    # engine reports it, and 11,000 rows (110 ms) fit in 107 ms + 50 ms lent.
     model.observe(replace(stats(), stats=engine_stats(spare_lead_s=0.05)))
     assert model.refusal(wave, StreamCost(10, 3.0, prompt_tokens=2000)) is None
     assert model.refusal(wave, StreamCost(10, 3.0, prompt_tokens=7000)) == "prefill_budget"
     model.observe(replace(stats(), stats=engine_stats(spare_lead_s=30.0)))
-    big = StreamCost(10, 3.0, prompt_tokens=20_000)  # 260 ms: more than 79 + 150 lent
+    big = StreamCost(10, 3.0, prompt_tokens=25_000)  # 340 ms: more than 107 + 204 lent
     assert model.refusal(wave, big) == "prefill_budget"
     model.observe(stats())  # no running audio streams reported: nothing lent
     assert model.refusal(wave, StreamCost(10, 3.0, prompt_tokens=2000)) == "prefill_budget"
