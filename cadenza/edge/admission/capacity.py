@@ -103,16 +103,17 @@ class RunningStream:
 @dataclass(frozen=True)
 class AdmittedLoad:
     """What the admitted streams hold as admission weighs one more: how many, their KV
-    pages, the prompt rows of those admitted within the last TTFA target (maybe still
-    prefilling), and the longest context among them at their end and now (``None``: count
-    every stream as the nominal one)."""
+    pages, the prompt rows of those whose prefill is not expected done yet (each prompt
+    after those admitted before it, :meth:`CapacityModel.prefill_s`, and never past a TTFA
+    target after admission), and the longest context among them at their end and now
+    (``None``: count every stream as the nominal one)."""
 
     streams: int = 0
     kv_pages: int = 0
     prefilling_tokens: int = 0
     longest_final_context: int | None = None
     longest_context_now: int | None = None
-    prefilling_streams: int = 0  # those admitted within the last TTFA target
+    prefilling_streams: int = 0  # those whose prefill is not expected done yet
     running: tuple[RunningStream, ...] = ()  # every admitted stream (the per-stream view)
 
 
@@ -351,6 +352,15 @@ class CapacityModel:
         their streams); 0 without them."""
         points = () if self.step_model is None else self.step_model.decode_points
         return round(points[0][1] / points[0][0]) if points else 0
+
+    def prefill_s(self, prompt_tokens: int) -> float:
+        """Seconds a prompt of ``prompt_tokens`` rows takes to prefill once the engine is on
+        it: its rows at the realtime factor, plus the step it lands in (a frame period's
+        step without a calibration)."""
+        step_s = self.frame_period_ms / self.info.shape.steps_per_frame / 1000.0
+        if self.step_model is None:
+            return step_s
+        return self.realtime_factor() * self.step_model.prefill_ms(prompt_tokens) / 1000 + step_s
 
     @property
     def prefill_window_ms(self) -> float:

@@ -331,7 +331,15 @@ class AdmissionGate:
             )
             for t in tickets
         ]
-        recent = [t for t in tickets if t.admitted_at >= now - ttfa_s]
+        capacity = self.replicas.get(replica, self.capacity)
+        # A prompt waits for those admitted before it on the same replica, then takes what
+        # its rows cost at the live factor (plus the step it lands in); those not done yet
+        # still hold prefill time (at most a TTFA target after admission, as a bound).
+        recent, done = [], 0.0
+        for ticket in sorted(tickets, key=lambda t: t.admitted_at):
+            done = max(done, ticket.admitted_at) + capacity.prefill_s(ticket.cost.prompt_tokens)
+            if done > now and ticket.admitted_at >= now - ttfa_s:
+                recent.append(ticket)
         return AdmittedLoad(
             streams=len(tickets),
             kv_pages=sum(t.cost.kv_pages for t in tickets),

@@ -275,3 +275,27 @@ def test_a_stream_no_replica_can_take_in_time_is_refused() -> None:
         g.release(ticket)
 
     asyncio.run(scenario())
+
+
+def test_a_prompt_holds_prefill_time_until_its_rows_are_expected_done() -> None:
+    """Prompts admitted back to back queue for prefill: each counts as prefilling until the
+    ones before it and its own rows are expected done (not for a whole TTFA target)."""
+    now = [100.0]
+    config = AdmissionConfig(realtime_max_wait_s=30.0)
+    capacity = CapacityModel(info(max_num_seqs=8), EngineConfig(), config, clock=lambda: now[0])
+    g = AdmissionGate(config, capacity, ModelMetrics(Metrics(), "cadenza-tiny"), lambda: now[0])
+    prompt = StreamCost(10, 4.0, prompt_tokens=100)
+    each_s = capacity.prefill_s(100)
+    assert each_s > 0.0
+
+    async def scenario() -> None:
+        await g.acquire("realtime", prompt)
+        await g.acquire("realtime", prompt)
+
+    asyncio.run(scenario())
+    load = g._load(0)
+    assert (load.prefilling_streams, load.prefilling_tokens) == (2, 200)
+    now[0] += 1.5 * each_s  # the first is done, the second (queued behind it) is not
+    assert g._load(0).prefilling_streams == 1
+    now[0] += each_s
+    assert g._load(0).prefilling_tokens == 0
