@@ -284,8 +284,8 @@ def test_a_prompt_holds_prefill_time_until_its_rows_are_expected_done() -> None:
     config = AdmissionConfig(realtime_max_wait_s=30.0)
     capacity = CapacityModel(info(max_num_seqs=8), EngineConfig(), config, clock=lambda: now[0])
     g = AdmissionGate(config, capacity, ModelMetrics(Metrics(), "cadenza-tiny"), lambda: now[0])
-    prompt = StreamCost(10, 4.0, prompt_tokens=100)
-    each_s = capacity.prefill_s(100)
+    prompt = StreamCost(10, 4.0, prompt_tokens=20)
+    each_s = capacity.prefill_s(20)
     assert each_s > 0.0
 
     async def scenario() -> None:
@@ -294,7 +294,7 @@ def test_a_prompt_holds_prefill_time_until_its_rows_are_expected_done() -> None:
 
     asyncio.run(scenario())
     load = g._load(0)
-    assert (load.prefilling_streams, load.prefilling_tokens) == (2, 200)
+    assert (load.prefilling_streams, load.prefilling_tokens) == (2, 40)
     now[0] += 1.5 * each_s  # the first is done, the second (queued behind it) is not
     assert g._load(0).prefilling_streams == 1
     now[0] += each_s
