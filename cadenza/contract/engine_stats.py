@@ -13,9 +13,9 @@ class EngineStats:
     """A snapshot of the engine's counters. ``prefix_*_tokens``, ``num_preemptions`` and
     ``skipped_steps`` count since start-up; ``step_correction`` is measured over calibrated
     step time (1.0 when uncalibrated); ``spare_lead_s``: how much longer than predicted the
-    next step could take before any running stream would eat into its playout reserve (the
-    least time to spare among them; ``None`` without running audio streams),
-    what a new stream's prefill may borrow."""
+    next step could take before any playing stream would eat into its playout reserve (the
+    least time to spare among the running streams past their first chunk; ``None`` without
+    any), what a new stream's prefill may borrow."""
 
     num_running: int
     num_waiting: int

@@ -153,13 +153,15 @@ class DeadlinePolicy:
 
     def spare_lead_s(self, running: list[Sequence]) -> float | None:
         """How much longer the next step of ``running`` could take than predicted with no
-        stream eating into its playout reserve: the least ``laxity - reserve`` among them
-        (streams already playing and still waiting for their first chunk alike), at least 0,
-        steps taken at the step budget without a step model; ``None`` without audio
-        streams."""
+        playing stream eating into its playout reserve: the least ``laxity - reserve`` among
+        those that have had their first chunk, at least 0, steps taken at the step budget
+        without a step model; ``None`` without playing streams. (What admission counts on
+        for a new prompt: a stream still waiting for its first chunk is about to have its
+        own lead; :meth:`prefill_limit` protects its first chunk step by step.)"""
         now = self.clock()
         step_s = self.predict_s(len(running), self._context(running)) or self.step_budget_s
-        return self._spare_lead_s(running, now, step_s)
+        playing = [s for s in running if s.audio is not None and s.audio.frames_sent > 0]
+        return self._spare_lead_s(playing, now, step_s)
 
     def _spare_lead_s(self, decodes: list[Sequence], now: float, step_s: float) -> float | None:
         spares = [

@@ -120,6 +120,12 @@ def test_prefill_borrows_past_the_budget_only_what_every_stream_can_spare() -> N
     assert policy.spare_lead_s([*busy, *near]) == pytest.approx(0.005, abs=0.002)
     assert policy.spare_lead_s([_stream(clock, 8, 20, ahead_s=0.05)]) == 0.0  # never negative
     assert policy.spare_lead_s([]) is None
+    # A stream still waiting for its first chunk lends nothing to admission's view (it is
+    # about to have a lead of its own), but the step still protects its first chunk.
+    young = _stream(clock, 0, 20, ahead_s=0.105)
+    assert policy.spare_lead_s([young]) is None
+    assert policy.spare_lead_s([*busy, young]) == pytest.approx(4.9, abs=0.02)
+    assert policy.prefill_limit([*busy, young], 512) == 16
     assert _policy(clock, None).spare_lead_s(busy) == pytest.approx(4.9, abs=0.02)
 
 
