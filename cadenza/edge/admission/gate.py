@@ -68,6 +68,7 @@ class Ticket:
 
 
 _PREFIXES_KEPT = 64  # recent prompt prefixes remembered per replica, for placement ties
+_PREFILL_RECHECK_S = 0.005  # after the prompts ahead are expected prefilled
 
 
 class AdmissionGate:
@@ -130,6 +131,9 @@ class AdmissionGate:
                 "queue_full", f"server at capacity and the {priority} queue is full", retry
             )
         expected_wait = self._expected_wait_s(len(self.queues) + 1)
+        prefill_hold = cause == "prefill_budget" and not self.queues
+        if prefill_hold:  # held by the prompts just admitted: their prefill, not a stream's end
+            expected_wait = min(expected_wait, self._prefill_wait_s())
         if expected_wait > self._max_wait[priority]:
             cause = cause or "behind_others"
             self._count(priority, "refused", "queue_timeout")
@@ -143,6 +147,10 @@ class AdmissionGate:
         self.queues.push(waiter)
         self._count(priority, "queued", cause or "behind_others")
         self._dispatch()
+        if prefill_hold and not waiter.admitted.done():
+            # Nothing else may happen by then (no stream ends, no report): look again.
+            recheck_s = expected_wait + _PREFILL_RECHECK_S
+            asyncio.get_running_loop().call_later(recheck_s, self._dispatch)
         try:
             if not waiter.admitted.done() and on_queued is not None:
                 position = self.queues.position(waiter, now)
@@ -331,15 +339,11 @@ class AdmissionGate:
             )
             for t in tickets
         ]
-        capacity = self.replicas.get(replica, self.capacity)
-        # A prompt waits for those admitted before it on the same replica, then takes what
-        # its rows cost at the live factor (plus the step it lands in); those not done yet
-        # still hold prefill time (at most a TTFA target after admission, as a bound).
-        recent, done = [], 0.0
-        for ticket in sorted(tickets, key=lambda t: t.admitted_at):
-            done = max(done, ticket.admitted_at) + capacity.prefill_s(ticket.cost.prompt_tokens)
-            if done > now and ticket.admitted_at >= now - ttfa_s:
-                recent.append(ticket)
+        recent = [
+            ticket
+            for ticket, done in self._prefills_done(replica)
+            if done > now and ticket.admitted_at >= now - ttfa_s
+        ]
         return AdmittedLoad(
             streams=len(tickets),
             kv_pages=sum(t.cost.kv_pages for t in tickets),
@@ -352,6 +356,29 @@ class AdmissionGate:
                 for t in tickets
             ),
         )
+
+    def _prefills_done(self, replica: int) -> list[tuple[Ticket, float]]:
+        """When each stream on ``replica`` is expected to have its prompt prefilled: after
+        those admitted before it, its rows at the live factor plus the step it lands in
+        (:meth:`CapacityModel.prefill_s`)."""
+        capacity = self.replicas.get(replica, self.capacity)
+        tickets = [t for t in self.active if t.replica == replica]
+        tickets.sort(key=lambda t: t.admitted_at)
+        done, result = 0.0, []
+        for ticket in tickets:
+            done = max(done, ticket.admitted_at) + capacity.prefill_s(ticket.cost.prompt_tokens)
+            result.append((ticket, done))
+        return result
+
+    def _prefill_wait_s(self) -> float:
+        """How soon some placeable replica is expected to have prefilled every prompt it
+        holds (0 when one has none pending)."""
+        now = self.clock()
+        waits = [
+            max((done for _, done in self._prefills_done(i)), default=now) - now
+            for i in self.placeable
+        ]
+        return max(min(waits, default=0.0), 0.0)
 
     def _placement(
         self, cost: StreamCost, prefix: str | None = None

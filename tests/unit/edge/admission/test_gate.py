@@ -4,6 +4,7 @@ bounded waits with Retry-After, and no leaked slots when clients leave."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -299,3 +300,32 @@ def test_a_prompt_holds_prefill_time_until_its_rows_are_expected_done() -> None:
     assert g._load(0).prefilling_streams == 1
     now[0] += each_s
     assert g._load(0).prefilling_tokens == 0
+
+
+def test_a_stream_held_by_prompts_just_admitted_waits_for_their_prefill_not_a_stream_end() -> None:
+    """A realtime stream whose prompt does not fit beside the prompts just admitted is not
+    refused for the seconds until a stream ends: it waits the fraction of a second their
+    prefill takes, then starts."""
+    metrics = Metrics()
+
+    async def scenario() -> None:
+        g = gate(max_streams=8, metrics=metrics, realtime_max_wait_s=0.25)
+        capacity = g.capacity
+        assert capacity.step_model is not None
+        # A prompt of ~100 ms: one fits the spare step time of the TTFA window, two do not.
+        rows = int(0.1 / (capacity.prefill_s(1000) - capacity.prefill_s(0)) * 1000)
+        prompt = StreamCost(10, 4.0, prompt_tokens=rows)
+        first = await g.acquire("realtime", prompt)
+        started = time.monotonic()
+        second = await asyncio.wait_for(g.acquire("realtime", prompt), 1.0)
+        waited = time.monotonic() - started
+        assert 0.05 < waited < 0.25 and second.waited_s > 0
+        g.release(first)
+        g.release(second)
+
+    asyncio.run(scenario())
+    queued = {"model": "cadenza-tiny", "priority": "realtime", "decision": "queued"}
+    held = metrics.registry.get_sample_value(
+        "cadenza_admission_decisions_total", {**queued, "reason": "prefill_budget"}
+    )
+    assert held == 1
