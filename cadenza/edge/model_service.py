@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Any
 
@@ -25,6 +26,7 @@ from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.errors import ENGINE_RETRY_AFTER_S, EngineError, EngineUnavailable
 from cadenza.contract.messages import Stats
 from cadenza.edge.admission.capacity import CapacityModel
+from cadenza.edge.admission.factor_memory import FactorMemory, default_dir
 from cadenza.edge.admission.gate import AdmissionGate
 from cadenza.edge.admission.guard import TextGuard
 from cadenza.edge.admission.rate_limit import RateLimiter
@@ -38,6 +40,7 @@ from cadenza.ipc.engine_client import EngineClient
 log = logging.getLogger(__name__)
 
 _FAILED_RETRY_AFTER_S = 60.0  # a model whose engine gave up restarting needs a person
+_FACTOR_SAVE_S = 10.0  # how often a replica's live realtime factor is remembered
 
 
 class ModelService:
@@ -81,6 +84,8 @@ class ModelService:
         self._admission: Admission | None = None
         self.load_s = 0.0  # seconds the replicas took to start
         self._rolling = asyncio.Lock()
+        self._factors = FactorMemory(default_dir(config.engine.calibration_cache_dir))
+        self._factor_saved_at: dict[int, float] = {}
 
     @classmethod
     async def start(
@@ -240,8 +245,13 @@ class ModelService:
         sharers = 1
         if replica.info.device == "cpu":
             sharers = core_sharers(len(self.replicas), len(usable_cores()))
+        key = self._factor_key(replica)
         capacity = CapacityModel(
-            replica.info, self.config.engine, self.config.admission, core_sharers=sharers
+            replica.info,
+            self.config.engine,
+            self.config.admission,
+            core_sharers=sharers,
+            remembered_factor=None if key is None else self._factors.recall(key),
         )
         if self._gate is None:
             self._gate = AdmissionGate(self.config.admission, capacity, self.metrics)
@@ -268,7 +278,26 @@ class ModelService:
             self.gate.fail_waiting(f"engine unavailable: {reason}")
 
     def _on_stats(self, replica: EngineReplica, message: Stats) -> None:
-        """Engine reports feed the metrics and the replica's capacity model."""
+        """Engine reports feed the metrics and the replica's capacity model (whose live
+        realtime factor is remembered for the next server, every ``_FACTOR_SAVE_S``)."""
         self.metrics.observe_engine_stats(message, replica.index)
-        if self._gate is not None:
-            self.gate.on_engine_stats(message, replica.index)
+        if self._gate is None:
+            return
+        self.gate.on_engine_stats(message, replica.index)
+        capacity = self.gate.replicas.get(replica.index)
+        key = self._factor_key(replica)
+        now = time.monotonic()
+        saved_at = self._factor_saved_at.get(replica.index, -math.inf)
+        if capacity is None or key is None or now - saved_at < _FACTOR_SAVE_S:
+            return
+        if capacity.has_live_factor():
+            self._factors.remember(key, capacity.realtime_factor())
+            self._factor_saved_at[replica.index] = now
+
+    def _factor_key(self, replica: EngineReplica) -> str | None:
+        """What a remembered realtime factor is kept under: the replica's calibration (model,
+        device, kernels), how many replicas share the machine and which one it is."""
+        info = replica.info
+        if info is None or info.calibration is None:
+            return None
+        return f"{info.calibration.identity}/{len(self.replicas)}/{replica.index}"

@@ -125,9 +125,12 @@ class CapacityModel:
         admission: AdmissionConfig,
         clock: Callable[[], float] = time.monotonic,
         core_sharers: int = 1,
+        remembered_factor: float | None = None,
     ) -> None:
         self.info = info
         self.core_sharers = core_sharers
+        # the last server's live factor (factor_memory.py), until this one has its own
+        self.remembered_factor = remembered_factor
         self.engine_config = engine
         self.config = admission
         self.clock = clock
@@ -265,6 +268,10 @@ class CapacityModel:
             prompt_tokens + shape.steps_for_frames(frames),
         )
 
+    def has_live_factor(self) -> bool:
+        """Whether the realtime factor now comes from live windows alone (enough of them)."""
+        return len(self._ratios) >= _MIN_WINDOWS
+
     @property
     def ratio_window_s(self) -> float:
         """How much engine time one measured/predicted ratio sums (in reports of
@@ -281,8 +288,8 @@ class CapacityModel:
         one being filled included), over the last ``jitter_window_s`` (and at least the
         latest windows, however old: an idle server keeps its last verdict rather than
         trusting a calibration the machine may have drifted from); with fewer than three,
-        the worst of them or the calibration's jitter, whichever is larger; at least
-        ``core_sharers`` times the jitter."""
+        the largest of them, the calibration's jitter and the factor the last server
+        measured (``remembered_factor``); at least ``core_sharers`` times the jitter."""
         now = self.clock()
         while (
             len(self._ratios) > _KEEP_WINDOWS
@@ -297,7 +304,7 @@ class CapacityModel:
         if len(ratios) >= _MIN_WINDOWS:
             factor = ratios[min(int(0.9 * len(ratios)), len(ratios) - 1)]
         else:
-            factor = max([jitter, *ratios])
+            factor = max([jitter, *ratios, self.remembered_factor or 0.0])
         factor = max(factor, self.core_sharers * jitter)
         return min(max(factor, _FACTOR_RANGE[0]), _FACTOR_RANGE[1])
 

@@ -1,0 +1,74 @@
+"""The realtime factor a server last measured, kept across restarts.
+
+A fresh server knows only its calibration, measured with nothing else running; once serving,
+the edge and the clients share the engine's cores and live steps run slower than calibrated
+(:meth:`CapacityModel.realtime_factor`). Until a restarted server has live windows of its
+own, admission starts from the factor the last server on this machine measured for the same
+calibration and replica count, instead of the calibration's optimism: its ``max_streams``
+is then about what it will hold under load from the first request on. Live measurements
+replace the remembered factor as soon as there are enough of them.
+
+One small JSON file beside the calibrations (``engine.calibration_cache_dir``, default
+``~/.cache/cadenza``), ``{key: factor}``, written atomically; unreadable or foreign content
+counts as nothing remembered.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "realtime-factors.json"
+_LIMITS = (1.0, 20.0)  # a remembered factor outside these is not one this code wrote
+_KEPT = 64  # keys kept in the file (the most recently written)
+
+
+def default_dir(calibration_cache_dir: str | None) -> Path:
+    """Where calibrations (and so the factors) are kept."""
+    if calibration_cache_dir:
+        return Path(calibration_cache_dir)
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(root) / "cadenza"
+
+
+class FactorMemory:
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / FILE_NAME
+
+    def _read(self) -> dict[str, float]:
+        try:
+            raw = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(raw, dict):
+            return {}
+        return {
+            str(key): float(value)
+            for key, value in raw.items()
+            if isinstance(value, int | float) and _LIMITS[0] <= value <= _LIMITS[1]
+        }
+
+    def recall(self, key: str) -> float | None:
+        """The factor last remembered for ``key`` (``None``: none, or nothing readable)."""
+        return self._read().get(key)
+
+    def remember(self, key: str, factor: float) -> None:
+        """Keep ``factor`` for ``key`` (clamped to the plausible range); a failed write is
+        logged, never raised."""
+        factors = self._read()
+        factors.pop(key, None)
+        factors[key] = min(max(factor, _LIMITS[0]), _LIMITS[1])
+        kept = dict(list(factors.items())[-_KEPT:])
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, partial = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
+            with os.fdopen(fd, "w") as out:
+                json.dump(kept, out)
+            os.replace(partial, self.path)
+        except OSError as exc:
+            log.warning("cannot remember the realtime factor at %s: %s", self.path, exc)
