@@ -249,7 +249,7 @@ class EngineConfig(_Section):
         True,
         description="on the CPU, run Llama backbones' steps through the native kernel "
         "(compiled once per machine with the system's C++ compiler; without one, or with "
-        "int8 weights or a non-float32 KV cache, steps stay on torch)",
+        "int8 weights or an fp16 or int8 KV cache, steps stay on torch)",
     )
     codec_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",

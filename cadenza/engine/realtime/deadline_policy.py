@@ -9,7 +9,10 @@ The scheduler asks three questions each step:
 * **Skip**: when the predicted step is over its budget (``frame period / steps per frame *
   (1 - headroom)``), streams whose laxity still exceeds their jitter reserve plus one step
   sit this step out, the laxest first, until the prediction fits. They are ahead of their
-  listeners; the step they skip is spent on streams that are not.
+  listeners; the step they skip is spent on streams that are not. Within budget too, while
+  the least lax stream is about to eat into its reserve (a new stream between its small
+  first chunk and its first full one, on a busy engine), streams with more than half a
+  second to spare sit out, so the steps it waits for are short.
 * **Prefill size**: a prefill chunk may lengthen this step to the step budget, and past it
   by as much as every decoding stream can spare beyond its playout reserve (streams well
   ahead of their listeners lend their lead: a new prompt is prefilled at once instead of a
@@ -39,6 +42,10 @@ from cadenza.contract.step_time_model import StepTimeModel, attended_context, st
 from cadenza.engine.layouts.token_layout import TokenLayout, layout_steps_for_frames
 from cadenza.engine.realtime.step_correction import OnlineCorrection
 from cadenza.engine.sequence import Sequence
+
+# A stream with this much time to spare before its next chunk is due can sit out a step that
+# a stream about to eat into its playout reserve is waiting for (DeadlinePolicy._focus).
+URGENT_SKIP_LAXITY_S = 0.5
 
 
 class DeadlinePolicy:
@@ -98,8 +105,10 @@ class DeadlinePolicy:
         step_s = self.predict_s(len(decodes), self._context(decodes)) or self.step_budget_s
         laxity = {seq: self.laxity_s(seq, now, step_s) for seq in decodes}
         ordered = sorted(decodes, key=lambda seq: laxity[seq])
-        if self.step_model is None or step_s <= self.step_budget_s:
+        if self.step_model is None:
             return ordered, []
+        if step_s <= self.step_budget_s:
+            return self._focus(ordered, laxity, step_s)
         skipped: list[Sequence] = []
         kept = list(ordered)
         for seq in reversed(ordered):
@@ -110,6 +119,22 @@ class DeadlinePolicy:
             predicted = self.predict_s(len(kept), self._context(kept))
             if predicted is not None and predicted <= self.step_budget_s:
                 break
+        return kept, skipped
+
+    def _focus(
+        self, ordered: list[Sequence], laxity: dict[Sequence, float], step_s: float
+    ) -> tuple[list[Sequence], list[Sequence]]:
+        """Within budget: when the least lax stream is about to eat into its playout reserve
+        (typically a new stream between its small first chunk and its first full one), the
+        streams with more than ``URGENT_SKIP_LAXITY_S`` to spare sit this step out, so the
+        step that stream is waiting for is shorter. Otherwise everyone steps."""
+        first = ordered[0] if ordered else None
+        if first is None or first.audio is None:
+            return ordered, []
+        if laxity[first] > first.audio.playout.reserve_s + step_s:
+            return ordered, []
+        kept = [seq for seq in ordered if laxity[seq] <= URGENT_SKIP_LAXITY_S]
+        skipped = [seq for seq in ordered if laxity[seq] > URGENT_SKIP_LAXITY_S]
         return kept, skipped
 
     def idle_s(self, running: list[Sequence]) -> float:

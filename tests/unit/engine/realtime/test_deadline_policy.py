@@ -87,6 +87,19 @@ def test_over_budget_steps_skip_only_streams_ahead_of_their_reserve() -> None:
     assert skipped == []
 
 
+def test_a_stream_about_to_eat_into_its_reserve_gets_short_steps() -> None:
+    clock = FakeClock()
+    model = StepTimeModel.fit([StepSample(1, 20, 1.0), StepSample(20, 400, 20.0)])
+    policy = _policy(clock, model)
+    urgent = _stream(clock, 8, 20, ahead_s=0.05)  # 50 ms: inside its 100 ms reserve
+    near = _stream(clock, 8, 20, ahead_s=0.3)
+    far = [_stream(clock, 8, 20, ahead_s=2.0) for _ in range(4)]
+    kept, skipped = policy.order_and_skip([*far, near, urgent])
+    assert kept == [urgent, near] and set(skipped) == set(far)  # within budget, yet focused
+    kept, skipped = policy.order_and_skip([*far, near])  # nobody urgent: everyone steps
+    assert skipped == [] and len(kept) == 5
+
+
 def test_prefill_is_capped_by_the_most_urgent_stream() -> None:
     clock = FakeClock()
     samples = [StepSample(1, 20, 1.0), StepSample(20, 400, 20.0)]
