@@ -32,7 +32,7 @@ from torch import nn
 from cadenza.bench.engine_throughput import MODEL, greedy_generate, reference_llama
 from cadenza.codecs.encodec import load_encodec
 from cadenza.codecs.encodec_streaming import EncodecStreamingDecoder
-from cadenza.kernels.cpu_linear import PackedLinear, native_bf16_matmul
+from cadenza.kernels.cpu_linear import PackedLinear, bf16_packing_available, native_bf16_matmul
 from cadenza.kernels.linear_swap import swap_linears
 
 SHAPES = (
@@ -93,7 +93,8 @@ def _settings() -> dict[str, Callable[[nn.Module], nn.Module | None]]:
     return {
         "fp32": lambda module: module,
         "fp32_packed": packed(torch.float32),
-        "bf16_packed": packed(torch.bfloat16),
+        # None where oneDNN cannot pack bf16 weights (an AVX2-only CPU)
+        "bf16_packed": packed(torch.bfloat16) if bf16_packing_available() else lambda _: None,
         "w8a8_dynamic": _w8a8,
     }
 

@@ -19,8 +19,9 @@
 // ``packed[n / 16][k / 2][n % 16][k % 2]`` (cadenza_weight_pairs() says which).
 // Exponentials use a polynomial accurate to float32 rounding (a few ulp).
 //
-// Portable C++ with GCC/Clang vector extensions: the compiler maps them to the machine's SIMD
-// (AVX-512, AVX2, NEON) under -march=native. The Python side compiles this file once per
+// Portable C++ with GCC/Clang vector extensions in the machine's own vector width (16 floats
+// under AVX-512, 8 under AVX2: cpu_vector.h), compiled under -march=native; register blocks are
+// sized by the machine's register count. The Python side compiles this file once per
 // machine and calls it through ctypes (cadenza/kernels/native_library.py). Built with OpenMP,
 // big products and the attention of many rows are split over the threads torch is set to use
 // (the library shares torch's OpenMP runtime: the same threads, the same count).
@@ -46,36 +47,58 @@ constexpr int MAX_HEADS = 128;  // query heads
 constexpr int64_t PARALLEL_MACS = 1 << 20;     // a product's multiply-adds
 constexpr int64_t PARALLEL_POSITIONS = 2048;  // positions a step's rows attend in all
 constexpr int MAX_HEAD_DIM = 128;
+// Weights are packed in blocks of this many output rows whatever the vector width (the
+// Python side packs them); a block row is SUB vectors.
+constexpr int BLOCK = 16;
+constexpr int SUB = BLOCK / LANES;
 
-inline f32x16 load_weights(const float* p) { return load(p); }
+inline f32v load_weights(const float* p) { return load(p); }
 
-inline f32x16 load_weights(const uint16_t* p) { return load_bf16(p); }
+inline f32v load_weights(const uint16_t* p) { return load_bf16(p); }
+
+// Register blocks of the float products: ROWS rows times one block row (SUB vectors), with two
+// accumulators each (even and odd k, so that consecutive multiply-adds do not wait on each
+// other) where the registers hold them: 8 rows x 2 under AVX-512 (16 of 32 registers); 6 rows x
+// 2 vectors x 1 under AVX2 (12 of 16, two for the weights, one for the broadcast input), the
+// rows' chains being independent already.
+constexpr int PRODUCT_ROWS = VECTOR_REGISTERS >= 32 ? 8 : (VECTOR_REGISTERS - SUB - 1) / SUB;
+constexpr int CHAINS = PRODUCT_ROWS * SUB * 2 + 2 * SUB + 1 <= VECTOR_REGISTERS ? 2 : 1;
 
 // y[j, 0:16] (+)= x[j, 0:K] . block[0:K, 0:16] for ROWS rows j: one block of 16 output
-// features, the rows' accumulators held in registers, two per row (even and odd k) so that
-// consecutive multiply-adds do not wait on each other.
+// features, the rows' accumulators held in registers.
 template <int ROWS, typename Weight>
 void product_block(const float* x, int ldx, const Weight* block, int K, float* y, int ldy,
                    bool accumulate) {
-    f32x16 even[ROWS], odd[ROWS];
-    for (int j = 0; j < ROWS; ++j) even[j] = odd[j] = f32x16{};
+    f32v sums[CHAINS][ROWS][SUB];
+    for (int c = 0; c < CHAINS; ++c)
+        for (int j = 0; j < ROWS; ++j)
+            for (int v = 0; v < SUB; ++v) sums[c][j][v] = f32v{};
     int k = 0;
-    for (; k + 1 < K; k += 2) {
-        const f32x16 w0 = load_weights(block + (size_t)k * LANES);
-        const f32x16 w1 = load_weights(block + (size_t)(k + 1) * LANES);
-        for (int j = 0; j < ROWS; ++j) {
-            even[j] += x[j * ldx + k] * w0;
-            odd[j] += x[j * ldx + k + 1] * w1;
+    for (; k + CHAINS <= K; k += CHAINS) {
+        for (int c = 0; c < CHAINS; ++c) {
+            f32v w[SUB];
+            for (int v = 0; v < SUB; ++v)
+                w[v] = load_weights(block + (size_t)(k + c) * BLOCK + v * LANES);
+            for (int j = 0; j < ROWS; ++j) {
+                const float input = x[j * ldx + k + c];
+                for (int v = 0; v < SUB; ++v) sums[c][j][v] += input * w[v];
+            }
         }
     }
-    if (k < K) {
-        const f32x16 w0 = load_weights(block + (size_t)k * LANES);
-        for (int j = 0; j < ROWS; ++j) even[j] += x[j * ldx + k] * w0;
+    for (; k < K; ++k) {
+        for (int v = 0; v < SUB; ++v) {
+            const f32v w = load_weights(block + (size_t)k * BLOCK + v * LANES);
+            for (int j = 0; j < ROWS; ++j) sums[0][j][v] += x[j * ldx + k] * w;
+        }
     }
     for (int j = 0; j < ROWS; ++j) {
-        f32x16 result = even[j] + odd[j];
-        if (accumulate) result += load(y + j * ldy);
-        store(y + j * ldy, result);
+        for (int v = 0; v < SUB; ++v) {
+            f32v result = sums[0][j][v];
+            for (int c = 1; c < CHAINS; ++c) result += sums[c][j][v];
+            float* out = y + j * ldy + v * LANES;
+            if (accumulate) result += load(out);
+            store(out, result);
+        }
     }
 }
 
@@ -83,11 +106,12 @@ void product_block(const float* x, int ldx, const Weight* block, int K, float* y
 template <typename Weight>
 void product(const float* x, int B, int ldx, const Weight* packed, int N, int K, float* y,
              int ldy, bool accumulate) {
-    constexpr int ROWS = 8;
+    constexpr int ROWS = PRODUCT_ROWS;
+    static_assert(ROWS >= 1 && ROWS <= 8, "the remainder switch below covers up to 7 rows");
     // Output blocks are independent: split over the threads when the product is big enough
     // to pay for waking them (one thread: inline).
 #pragma omp parallel for schedule(static) if ((int64_t)B * N * K >= PARALLEL_MACS)
-    for (int n = 0; n < N; n += LANES) {
+    for (int n = 0; n < N; n += BLOCK) {
         const Weight* block = packed + (size_t)n * K;
         float* out = y + n;
         int b = 0;
@@ -136,8 +160,8 @@ void pair_product_block(const uint32_t* pairs, int half_k, const uint16_t* block
     for (int j = 0; j < ROWS; ++j) even[j] = odd[j] = _mm512_setzero_ps();
     int i = 0;
     for (; i + 1 < half_k; i += 2) {
-        const __m512bh w0 = (__m512bh)_mm512_loadu_si512(block + (size_t)i * 2 * LANES);
-        const __m512bh w1 = (__m512bh)_mm512_loadu_si512(block + (size_t)(i + 1) * 2 * LANES);
+        const __m512bh w0 = (__m512bh)_mm512_loadu_si512(block + (size_t)i * 2 * BLOCK);
+        const __m512bh w1 = (__m512bh)_mm512_loadu_si512(block + (size_t)(i + 1) * 2 * BLOCK);
         for (int j = 0; j < ROWS; ++j) {
             const uint32_t* row = pairs + (size_t)j * half_k;
             even[j] = _mm512_dpbf16_ps(even[j], (__m512bh)_mm512_set1_epi32((int)row[i]), w0);
@@ -145,7 +169,7 @@ void pair_product_block(const uint32_t* pairs, int half_k, const uint16_t* block
         }
     }
     if (i < half_k) {
-        const __m512bh w0 = (__m512bh)_mm512_loadu_si512(block + (size_t)i * 2 * LANES);
+        const __m512bh w0 = (__m512bh)_mm512_loadu_si512(block + (size_t)i * 2 * BLOCK);
         for (int j = 0; j < ROWS; ++j) {
             const uint32_t pair = pairs[(size_t)j * half_k + i];
             even[j] = _mm512_dpbf16_ps(even[j], (__m512bh)_mm512_set1_epi32((int)pair), w0);
@@ -169,7 +193,7 @@ void product<uint16_t>(const float* x, int B, int ldx, const uint16_t* packed, i
     const uint32_t* all_pairs = pairs.data();
     constexpr int ROWS = 8;
 #pragma omp parallel for schedule(static) if ((int64_t)B * N * K >= PARALLEL_MACS)
-    for (int n = 0; n < N; n += LANES) {
+    for (int n = 0; n < N; n += BLOCK) {
         const uint16_t* block = packed + (size_t)n * K;
         float* out = y + n;
         int b = 0;
@@ -198,9 +222,9 @@ constexpr bool WEIGHT_PAIRS = false;
 void rms_norm(const float* x, int B, int H, const float* weight, float eps, float* out) {
     for (int b = 0; b < B; ++b) {
         const float* row = x + (size_t)b * H;
-        f32x16 squares = f32x16{};
+        f32v squares = f32v{};
         for (int i = 0; i < H; i += LANES) {
-            const f32x16 v = load(row + i);
+            const f32v v = load(row + i);
             squares += v * v;
         }
         const float inverse = 1.0f / std::sqrt(sum_lanes(squares) / (float)H + eps);
@@ -237,41 +261,75 @@ struct LayerWeights {
     void* values;
 };
 
-// Lane i of 16 vectors' sums gathered into one vector, by four rounds of pairwise shuffles and
-// adds (a butterfly) instead of 16 separate reductions. The butterfly leaves the sum of input
+// Lane i of LANES vectors' sums gathered into one vector, by rounds of pairwise shuffles and
+// adds (a butterfly) instead of LANES separate reductions. The butterfly leaves the sum of input
 // k in lane BIT_REVERSED[k], so callers store the vector meant for lane i at
 // ``p[BIT_REVERSED[i]]``.
+#if defined(__AVX512F__)
 constexpr int BIT_REVERSED[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
 
-inline f32x16 sum_lanes_16(const f32x16* p) {
-    f32x16 halves[8], quarters[4], eighths[2];
+inline f32v transpose_sum(const f32v* p) {
+    f32v halves[8], quarters[4], eighths[2];
     for (int i = 0; i < 8; ++i) {
-        const f32x16 a = p[2 * i], b = p[2 * i + 1];
+        const f32v a = p[2 * i], b = p[2 * i + 1];
         halves[i] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20,
                                             21, 22, 23) +
                     __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27,
                                             28, 29, 30, 31);
     }
     for (int i = 0; i < 4; ++i) {
-        const f32x16 a = halves[2 * i], b = halves[2 * i + 1];
+        const f32v a = halves[2 * i], b = halves[2 * i + 1];
         quarters[i] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24,
                                               25, 26, 27) +
                       __builtin_shufflevector(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15,
                                               28, 29, 30, 31);
     }
     for (int i = 0; i < 2; ++i) {
-        const f32x16 a = quarters[2 * i], b = quarters[2 * i + 1];
+        const f32v a = quarters[2 * i], b = quarters[2 * i + 1];
         eighths[i] = __builtin_shufflevector(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12,
                                              13, 28, 29) +
                      __builtin_shufflevector(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27,
                                              14, 15, 30, 31);
     }
-    const f32x16 a = eighths[0], b = eighths[1];
+    const f32v a = eighths[0], b = eighths[1];
     return __builtin_shufflevector(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14,
                                    30) +
            __builtin_shufflevector(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15,
                                    31);
 }
+#elif defined(__AVX__)
+constexpr int BIT_REVERSED[8] = {0, 4, 2, 6, 1, 5, 3, 7};
+
+inline f32v transpose_sum(const f32v* p) {
+    f32v halves[4], quarters[2];
+    for (int i = 0; i < 4; ++i) {
+        const f32v a = p[2 * i], b = p[2 * i + 1];
+        halves[i] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 8, 9, 10, 11) +
+                    __builtin_shufflevector(a, b, 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+    for (int i = 0; i < 2; ++i) {
+        const f32v a = halves[2 * i], b = halves[2 * i + 1];
+        quarters[i] = __builtin_shufflevector(a, b, 0, 1, 8, 9, 4, 5, 12, 13) +
+                      __builtin_shufflevector(a, b, 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+    const f32v a = quarters[0], b = quarters[1];
+    return __builtin_shufflevector(a, b, 0, 8, 2, 10, 4, 12, 6, 14) +
+           __builtin_shufflevector(a, b, 1, 9, 3, 11, 5, 13, 7, 15);
+}
+#else
+constexpr int BIT_REVERSED[4] = {0, 2, 1, 3};
+
+inline f32v transpose_sum(const f32v* p) {
+    f32v halves[2];
+    for (int i = 0; i < 2; ++i) {
+        const f32v a = p[2 * i], b = p[2 * i + 1];
+        halves[i] = __builtin_shufflevector(a, b, 0, 1, 4, 5) +
+                    __builtin_shufflevector(a, b, 2, 3, 6, 7);
+    }
+    const f32v a = halves[0], b = halves[1];
+    return __builtin_shufflevector(a, b, 0, 4, 2, 6) + __builtin_shufflevector(a, b, 1, 5, 3, 7);
+}
+#endif
 
 // Positions sit in pages scattered over the cache: the hardware prefetcher loses the stream
 // at every page boundary, so each row asks for the positions this far ahead (a page of 16
@@ -287,12 +345,12 @@ inline void prefetch_row(const Cache* row, int D) {
         __builtin_prefetch(row + i, 0, PREFETCH_INTO_L2);
 }
 
-inline f32x16 load_cache(const float* p) { return load(p); }
+inline f32v load_cache(const float* p) { return load(p); }
 
-inline f32x16 load_cache(const uint16_t* p) { return load_bf16(p); }
+inline f32v load_cache(const uint16_t* p) { return load_bf16(p); }
 
 // A new key or value row into the cache: copied, or rounded to bfloat16 (nearest even, as
-// torch's conversion does); ``n % 16 == 0``.
+// torch's conversion does); ``n % LANES == 0``.
 inline void store_cache(float* to, const float* from, int n) {
     std::memcpy(to, from, sizeof(float) * n);
 }
@@ -301,56 +359,84 @@ inline void store_cache(uint16_t* to, const float* from, int n) {
     for (int i = 0; i < n; i += LANES) store_bf16(to + i, load(from + i));
 }
 
+// Value rows weighted into HEADS query heads' outputs (``out`` rows of D floats, accumulated
+// in registers): ``out[i] += sum_l p_i[l] * value(l)`` for ``l`` in ``[l0, end)``.
+template <int HEADS, int D, typename Cache>
+inline void weigh_values(const float* const* p, const Cache* values, const int64_t* rows,
+                         int value_offset, int row_floats, int l0, int end, int length,
+                         bool prefetch, float* out) {
+    constexpr int VECTORS = D / LANES;
+    f32v sums[HEADS][VECTORS];
+    for (int i = 0; i < HEADS; ++i)
+        for (int v = 0; v < VECTORS; ++v) sums[i][v] = load(out + i * D + v * LANES);
+    for (int l = l0; l < end; ++l) {
+        if (prefetch && l + AHEAD < length) prefetch_row(values + rows[l + AHEAD], row_floats);
+        const Cache* value = values + rows[l] + value_offset;
+        float w[HEADS];
+        for (int i = 0; i < HEADS; ++i) w[i] = p[i][l];
+        for (int v = 0; v < VECTORS; ++v) {
+            const f32v x = load_cache(value + v * LANES);
+            for (int i = 0; i < HEADS; ++i) sums[i][v] += w[i] * x;
+        }
+    }
+    for (int i = 0; i < HEADS; ++i)
+        for (int v = 0; v < VECTORS; ++v) store(out + i * D + v * LANES, sums[i][v]);
+}
+
 // One query row's attention over ``length`` positions, every head: query head ``h`` of
 // ``q [Hq, D]`` reads key head ``h / group``. Position ``l``'s keys (all heads, ``Hkv * D``
 // floats) start at ``keys + rows[l]``, its values at ``values + rows[l]``. The heads are the
 // inner loop, so each position's row is used whole while it is in cache. ``scores`` holds
 // ``Hq * padded`` floats (``padded``: ``length`` rounded up to 16); ``out [Hq, D]``.
-template <int VECTORS, typename Cache>
+template <int D, typename Cache>
 void attend(const float* q, int Hq, int group, const Cache* keys, const Cache* values,
             const int64_t* rows, int length, float scale, float* scores, float* out) {
-    constexpr int D = VECTORS * LANES;
+    constexpr int VECTORS = D / LANES;
     constexpr int CHUNK = 64;  // positions per pass of the value accumulators
-    const int padded = (length + LANES - 1) / LANES * LANES;
+    // Two query heads of one key head per value pass where the registers hold both heads'
+    // accumulators (and a value vector and the two weights).
+    constexpr bool HEAD_PAIRS = 2 * VECTORS + 2 <= VECTOR_REGISTERS;
+    const int padded = (length + BLOCK - 1) / BLOCK * BLOCK;
     const int row_floats = Hq / group * D;
     float inverse[MAX_HEADS];
-    f32x16 maxima[MAX_HEADS];
+    f32v maxima[MAX_HEADS];
     for (int h = 0; h < Hq; ++h) maxima[h] = splat(-INFINITY);
-    for (int l0 = 0; l0 < padded; l0 += LANES) {
-        const int count = length - l0 < LANES ? length - l0 : LANES;
+    for (int l0 = 0; l0 < padded; l0 += BLOCK) {
+        const int count = length - l0 < BLOCK ? length - l0 : BLOCK;
         for (int j = 0; j < count && l0 + j + AHEAD < length; ++j)
             prefetch_row(keys + rows[l0 + j + AHEAD], row_floats);
-        const Cache* block_rows[LANES];
-        for (int j = 0; j < LANES; ++j) block_rows[j] = keys + rows[j < count ? l0 + j : l0];
+        const Cache* block_rows[BLOCK];
+        for (int j = 0; j < BLOCK; ++j) block_rows[j] = keys + rows[j < count ? l0 + j : l0];
         for (int h = 0; h < Hq; ++h) {
             const int key_offset = h / group * D;
-            f32x16 qv[VECTORS];
+            f32v qv[VECTORS];
             for (int v = 0; v < VECTORS; ++v) qv[v] = load(q + h * D + v * LANES);
-            f32x16 partial[LANES];
-            for (int j = 0; j < LANES; ++j) {  // position l0 + j; its dot product's lanes
-                const Cache* key = block_rows[j] + key_offset;
-                f32x16 even = load_cache(key) * qv[0], odd = f32x16{};
-                for (int v = 1; v < VECTORS; ++v) {
-                    if (v % 2) odd += load_cache(key + v * LANES) * qv[v];
-                    else even += load_cache(key + v * LANES) * qv[v];
+            for (int part = 0; part < BLOCK; part += LANES) {  // LANES positions at a time
+                f32v partial[LANES];
+                for (int j = 0; j < LANES; ++j) {  // position l0 + part + j; its products
+                    const Cache* key = block_rows[part + j] + key_offset;
+                    f32v even = load_cache(key) * qv[0], odd = f32v{};
+                    for (int v = 1; v < VECTORS; ++v) {
+                        if (v % 2) odd += load_cache(key + v * LANES) * qv[v];
+                        else even += load_cache(key + v * LANES) * qv[v];
+                    }
+                    partial[BIT_REVERSED[j]] = even + odd;
                 }
-                partial[BIT_REVERSED[j]] = even + odd;
+                f32v lanes = transpose_sum(partial) * scale;
+                for (int j = 0; j < LANES; ++j)  // past the end: -inf, weight 0 after softmax
+                    if (part + j >= count) lanes[j] = -INFINITY;
+                store(scores + (size_t)h * padded + l0 + part, lanes);
+                maxima[h] = lanes > maxima[h] ? lanes : maxima[h];
             }
-            f32x16 block = sum_lanes_16(partial) * scale;
-            if (count < LANES) {  // past the end: -inf, weight 0 after the softmax
-                for (int j = count; j < LANES; ++j) block[j] = -INFINITY;
-            }
-            store(scores + (size_t)h * padded + l0, block);
-            maxima[h] = block > maxima[h] ? block : maxima[h];
         }
     }
     for (int h = 0; h < Hq; ++h) {
         float* row = scores + (size_t)h * padded;
         float top = -INFINITY;
         for (int j = 0; j < LANES; ++j) top = maxima[h][j] > top ? maxima[h][j] : top;
-        f32x16 sums = f32x16{};
+        f32v sums = f32v{};
         for (int l0 = 0; l0 < padded; l0 += LANES) {
-            const f32x16 e = exp_lanes(load(row + l0) - splat(top));
+            const f32v e = exp_lanes(load(row + l0) - splat(top));
             store(row + l0, e);
             sums += e;
         }
@@ -359,31 +445,18 @@ void attend(const float* q, int Hq, int group, const Cache* keys, const Cache* v
     std::memset(out, 0, sizeof(float) * Hq * D);
     for (int l0 = 0; l0 < length; l0 += CHUNK) {
         const int end = l0 + CHUNK < length ? l0 + CHUNK : length;
-        for (int h = 0; h < Hq; h += 2) {  // two query heads of one key head per pass
-            const bool pair = h + 1 < Hq && (h + 1) / group == h / group;
+        for (int h = 0; h < Hq;) {
             const int value_offset = h / group * D;
-            const float* p0 = scores + (size_t)h * padded;
-            const float* p1 = pair ? p0 + padded : p0;
-            f32x16 first[VECTORS], second[VECTORS];
-            for (int v = 0; v < VECTORS; ++v) {
-                first[v] = load(out + h * D + v * LANES);
-                second[v] = pair ? load(out + (h + 1) * D + v * LANES) : f32x16{};
+            const float* p[2] = {scores + (size_t)h * padded, scores + (size_t)(h + 1) * padded};
+            if (HEAD_PAIRS && h + 1 < Hq && (h + 1) / group == h / group) {
+                weigh_values<2, D>(p, values, rows, value_offset, row_floats, l0, end, length,
+                                   h == 0, out + h * D);
+                h += 2;
+            } else {
+                weigh_values<1, D>(p, values, rows, value_offset, row_floats, l0, end, length,
+                                   h == 0, out + h * D);
+                h += 1;
             }
-            for (int l = l0; l < end; ++l) {
-                if (h == 0 && l + AHEAD < length) prefetch_row(values + rows[l + AHEAD], row_floats);
-                const Cache* value = values + rows[l] + value_offset;
-                const float w0 = p0[l], w1 = p1[l];
-                for (int v = 0; v < VECTORS; ++v) {
-                    const f32x16 x = load_cache(value + v * LANES);
-                    first[v] += w0 * x;
-                    second[v] += w1 * x;
-                }
-            }
-            for (int v = 0; v < VECTORS; ++v) {
-                store(out + h * D + v * LANES, first[v]);
-                if (pair) store(out + (h + 1) * D + v * LANES, second[v]);
-            }
-            if (!pair) --h;  // an odd head out: the next pass starts at h + 1
         }
     }
     for (int h = 0; h < Hq; ++h)
@@ -394,15 +467,15 @@ void attend(const float* q, int Hq, int group, const Cache* keys, const Cache* v
 template <typename Cache>
 void attend_any(const float* q, int Hq, int group, int D, const Cache* keys, const Cache* values,
                 const int64_t* rows, int length, float scale, float* scores, float* out) {
-    switch (D / LANES) {
-        case 1: attend<1>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
-        case 2: attend<2>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
-        case 3: attend<3>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
-        case 4: attend<4>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
-        case 5: attend<5>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
-        case 6: attend<6>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
-        case 7: attend<7>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
-        case 8: attend<8>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
+    switch (D / BLOCK) {
+        case 1: attend<16>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
+        case 2: attend<32>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
+        case 3: attend<48>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
+        case 4: attend<64>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
+        case 5: attend<80>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
+        case 6: attend<96>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
+        case 7: attend<112>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
+        case 8: attend<128>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
         default: break;  // head widths over 128 stay on torch (fused_cpu_decode.py)
     }
 }
@@ -449,7 +522,7 @@ void decode_layer(const Shape& s, const LayerWeights& w, const Step& step, float
         float* row_scores = scores;
 #ifdef _OPENMP
         if (omp_get_num_threads() > 1) {
-            own.resize((size_t)Hq * ((step.longest + LANES - 1) / LANES * LANES));
+            own.resize((size_t)Hq * ((step.longest + BLOCK - 1) / BLOCK * BLOCK));
             row_scores = own.data();
         }
 #endif
@@ -466,7 +539,7 @@ void decode_layer(const Shape& s, const LayerWeights& w, const Step& step, float
     for (int b = 0; b < B; ++b) {
         float* row = gate_up + (size_t)b * 2 * F;
         for (int i = 0; i < F; i += LANES) {
-            const f32x16 gate = load(row + i);
+            const f32v gate = load(row + i);
             store(row + i, gate / (splat(1.0f) + exp_lanes(-gate)) * load(row + F + i));
         }
     }
@@ -475,7 +548,7 @@ void decode_layer(const Shape& s, const LayerWeights& w, const Step& step, float
 
 int64_t work_floats(const Shape& s, int B, int longest) {
     const int64_t width = (int64_t)(s.num_heads + 2 * s.num_kv_heads) * s.head_dim;
-    const int64_t padded = (longest + LANES - 1) / LANES * LANES;
+    const int64_t padded = (longest + BLOCK - 1) / BLOCK * BLOCK;
     return (int64_t)B * (s.hidden + width + (int64_t)s.num_heads * s.head_dim +
                          2 * (int64_t)s.intermediate) +
            (int64_t)s.num_heads * padded;

@@ -3,7 +3,7 @@
 //
 // torch's CPU ELU evaluates ``expm1`` one element at a time (1.5-1.7 ns an element on the
 // machines measured in docs/benchmarks.md, more than the convolutions that follow it at a
-// codec's high-rate end); this is the same function sixteen lanes at a time, ``e^x - 1`` by
+// codec's high-rate end); this is the same function a vector at a time, ``e^x - 1`` by
 // range reduction and a polynomial that keeps its precision near 0: float32 results within a
 // few ulp of ``expm1``; bfloat16 ones computed in float32 and rounded
 // to nearest even, as torch's are. NaN stays NaN. The buffer is any tensor's dense storage:
@@ -19,30 +19,30 @@ constexpr int64_t PARALLEL_ELEMENTS = 1 << 18;
 
 // e^x - 1 for x <= 0 as 2^n (e^r - 1) + (2^n - 1), r = x - n ln 2 in [-ln2/2, ln2/2]: the
 // polynomial for e^r - 1 has no cancellation near 0, and neither has the sum for n = 0.
-inline f32x16 expm1_negative(f32x16 x) {
-    const f32x16 magic = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+inline f32v expm1_negative(f32v x) {
+    const f32v magic = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
     x = x < splat(-87.0f) ? splat(-87.0f) : x;  // 2^n stays a normal float; e^-87 - 1 = -1
-    const f32x16 shifted = x * splat(1.44269504088896341f) + magic;
-    const f32x16 n = shifted - magic;
-    const f32x16 r = x - n * splat(0.693359375f) - n * splat(-2.12194440e-4f);
-    f32x16 p = splat(1.0f / 5040.0f);
+    const f32v shifted = x * splat(1.44269504088896341f) + magic;
+    const f32v n = shifted - magic;
+    const f32v r = x - n * splat(0.693359375f) - n * splat(-2.12194440e-4f);
+    f32v p = splat(1.0f / 5040.0f);
     p = p * r + splat(1.0f / 720.0f);
     p = p * r + splat(1.0f / 120.0f);
     p = p * r + splat(1.0f / 24.0f);
     p = p * r + splat(1.0f / 6.0f);
     p = p * r + splat(0.5f);
     p = p * (r * r) + r;
-    i32x16 bits;
+    i32v bits;
     std::memcpy(&bits, &shifted, sizeof bits);
-    const i32x16 exponent = (bits - 0x4b400000 + 127) << 23;
-    f32x16 scale;
+    const i32v exponent = (bits - 0x4b400000 + 127) << 23;
+    f32v scale;
     std::memcpy(&scale, &exponent, sizeof scale);
     return scale * p + (scale - splat(1.0f));
 }
 
-inline f32x16 elu_lanes(f32x16 x, float alpha) {
-    const f32x16 zero = splat(0.0f);
-    const f32x16 negative = splat(alpha) * expm1_negative(x < zero ? x : zero);
+inline f32v elu_lanes(f32v x, float alpha) {
+    const f32v zero = splat(0.0f);
+    const f32v negative = splat(alpha) * expm1_negative(x < zero ? x : zero);
     return x >= zero ? x : (x != x ? x : negative);  // -0 stays -0, as expm1(-0) is
 }
 
@@ -58,7 +58,7 @@ void cadenza_elu_f32(const float* x, float* out, int64_t n, float alpha) {
     if (whole < n) {
         float tail[LANES] = {};
         for (int64_t i = whole; i < n; ++i) tail[i - whole] = x[i];
-        const f32x16 result = elu_lanes(load(tail), alpha);
+        const f32v result = elu_lanes(load(tail), alpha);
         for (int64_t i = whole; i < n; ++i) out[i] = result[i - whole];
     }
 }

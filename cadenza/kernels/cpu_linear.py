@@ -16,6 +16,8 @@ costs in accuracy is measured in docs/benchmarks.md ("CPU bf16 matrix units").
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -30,11 +32,31 @@ def native_bf16_matmul() -> bool:
     return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
 
 
+@functools.cache
+def bf16_packing_available() -> bool:
+    """Whether oneDNN packs bf16 weights on this CPU at all (it needs AVX512 BW, VL and DQ, or
+    AVX-NE-CONVERT; an AVX2-only CPU has neither)."""
+    if not packing_available(torch.device("cpu"), torch.float32):
+        return False
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(16, 16, dtype=torch.bfloat16))
+    except RuntimeError:
+        return False
+    return True
+
+
 def resolve_cpu_linear_dtype(setting: str) -> torch.dtype:
     """``engine.cpu_linear_dtype`` as a dtype: ``auto`` is bf16 where
-    :func:`native_bf16_matmul`, else fp32."""
+    :func:`native_bf16_matmul`, else fp32. Raises ``ValueError`` for ``bfloat16`` on a CPU
+    whose oneDNN cannot pack bf16 weights (:func:`bf16_packing_available`)."""
     if setting == "auto":
         return torch.bfloat16 if native_bf16_matmul() else torch.float32
+    if setting == "bfloat16" and not bf16_packing_available():
+        raise ValueError(
+            "engine.cpu_linear_dtype = 'bfloat16' needs a CPU with AVX512 (BW, VL, DQ) or "
+            "AVX-NE-CONVERT for oneDNN's bf16 products; this one has neither: use 'auto' or "
+            "'float32'"
+        )
     return {"float32": torch.float32, "bfloat16": torch.bfloat16}[setting]
 
 

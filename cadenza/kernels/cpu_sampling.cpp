@@ -10,7 +10,7 @@
 // rounded to float at every id, as torch's CPU ``cumsum`` accumulates; ``target = min(u *
 // total, the float below total)``; the id is the first whose cumulative weight exceeds it.
 // The k-th largest value is found by bisecting the floats' order with vectorized counts, and
-// the sum is taken per 16 ids, then inside the block where the target falls. Exponentials are
+// the sum is taken per vector of ids, then inside the block where the target falls. Exponentials are
 // cadenza's vector polynomial (a few ulp from torch's), which moves a draw only when the uniform
 // falls in that sliver of the CDF.
 
@@ -23,13 +23,14 @@
 
 namespace {
 
-typedef double f64x8 __attribute__((vector_size(64)));
+typedef float f32half __attribute__((vector_size(2 * LANES)));
+typedef double f64v __attribute__((vector_size(4 * LANES)));  // LANES / 2 doubles
 
 // A float's bits as an unsigned key in the floats' order (-inf lowest, +inf highest).
-inline u32x16 order_keys(f32x16 v) {
-    u32x16 bits;
+inline u32v order_keys(f32v v) {
+    u32v bits;
     std::memcpy(&bits, &v, sizeof bits);
-    const u32x16 negative = (u32x16)((i32x16)bits >> 31);  // all ones for negative floats
+    const u32v negative = (u32v)((i32v)bits >> 31);  // all ones for negative floats
     return bits ^ (negative | 0x80000000u);
 }
 
@@ -40,10 +41,10 @@ inline float key_value(uint32_t key) {
     return value;
 }
 
-// How many of ``keys`` (``vectors`` x 16, the padding lanes zero) are at least ``bound``.
-inline int64_t count_at_least(const u32x16* keys, int64_t vectors, uint32_t bound) {
-    i32x16 counts = i32x16{};
-    for (int64_t i = 0; i < vectors; ++i) counts -= (i32x16)(keys[i] >= bound);
+// How many of ``keys`` (``vectors`` x LANES, the padding lanes zero) are at least ``bound``.
+inline int64_t count_at_least(const u32v* keys, int64_t vectors, uint32_t bound) {
+    i32v counts = i32v{};
+    for (int64_t i = 0; i < vectors; ++i) counts -= (i32v)(keys[i] >= bound);
     int64_t total = 0;
     for (int j = 0; j < LANES; ++j) total += counts[j];
     return total;
@@ -51,7 +52,7 @@ inline int64_t count_at_least(const u32x16* keys, int64_t vectors, uint32_t boun
 
 // The k-th largest key: the largest bound with at least k keys at or above it, found bit by
 // bit from the top (32 vectorized counts, no data-dependent branches per element).
-inline uint32_t kth_largest_key(const u32x16* keys, int64_t vectors, int64_t k) {
+inline uint32_t kth_largest_key(const u32v* keys, int64_t vectors, int64_t k) {
     uint32_t bound = 0;
     for (int bit = 31; bit >= 0; --bit) {
         const uint32_t trial = bound | (1u << bit);
@@ -72,16 +73,16 @@ void cadenza_draw_thresholded(const float* logits, int64_t rows, int64_t vocab, 
                               const float* uniform, int64_t* ids) {
     const int64_t vectors = (vocab + LANES - 1) / LANES;
     std::vector<float> scaled((size_t)(vectors * LANES));
-    std::vector<u32x16> keys((size_t)vectors);
+    std::vector<u32v> keys((size_t)vectors);
     std::vector<float> weights((size_t)(vectors * LANES));
     std::vector<double> block_sums((size_t)vectors);
     for (int64_t r = 0; r < rows; ++r) {
         const int64_t s = r / per_row;
         const float* row = logits + r * vocab;
-        const f32x16 t = splat(temperature[s]);
-        f32x16 best_lanes = splat(-INFINITY);
+        const f32v t = splat(temperature[s]);
+        f32v best_lanes = splat(-INFINITY);
         for (int64_t i = 0; i < vectors; ++i) {
-            f32x16 v = splat(-INFINITY);
+            f32v v = splat(-INFINITY);
             const int64_t n = vocab - i * LANES < LANES ? vocab - i * LANES : LANES;
             if (n == LANES) {
                 v = load(row + i * LANES) / t;
@@ -90,7 +91,7 @@ void cadenza_draw_thresholded(const float* logits, int64_t rows, int64_t vocab, 
             }
             store(scaled.data() + i * LANES, v);
             best_lanes = v > best_lanes ? v : best_lanes;
-            u32x16 key = order_keys(v);
+            u32v key = order_keys(v);
             if (n < LANES)
                 for (int64_t j = n; j < LANES; ++j) key[j] = 0;  // below every real key
             keys[i] = key;
@@ -103,16 +104,20 @@ void cadenza_draw_thresholded(const float* logits, int64_t rows, int64_t vocab, 
         // Candidates' weights, and each block's sum in double.
         double total_sum = 0.0;
         for (int64_t i = 0; i < vectors; ++i) {
-            const f32x16 v = load(scaled.data() + i * LANES);
-            f32x16 w = exp_lanes(v - splat(best));
+            const f32v v = load(scaled.data() + i * LANES);
+            f32v w = exp_lanes(v - splat(best));
             w = v >= splat(threshold) ? w : splat(0.0f);
             store(weights.data() + i * LANES, w);
-            const f64x8 halves = __builtin_convertvector(
-                __builtin_shufflevector(w, w, 0, 1, 2, 3, 4, 5, 6, 7), f64x8) +
-                __builtin_convertvector(
-                __builtin_shufflevector(w, w, 8, 9, 10, 11, 12, 13, 14, 15), f64x8);
-            const double block = ((halves[0] + halves[4]) + (halves[1] + halves[5])) +
-                                 ((halves[2] + halves[6]) + (halves[3] + halves[7]));
+            f32half low, high;
+            std::memcpy(&low, weights.data() + i * LANES, sizeof low);
+            std::memcpy(&high, weights.data() + i * LANES + LANES / 2, sizeof high);
+            const f64v halves =
+                __builtin_convertvector(low, f64v) + __builtin_convertvector(high, f64v);
+            double sums[LANES / 2];
+            std::memcpy(sums, &halves, sizeof sums);
+            for (int width = LANES / 4; width >= 1; width /= 2)
+                for (int j = 0; j < width; ++j) sums[j] += sums[j + width];
+            const double block = sums[0];
             block_sums[i] = block;
             total_sum += block;
         }

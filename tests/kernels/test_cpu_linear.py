@@ -10,6 +10,7 @@ from torch import nn
 
 from cadenza.kernels.cpu_linear import (
     PackedLinear,
+    bf16_packing_available,
     native_bf16_matmul,
     pack_linears,
     packing_available,
@@ -18,6 +19,9 @@ from cadenza.kernels.cpu_linear import (
 
 pytestmark = pytest.mark.skipif(
     not packing_available(torch.device("cpu"), torch.float32), reason="no oneDNN packing"
+)
+needs_bf16_packing = pytest.mark.skipif(
+    not bf16_packing_available(), reason="oneDNN packs no bf16 weights on this CPU"
 )
 
 
@@ -28,6 +32,7 @@ def test_fp32_packing_changes_nothing_but_rounding(rows: int) -> None:
     torch.testing.assert_close(PackedLinear(weight)(x), F.linear(x, weight))
 
 
+@needs_bf16_packing
 @pytest.mark.parametrize("rows", [1, 16, 33])
 def test_bf16_packing_is_within_bf16_rounding_and_returns_float32(rows: int) -> None:
     weight = torch.randn(96, 64)
@@ -39,6 +44,7 @@ def test_bf16_packing_is_within_bf16_rounding_and_returns_float32(rows: int) -> 
     assert relative < 1e-2  # bf16 keeps 8 bits of mantissa: about 0.4 % per rounding
 
 
+@needs_bf16_packing
 def test_pack_linears_swaps_bias_free_layers_only() -> None:
     model = nn.Sequential(nn.Linear(8, 8, bias=False), nn.Linear(8, 8), nn.Linear(8, 4, bias=False))
     assert pack_linears(model, torch.bfloat16) == 2
@@ -50,9 +56,19 @@ def test_auto_is_bf16_exactly_where_the_cpu_has_native_bf16_units() -> None:
     expected = torch.bfloat16 if native_bf16_matmul() else torch.float32
     assert resolve_cpu_linear_dtype("auto") == expected
     assert resolve_cpu_linear_dtype("float32") == torch.float32
-    assert resolve_cpu_linear_dtype("bfloat16") == torch.bfloat16
+    if bf16_packing_available():
+        assert resolve_cpu_linear_dtype("bfloat16") == torch.bfloat16
 
 
+def test_bf16_asked_of_a_cpu_that_cannot_pack_it_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("cadenza.kernels.cpu_linear.bf16_packing_available", lambda: False)
+    with pytest.raises(ValueError, match="cpu_linear_dtype = 'bfloat16' needs a CPU"):
+        resolve_cpu_linear_dtype("bfloat16")
+
+
+@needs_bf16_packing
 def test_a_kept_compute_dtype_is_the_float32_output_before_its_conversion() -> None:
     weight = torch.randn(512, 512)  # large enough for the packed product at 16 rows
     x = torch.randn(16, 512)
@@ -65,6 +81,7 @@ def test_a_kept_compute_dtype_is_the_float32_output_before_its_conversion() -> N
     assert torch.equal(converted(x.bfloat16()), converted(x))
 
 
+@needs_bf16_packing
 def test_pack_linears_keeps_the_compute_dtype_where_a_module_lists_promoting_consumers() -> None:
     class Block(nn.Module):
         linears_with_promoting_consumers = ("into_residual",)

@@ -17,7 +17,7 @@ from cadenza.engine.models.llama import (
 )
 from cadenza.kernels import native_library
 from cadenza.kernels.attention_context import AttentionContext, PrefillSpan
-from cadenza.kernels.cpu_linear import pack_linears
+from cadenza.kernels.cpu_linear import bf16_packing_available, pack_linears
 from cadenza.kernels.fused_cpu_decode import FusedCpuDecode, pack_weight, unsupported_reason
 from cadenza.kernels.int8_linear import quantize_linears
 
@@ -161,6 +161,15 @@ def test_the_fused_layers_equal_the_torch_layers(heads, kv_heads, head_dim, weig
     np.testing.assert_allclose(cache.values.numpy(), reference.values.numpy(), atol=atol)
 
 
+def rounded_differently(cache: PagedKVCache, reference: PagedKVCache, slot: int) -> bool:
+    """Whether any layer stored the key or value of ``slot`` differently from torch."""
+    page, offset = divmod(slot, PAGE)
+    return any(
+        not torch.equal(mine[:, page, offset], torchs[:, page, offset])
+        for mine, torchs in ((cache.keys, reference.keys), (cache.values, reference.values))
+    )
+
+
 @needs_kernel
 @pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(4, 2, 64), (6, 2, 32), (4, 1, 128)])
 def test_a_bfloat16_cache_is_read_and_written_as_torch_does(heads, kv_heads, head_dim):
@@ -169,7 +178,17 @@ def test_a_bfloat16_cache_is_read_and_written_as_torch_does(heads, kv_heads, hea
     (ours, cache), (theirs, reference) = run_both(
         model, torch.float32, lengths, cache_dtype=torch.bfloat16
     )
-    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=2e-5, atol=2e-5)
+    # A row whose new key or value rounded to the other bfloat16 (see below) attends to a value
+    # one bfloat16 step away from torch's: there the outputs agree to that step's share of
+    # the attention, elsewhere to float32 rounding.
+    _, _, context, _ = decode_step(model, lengths, cache_dtype=torch.bfloat16)
+    flipped = torch.tensor(
+        [rounded_differently(cache, reference, slot) for slot in context.slot_mapping.tolist()]
+    )
+    np.testing.assert_allclose(
+        ours[~flipped].numpy(), theirs[~flipped].numpy(), rtol=2e-5, atol=2e-5
+    )
+    np.testing.assert_allclose(ours[flipped].numpy(), theirs[flipped].numpy(), rtol=0, atol=2e-3)
     # The new rows are rounded to bfloat16 as torch rounds them: equal bits, except where the
     # products' float32 sums (in another order) fell on the other side of a rounding boundary.
     assert cache.keys.dtype == torch.bfloat16
@@ -235,7 +254,7 @@ def test_widths_the_kernel_does_not_take_are_refused():
 @needs_kernel
 def test_packed_linears_are_read_through_their_float32_weights():
     model = backbone()
-    pack_linears(model, torch.bfloat16)
+    pack_linears(model, torch.bfloat16 if bf16_packing_available() else torch.float32)
     assert enable_fused_cpu_decode(model, torch.bfloat16) == 1
     assert model.fused_decode is not None
 
@@ -369,7 +388,8 @@ def test_big_steps_split_over_torchs_threads_give_the_same_result(threads):
         model = backbone(heads=4, kv_heads=2, head_dim=64, hidden=256)
         lengths = [150 + 7 * i for i in range(24)]
         (ours, cache), (theirs, reference) = run_both(model, torch.float32, lengths)
-        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=5e-5, atol=5e-5)
-        np.testing.assert_allclose(cache.keys.numpy(), reference.keys.numpy(), rtol=5e-5, atol=5e-5)
+        # Three layers of float32 sums in another order (products of 256 and 768 terms).
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=2e-4, atol=2e-4)
+        np.testing.assert_allclose(cache.keys.numpy(), reference.keys.numpy(), rtol=2e-4, atol=2e-4)
     finally:
         torch.set_num_threads(saved)

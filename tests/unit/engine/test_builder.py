@@ -64,7 +64,11 @@ def test_cpu_precisions_follow_the_settings_and_key_the_prefix_cache() -> None:
     from cadenza.codecs import CodecError, load_codec
     from cadenza.config import EngineConfig
     from cadenza.engine.builder import resolve_codec_dtype
-    from cadenza.kernels.cpu_linear import PackedLinear, native_bf16_matmul
+    from cadenza.kernels.cpu_linear import (
+        PackedLinear,
+        bf16_packing_available,
+        native_bf16_matmul,
+    )
 
     native = torch.bfloat16 if native_bf16_matmul() else torch.float32
     cpu = torch.device("cpu")
@@ -75,23 +79,29 @@ def test_cpu_precisions_follow_the_settings_and_key_the_prefix_cache() -> None:
     assert resolve_codec_dtype("float32", encodec, cpu) == torch.float32
     with pytest.raises(CodecError):
         resolve_codec_dtype("bfloat16", snac, cpu)
+    dtypes = ("float32", "bfloat16") if bf16_packing_available() else ("float32",)
+    if not bf16_packing_available():  # bf16 products asked of a CPU without them: said so
+        with pytest.raises(ValueError, match="cpu_linear_dtype = 'bfloat16'"):
+            build_engine("cadenza-tiny", engine_config=EngineConfig(cpu_linear_dtype="bfloat16"))
     engines = {
         dtype: build_engine(
             "cadenza-tiny",
             engine_config=EngineConfig(cpu_linear_dtype=dtype, codec_dtype=dtype),
             kv_cache_memory_bytes=4 << 20,
         )
-        for dtype in ("float32", "bfloat16")
+        for dtype in dtypes
     }
     for dtype, engine in engines.items():
         linears = [m for m in engine.model.modules() if isinstance(m, PackedLinear)]
         assert linears and {str(m.compute_dtype) for m in linears} == {f"torch.{dtype}"}
         assert isinstance(engine.audio, AudioStage)
         assert engine.audio.decoder.compute_dtype == getattr(torch, dtype)
+    assert engines["float32"].runner.kv_cache.dtype == torch.float32
+    if "bfloat16" not in engines:
+        return
     # KV computed in another precision is other KV: the prefix cache keeps them apart.
     assert engines["float32"].identity_keys != engines["bfloat16"].identity_keys
     # With bf16 products on the fused step, the cache is bf16 too (half the bytes read).
     fused = fused_cpu_decode_of(engines["bfloat16"].model) is not None
     bf16_cache = engines["bfloat16"].runner.kv_cache.dtype
     assert bf16_cache == (torch.bfloat16 if fused else torch.float32)
-    assert engines["float32"].runner.kv_cache.dtype == torch.float32
