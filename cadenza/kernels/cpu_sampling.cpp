@@ -10,9 +10,9 @@
 // rounded to float at every id, as torch's CPU ``cumsum`` accumulates; ``target = min(u *
 // total, the float below total)``; the id is the first whose cumulative weight exceeds it.
 // The k-th largest value is found by bisecting the floats' order with vectorized counts, and
-// the sum is taken per vector of ids, then inside the block where the target falls. Exponentials are
-// cadenza's vector polynomial (a few ulp from torch's), which moves a draw only when the uniform
-// falls in that sliver of the CDF.
+// the sum is taken per vector of ids, then inside the block where the target falls.
+// Exponentials are cadenza's vector polynomial (a few ulp from torch's), which moves a draw only
+// when the uniform falls in that sliver of the CDF.
 
 #include <cfloat>
 #include <cmath>
