@@ -12,11 +12,12 @@
 // Numbers: activations and accumulations are float32; the KV cache float32 or bfloat16 (new
 // keys and values rounded to nearest even on the way in, widened exactly on the way out, half
 // the bytes attention reads); weights are float32 or bfloat16, packed in blocks of 16 output
-// rows, ``packed[n / 16][k][n % 16]`` (cadenza/kernels/fused_cpu_decode.py packs them). bfloat16 weights are widened exactly to
-// float32 before each multiply-add, except on a CPU with AVX512-BF16 dot products: there the
-// products' inputs are rounded to bfloat16 too (as oneDNN's bf16 products do) and multiplied
-// in pairs, twice the multiply-adds per instruction, with the weights packed as pairs along k:
-// ``packed[n / 16][k / 2][n % 16][k % 2]`` (cadenza_weight_pairs() says which).
+// rows, ``packed[n / 16][k][n % 16]`` (cadenza/kernels/fused_cpu_decode.py packs them).
+// bfloat16 weights are widened exactly to float32 before each multiply-add, except on a CPU
+// with AVX512-BF16 dot products: there the products' inputs are rounded to bfloat16 too (as
+// oneDNN's bf16 products do) and multiplied in pairs, twice the multiply-adds per instruction,
+// with the weights packed as pairs along k: ``packed[n / 16][k / 2][n % 16][k % 2]``
+// (cadenza_weight_pairs() says which).
 // Exponentials use a polynomial accurate to float32 rounding (a few ulp).
 //
 // Portable C++ with GCC/Clang vector extensions in the machine's own vector width (16 floats
