@@ -402,6 +402,13 @@ class AdmissionConfig(_Section):
         description="admission scales predicted steps by the 90th percentile of how much "
         "slower live steps ran over this window (the calibration's jitter before that)",
     )
+    factor_recovery_s: float = Field(
+        30.0,
+        ge=0,
+        description="a slower verdict on the steps counts at once; a faster one only once "
+        "the slower verdicts are this old (the claim drops at once and rises slowly: the "
+        "machine's speed under load varies by more than one window shows)",
+    )
 
 
 class CadenzaConfig(BaseSettings):

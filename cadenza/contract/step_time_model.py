@@ -14,10 +14,13 @@ capacity estimate. The edge's admission and the engine's deadline policy use thi
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+_UNBOUNDED_ROWS = 2**31 - 1  # prompt rows that cost nothing: no limit
 
 
 @dataclass(frozen=True)
@@ -55,19 +58,50 @@ class StepTimeModel:
     ``(streams, context_tokens, ms)``) are interpolated, which follows the real curve where a
     straight line would not (caches, thread hand-offs); between and beyond them the linear
     terms fill in: ``per_kilocontext_ms`` for context away from the measured one and
-    ``per_token_ms`` past the last point and for prefill rows."""
+    ``per_token_ms`` past the last point and for prefill rows. A prompt row costs
+    ``prefill_ms_per_token`` for the layers plus ``prefill_ms_per_row_position`` for each KV
+    position its attention reads (itself and every row before it), measured on prompts of
+    several lengths: a long prompt's rows cost more than a short one's."""
 
     fixed_ms: float
     per_token_ms: float
     per_kilocontext_ms: float  # per 1,000 attended KV positions
     decode_points: tuple[tuple[int, int, float], ...] = ()
     prefill_ms_per_token: float = 0.0  # measured prompt rows (0: unknown, per_token_ms)
+    prefill_ms_per_row_position: float = 0.0  # a prompt row's attention, per position read
 
-    def prefill_ms(self, tokens: int) -> float:
-        """What ``tokens`` prompt rows add to a step (a prompt row runs the layers but neither
-        sampling nor the codec, so it costs far less than a decoding stream)."""
+    def prefill_ms(self, tokens: int, context_before: int = 0) -> float:
+        """What ``tokens`` prompt rows add to a step, the first of them at position
+        ``context_before`` of its prompt (a prompt row runs the layers but neither sampling
+        nor the codec, so it costs far less than a decoding stream; its attention reads every
+        position up to its own)."""
+        rows = max(tokens, 0)
         per_token = self.prefill_ms_per_token or self.per_token_ms
-        return per_token * max(tokens, 0)
+        positions = rows * (max(context_before, 0) + (rows + 1) / 2.0)
+        return per_token * rows + self.prefill_ms_per_row_position * positions
+
+    def prefill_rows_within(self, budget_ms: float, context_before: int = 0) -> int:
+        """The most prompt rows, the first at position ``context_before``, whose
+        :meth:`prefill_ms` fits ``budget_ms`` (0 when none does)."""
+        if budget_ms <= 0:
+            return 0
+        per_token = self.prefill_ms_per_token or self.per_token_ms
+        quadratic = self.prefill_ms_per_row_position / 2.0
+        linear = per_token + self.prefill_ms_per_row_position * (max(context_before, 0) + 0.5)
+        if quadratic <= 0:
+            if linear <= 0:
+                return _UNBOUNDED_ROWS
+            estimate = budget_ms / linear
+        else:
+            discriminant = linear * linear + 4.0 * quadratic * budget_ms
+            estimate = (math.sqrt(discriminant) - linear) / (2.0 * quadratic)
+        rows = int(estimate)
+        # float rounding at the boundary, either way
+        while rows > 0 and self.prefill_ms(rows, context_before) > budget_ms:
+            rows -= 1
+        while self.prefill_ms(rows + 1, context_before) <= budget_ms:
+            rows += 1
+        return rows
 
     def predict_ms(self, tokens: int, context_tokens: int) -> float:
         points = self.decode_points
@@ -95,10 +129,11 @@ class StepTimeModel:
         samples: Sequence[StepSample],
         long_context: StepSample | None = None,
         prefill_ms_per_token: float = 0.0,
+        prefill_ms_per_row_position: float = 0.0,
     ) -> StepTimeModel:
         """The model of pure-decode ``samples`` at short context (one or more batch sizes)
-        and, optionally, one ``long_context`` sample that fixes the attention term and the
-        measured cost of a prompt row."""
+        and, optionally, one ``long_context`` sample that fixes the attention term, and the
+        measured cost of a prompt row (:meth:`prefill_ms`)."""
         if not samples:
             raise ValueError("no step samples to fit")
         line = _least_squares(list(samples) + ([long_context] if long_context else []))
@@ -126,6 +161,7 @@ class StepTimeModel:
             per_kilocontext_ms=per_context,
             decode_points=tuple(points),
             prefill_ms_per_token=prefill_ms_per_token,
+            prefill_ms_per_row_position=prefill_ms_per_row_position,
         )
 
 

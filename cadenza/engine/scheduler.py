@@ -119,7 +119,9 @@ class Scheduler:
                 batch.decodes.append(seq)
                 budget -= 1
         if self.policy is not None:
-            budget = self.policy.prefill_limit(batch.decodes, budget)
+            # The next prompt rows continue the first prefilling sequence (or start a new one)
+            before = prefilling[0].num_computed_tokens if prefilling else 0
+            budget = self.policy.prefill_limit(batch.decodes, budget, before)
         for seq in prefilling:
             if budget == 0:
                 break

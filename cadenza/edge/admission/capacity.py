@@ -15,7 +15,10 @@ Two budgets, both from the engine (its ``ready`` info and its ``stats`` reports)
   streams run ahead of their listeners) over the last ``admission.jitter_window_s`` (before
   any report, the calibration's own measured jitter), and never less than the jitter times
   the engine replicas that share this one's CPU cores (:mod:`cadenza.contract.cpu_replicas`:
-  any of them may be busy). Two kinds of step time are not held against the model: steps
+  any of them may be busy). A slower verdict counts at once, a faster one only after
+  ``admission.factor_recovery_s``: under load the machine's speed swings by more than one
+  window shows, and a claim that rose on a fast spell would admit streams the next slow one
+  cannot keep on time. Two kinds of step time are not held against the model: steps
   right after the engine rested (cold caches; it rests only while every stream is far ahead
   of its listener), and the lumps of the codec, which decodes chunks of several frames on a
   few steps: each step counts its frames' share of the codec's recent time instead, as the
@@ -141,6 +144,8 @@ class CapacityModel:
         self._recent_steps: deque[float] = deque(maxlen=512)  # ms of steps with decodes
         # (time, measured / predicted) per report; pruned by realtime_factor, bounded anyway
         self._ratios: deque[tuple[float, float]] = deque(maxlen=1024)
+        # (time, the percentile verdict) at each window's close, over factor_recovery_s
+        self._verdicts: deque[tuple[float, float]] = deque(maxlen=1024)
         # the window being filled: measured and predicted decode ms, reports in it
         self._window_measured_ms = self._window_predicted_ms = 0.0
         self._window_reports = 0
@@ -184,6 +189,8 @@ class CapacityModel:
                 self._ratios.append((now, self._window_measured_ms / self._window_predicted_ms))
                 self._window_measured_ms = self._window_predicted_ms = 0.0
                 self._window_reports = 0
+                if self.config.factor_recovery_s > 0 and self.has_live_factor():
+                    self._verdicts.append((now, self._percentile_factor(now)))
         slacks_ms = [1000.0 * s for s in message.report.chunk_slack_s]
         if slacks_ms and min(slacks_ms) < self.config.slack_close_ms:
             self._closed_until = self.clock() + self.config.slack_reopen_s
@@ -289,8 +296,21 @@ class CapacityModel:
         latest windows, however old: an idle server keeps its last verdict rather than
         trusting a calibration the machine may have drifted from); with fewer than three,
         the largest of them, the calibration's jitter and the factor the last server
-        measured (``remembered_factor``); at least ``core_sharers`` times the jitter."""
+        measured (``remembered_factor``); at least ``core_sharers`` times the jitter; and at
+        least every live verdict of the last ``factor_recovery_s`` (taken as each window
+        closed, once there are three): slower news counts at once, faster news once it has
+        held that long."""
         now = self.clock()
+        factor = self._percentile_factor(now)
+        recovery_s = self.config.factor_recovery_s
+        if recovery_s <= 0:
+            return factor
+        while self._verdicts and now - self._verdicts[0][0] > recovery_s:
+            self._verdicts.popleft()
+        return max([factor, *(verdict for _, verdict in self._verdicts)])
+
+    def _percentile_factor(self, now: float) -> float:
+        """:meth:`realtime_factor` from the windows alone, without the recovery delay."""
         while (
             len(self._ratios) > _KEEP_WINDOWS
             and now - self._ratios[0][0] > self.config.jitter_window_s

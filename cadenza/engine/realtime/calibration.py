@@ -15,8 +15,11 @@ step); the spread of the window means (their 90th percentile over the median, po
 points) is the calibration's *jitter*, what admission allows for before live steps are seen.
 The sweep stops once a point is more than twice the real-time step budget (larger batches
 cannot be admitted anyway). One more point decodes a smaller batch at a long context
-(``engine.calibration_long_context`` prompt tokens) so attention's share is measured too, and
-the prefill steps of those long prompts give the cost of a prompt row. The best point's frames
+(``engine.calibration_long_context`` prompt tokens) so attention's share is measured too.
+Single prompts of three lengths, each prefilled alone in one step, give what a prompt row
+costs: for its layers and for each position its attention reads (a long prompt's rows cost
+more; where they do not fit one step, the long prompts' prefill steps give one flat cost per
+row). The best point's frames
 per second over the frame rate is the engine's saturated throughput in streams.
 
 The result is cached as JSON under ``engine.calibration_cache_dir`` keyed by everything that
@@ -38,6 +41,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 from pydantic import ValidationError
 
@@ -55,8 +59,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_FORMAT = 8  # part of the cache key: bump when the measurement changes
+CALIBRATION_FORMAT = 9  # part of the cache key: bump when the measurement changes
 _SHORT_PROMPT_CHARS = 32
+# Prompts whose prefill gives a prompt row's cost (:func:`_measure_prefill`): a short, a
+# typical and a long utterance, each prefilled in one step.
+_PREFILL_PROMPT_CHARS = (48, 192, 448)
 _WORDS = ("calibrate", "measure", "steady", "tempo", "voice", "step", "time", "frame")
 
 
@@ -120,13 +127,15 @@ def load_or_calibrate(engine: Engine, seed: int = 0) -> Calibration | None:
         except OSError as exc:
             log.warning("cannot cache the calibration at %s: %s", path, exc)
     log.info(
-        "step time (%s, %s): %s; %.3f ms per 1k context; %.4f ms per prompt row; codec %.3f ms "
-        "per frame; jitter x%.2f; saturated throughput %.1f streams",
+        "step time (%s, %s): %s; %.3f ms per 1k context; %.4f ms per prompt row and %.3f us "
+        "per position it reads; codec %.3f ms per frame; jitter x%.2f; saturated throughput "
+        "%.1f streams",
         calibration.source,
         calibration.device_name,
         ", ".join(f"{t} streams {ms:.2f} ms" for t, _, ms in calibration.model.decode_points),
         calibration.model.per_kilocontext_ms,
         calibration.model.prefill_ms_per_token,
+        1000.0 * calibration.model.prefill_ms_per_row_position,
         calibration.codec_ms_per_frame,
         calibration.jitter,
         calibration.throughput_streams,
@@ -179,7 +188,13 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
         if _fits(engine, batch, config.calibration_long_context):
             point = _measure(engine, batch, config.calibration_long_context)
             long_sample, prefill_ms_per_token = point.sample, point.prefill_ms_per_token
-    model = StepTimeModel.fit(samples, long_sample, prefill_ms_per_token)
+    prefill_ms_per_row_position = 0.0
+    prefill_fit = _measure_prefill(engine)
+    if prefill_fit is not None:
+        prefill_ms_per_token, prefill_ms_per_row_position = prefill_fit
+    model = StepTimeModel.fit(
+        samples, long_sample, prefill_ms_per_token, prefill_ms_per_row_position
+    )
     frames_per_step = 1.0 / info.shape.steps_per_frame
     throughput = max(
         s.tokens * frames_per_step * info.frame_period_s * 1000.0 / s.ms for s in samples
@@ -249,6 +264,53 @@ def _fits(engine: Engine, batch: int, prompt_chars: int) -> bool:
     frames = round(request.max_duration_s * info.frame_rate)
     pages = info.shape.pages(info.shape.max_prompt_tokens(request.text), frames)
     return batch * pages <= info.kv_pages_total
+
+
+def _measure_prefill(engine: Engine) -> tuple[float, float] | None:
+    """What a prompt row costs, from single prompts of ``_PREFILL_PROMPT_CHARS`` prefilled
+    alone in one step each (twice, keeping the faster): ``ms = fixed + per_row * rows +
+    per_position * positions read``, fitted by non-negative least squares; returns
+    ``(per_row, per_position)``, or ``None`` where fewer than three lengths fit one step."""
+    limit = min(engine.limits.max_input_chars, engine.config.max_num_batched_tokens)
+    fastest: dict[tuple[int, int], float] = {}  # (rows, positions before them) -> ms
+    for chars in _PREFILL_PROMPT_CHARS * 2:
+        if chars > limit or not _fits(engine, 1, chars):
+            continue
+        request = _request(engine, chars)
+        try:
+            engine.add_request(request)
+            engine.step()
+            steps = [s for s in engine.take_report().steps if s.decodes == 0]
+        finally:
+            engine.abort_request(request.request_id)
+            engine.step()
+            engine.take_report()
+        total = engine.info.shape.max_prompt_tokens(request.text)
+        if len(steps) == 1 and 0 < steps[0].tokens <= total:  # the rest of it in one step
+            # (a shared prefix may come from the prefix cache: the rows start after it)
+            key = (steps[0].tokens, total - steps[0].tokens)
+            ms = 1000.0 * steps[0].seconds
+            fastest[key] = min(ms, fastest.get(key, ms))
+    if len({rows for rows, _ in fastest}) < 3:
+        return None
+    keys = sorted(fastest)
+    rows = np.array([r for r, _ in keys], dtype=float)
+    before = np.array([b for _, b in keys], dtype=float)
+    columns = [np.ones_like(rows), rows, rows * (before + (rows + 1) / 2.0)]
+    target = np.array([fastest[key] for key in keys])
+    active = [0, 1, 2]
+    while True:
+        solution, *_ = np.linalg.lstsq(np.stack([columns[i] for i in active], 1), target)
+        coefficients = dict(zip(active, solution.tolist(), strict=True))
+        negative = [i for i in active if coefficients[i] < 0]
+        if not negative or len(active) == 1:
+            break
+        active.remove(min(negative, key=lambda i: coefficients[i]))
+    per_row = max(coefficients.get(1, 0.0), 0.0)
+    per_position = max(coefficients.get(2, 0.0), 0.0)
+    if per_row == 0.0 and per_position == 0.0:
+        return None
+    return per_row, per_position
 
 
 def _measure(engine: Engine, batch: int, prompt_chars: int) -> _Point:

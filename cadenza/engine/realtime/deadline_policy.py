@@ -157,23 +157,27 @@ class DeadlinePolicy:
             self._resting = False
         return max(laxity - resume_at, 0.0) if self._resting else 0.0
 
-    def prefill_limit(self, decodes: list[Sequence], budget_tokens: int) -> int:
-        """Most prefill rows this step may carry next to ``decodes``: what fits the step
-        budget, or more where every decoding stream has that much time to spare beyond its
-        playout reserve (:meth:`spare_lead_s`), never more than the least lax can wait."""
+    def prefill_limit(
+        self, decodes: list[Sequence], budget_tokens: int, context_before: int = 0
+    ) -> int:
+        """Most prefill rows this step may carry next to ``decodes``, the first of them at
+        position ``context_before`` of its prompt (a later row of a long prompt reads more
+        positions): what fits the step budget, or more where every decoding stream has that
+        much time to spare beyond its playout reserve (:meth:`spare_lead_s`), never more than
+        the least lax can wait."""
         if self.step_model is None or not decodes:
             return budget_tokens
         now = self.clock()
         step_s = self.predict_s(len(decodes), self._context(decodes)) or 0.0
         laxity_s = min(self.laxity_s(seq, now, step_s) for seq in decodes)
-        per_token_s = self.step_model.prefill_ms(1) * self.correction.factor / 1000.0
-        if per_token_s <= 0:
+        if self.step_model.prefill_ms(1, context_before) <= 0:
             return budget_tokens
         spare_s = self.step_budget_s - step_s
         if math.isfinite(laxity_s):
             lead_s = self._spare_lead_s(decodes, now, step_s)
             spare_s = max(min(spare_s, laxity_s), lead_s if lead_s is not None else 0.0)
-        allowed = int(max(spare_s, 0.0) / per_token_s)
+        spare_ms = 1000.0 * max(spare_s, 0.0) / self.correction.factor
+        allowed = self.step_model.prefill_rows_within(spare_ms, context_before)
         return max(min(allowed, budget_tokens), min(self.min_prefill_tokens, budget_tokens))
 
     def spare_lead_s(self, running: list[Sequence]) -> float | None:

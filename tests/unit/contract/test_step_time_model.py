@@ -71,3 +71,38 @@ def test_attended_context_pads_decodes_unless_the_engine_reads_each_its_own() ->
     assert attended_context([10, 30], [], decodes_padded=False) == 40
     assert attended_context([10, 30], [8], decodes_padded=False) == 40 + 8
     assert attended_context([], [], decodes_padded=False) == 0
+
+
+def test_a_prompt_row_costs_its_layers_and_every_position_it_reads() -> None:
+    model = StepTimeModel(
+        fixed_ms=1.0,
+        per_token_ms=0.5,
+        per_kilocontext_ms=0.0,
+        prefill_ms_per_token=0.1,
+        prefill_ms_per_row_position=0.001,
+    )
+    # 4 rows from position 0 read 1 + 2 + 3 + 4 = 10 positions.
+    assert model.prefill_ms(4) == pytest.approx(0.4 + 0.01)
+    # The same rows after 100 cached positions read 410.
+    assert model.prefill_ms(4, context_before=100) == pytest.approx(0.4 + 0.41)
+    # A prompt prefilled in two chunks costs what it costs in one.
+    assert model.prefill_ms(300) + model.prefill_ms(200, 300) == pytest.approx(
+        model.prefill_ms(500)
+    )
+    assert model.prefill_ms(0) == 0.0 and model.prefill_ms(-3) == 0.0
+
+
+def test_prefill_rows_within_is_the_most_rows_that_fit() -> None:
+    quadratic = StepTimeModel(
+        1.0, 0.5, 0.0, prefill_ms_per_token=0.1, prefill_ms_per_row_position=1e-3
+    )
+    flat = StepTimeModel(1.0, 0.5, 0.0, prefill_ms_per_token=0.1)
+    for model in (quadratic, flat):
+        for budget in (0.05, 1.0, 7.5, 40.0):
+            for before in (0, 37, 900):
+                rows = model.prefill_rows_within(budget, before)
+                assert model.prefill_ms(rows, before) <= budget + 1e-12
+                assert model.prefill_ms(rows + 1, before) > budget
+    assert quadratic.prefill_rows_within(40.0, 900) < quadratic.prefill_rows_within(40.0, 0)
+    assert flat.prefill_rows_within(40.05, 900) == flat.prefill_rows_within(40.05, 0) == 400
+    assert quadratic.prefill_rows_within(0.0) == 0 and quadratic.prefill_rows_within(-1.0) == 0

@@ -23,7 +23,9 @@ class Clock:
 
 def test_realtime_limit_follows_the_model_and_the_90th_percentile_of_live_steps() -> None:
     clock = Clock()
-    model = CapacityModel(info(), EngineConfig(), AdmissionConfig(), clock=clock)
+    # (the percentile alone here; how slowly a faster verdict is believed: the next test)
+    admission = AdmissionConfig(factor_recovery_s=0.0)
+    model = CapacityModel(info(), EngineConfig(), admission, clock=clock)
     assert model.step_budget_ms == pytest.approx(1000 / 75 * 0.9)
     assert model.realtime_limit() == 12
     assert model.max_streams() == 12
@@ -61,6 +63,31 @@ def test_realtime_limit_follows_the_model_and_the_90th_percentile_of_live_steps(
     assert model.realtime_limit() == 0
     for _ in range(30):  # new reports (ten windows of them) replace it
         model.observe(timed_stats(1.0))
+    assert model.realtime_factor() == pytest.approx(1.0) and model.realtime_limit() == 12
+
+
+def test_a_slower_verdict_counts_at_once_and_a_faster_one_only_once_it_has_held() -> None:
+    clock = Clock()
+    admission = AdmissionConfig()
+    model = CapacityModel(info(), EngineConfig(), admission, clock=clock)
+
+    def run(seconds: float, ratio: float) -> None:
+        for _ in range(round(seconds / 0.5)):  # a report every 0.5 s
+            model.observe(timed_stats(ratio))
+            clock.now += 0.5
+
+    run(15.0, 1.0)  # ten windows at the calibrated speed
+    assert model.realtime_factor() == pytest.approx(1.0) and model.realtime_limit() == 12
+    run(15.0, 2.0)  # a slow spell counts as soon as its windows are the percentile
+    assert model.realtime_factor() == pytest.approx(2.0) and model.realtime_limit() == 6
+    while model._percentile_factor(clock.now) > 1.0:  # full speed until the windows say so
+        run(0.5, 1.0)
+    faster_since = clock.now
+    assert model.realtime_factor() == pytest.approx(2.0)  # the slow verdict still stands...
+    run(admission.factor_recovery_s - 1.0, 1.0)
+    assert model.realtime_factor() == pytest.approx(2.0)
+    run(2.0, 1.0)  # ...until the faster one has held for factor_recovery_s
+    assert clock.now - faster_since > admission.factor_recovery_s
     assert model.realtime_factor() == pytest.approx(1.0) and model.realtime_limit() == 12
 
 

@@ -8,7 +8,11 @@ from pathlib import Path
 from cadenza.config import EngineConfig
 from cadenza.contract.calibration import CALIBRATION_ADAPTER
 from cadenza.engine.engine import Engine
-from cadenza.engine.realtime.calibration import calibration_identity, load_or_calibrate
+from cadenza.engine.realtime.calibration import (
+    _measure_prefill,
+    calibration_identity,
+    load_or_calibrate,
+)
 
 
 def _engine(cache: Path, **overrides: object) -> Engine:
@@ -60,3 +64,16 @@ def test_off_and_unreadable_cache(tmp_path: Path) -> None:
     calibration = load_or_calibrate(engine)  # measured again, cache rewritten
     assert calibration is not None and calibration.source == "measured"
     json.loads((tmp_path / f"calibration-{identity}.json").read_text())
+
+
+def test_a_prompt_row_is_measured_on_prompts_of_three_lengths(tmp_path: Path) -> None:
+    engine = _engine(tmp_path)
+    fitted = _measure_prefill(engine)
+    assert fitted is not None
+    per_row, per_position = fitted
+    assert per_row >= 0 and per_position >= 0 and per_row + per_position > 0
+    assert not engine.has_unfinished_requests()
+    engine.check_integrity()
+    assert engine.kv.pool.num_free_pages == engine.kv.pool.num_pages
+    # Where fewer than three lengths fit one step, the long prompts' flat cost stands.
+    assert _measure_prefill(_engine(tmp_path, max_num_batched_tokens=128)) is None

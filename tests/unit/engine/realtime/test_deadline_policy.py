@@ -174,3 +174,16 @@ def test_the_engine_rests_until_the_hysteresis_then_steps_back_to_back() -> None
     prefilling.num_computed_tokens = 3
     assert policy.idle_s([prefilling]) == 0.0  # a prompt ends the rest
     assert idle(1.4) == 0.0
+
+
+def test_later_rows_of_a_long_prompt_get_fewer_rows_a_step() -> None:
+    clock = FakeClock()
+    samples = [StepSample(1, 20, 1.0), StepSample(20, 400, 20.0)]
+    model = StepTimeModel.fit(samples, prefill_ms_per_token=0.05, prefill_ms_per_row_position=1e-4)
+    policy = _policy(clock, model)
+    near = [_stream(clock, 8, 20, ahead_s=0.105)]  # the step budget's 11 ms, nothing lent
+    start = policy.prefill_limit(near, 512)
+    later = policy.prefill_limit(near, 512, context_before=2000)
+    assert 16 < later < start < 512
+    assert model.prefill_ms(start) <= 11.0 < model.prefill_ms(start + 1)
+    assert model.prefill_ms(later, 2000) <= 11.0 < model.prefill_ms(later + 1, 2000)

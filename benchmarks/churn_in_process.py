@@ -1,0 +1,177 @@
+"""One engine under closed-loop churn, in process: how a served replica's time compares with
+its calibration, without the edge, the network or a second replica.
+
+    .venv/bin/python benchmarks/churn_in_process.py --streams 8 --seconds 30
+
+cadenza-tiny on one thread (pinned to CPU 0 where the OS allows), its calibration applied
+(the cached one, or measured now). ``--streams`` requests of 8-30 random words run in real
+time; when one finishes, a new one starts at once (as the load tester's virtual users do), so
+prompts, first chunks and ragged codec calls keep coming. Prints the engine's steps and rows,
+its codec calls (streams and frames a call, milliseconds a stream-frame), each step kind's
+time outside the codec against what the calibrated model predicts for it, and the time to
+first audio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from cadenza.config import EngineConfig
+from cadenza.contract.request import SynthesisRequest
+from cadenza.contract.sampling import SamplingParams
+from cadenza.engine.engine import Engine
+from cadenza.engine.realtime.calibration import load_or_calibrate
+
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "while",
+    "seven",
+    "bright",
+    "voices",
+    "sing",
+    "along",
+    "slowly",
+    "under",
+    "an",
+    "autumn",
+    "sky",
+]
+
+
+class CodecCalls:
+    """Wraps a streaming decoder's ``decode`` to record each call's streams, frames, seconds."""
+
+    def __init__(self, decoder: Any) -> None:
+        self.calls: list[tuple[int, int, float]] = []
+        self._decode = decoder.decode
+        decoder.decode = self
+
+    def __call__(self, chunks: dict[int, torch.Tensor], final: frozenset[int] = frozenset()) -> Any:
+        started = time.perf_counter()
+        out = self._decode(chunks, final)
+        frames = sum(int(chunk.shape[1]) for chunk in chunks.values())
+        self.calls.append((len(chunks), frames, time.perf_counter() - started))
+        return out
+
+
+def run(streams: int, seconds: float) -> None:
+    engine = Engine.from_pretrained(
+        "cadenza-tiny", engine_config=EngineConfig(kv_cache_memory_bytes=512 << 20)
+    )
+    calibration = load_or_calibrate(engine)
+    engine.apply_calibration(calibration)
+    assert calibration is not None and engine.policy is not None
+    model = calibration.model
+    codec = CodecCalls(engine._audio_stage().decoder)
+    rng = random.Random(1)
+    arrived: dict[str, float] = {}
+    first_audio: dict[str, float] = {}
+    started_count = 0
+
+    def start() -> None:
+        nonlocal started_count
+        request_id = f"r{started_count}"
+        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 30)))
+        sampling = SamplingParams(seed=started_count)
+        engine.add_request(SynthesisRequest(request_id, text, max_duration_s=30, sampling=sampling))
+        arrived[request_id] = time.monotonic()
+        started_count += 1
+
+    for _ in range(streams):
+        start()
+    engine.telemetry.take_report()
+    begin = time.monotonic()
+    cpu_begin = time.process_time()
+    records = []
+    steps = 0
+    while time.monotonic() - begin < seconds:
+        idle = engine.idle_s()
+        if idle > 0 or not engine.has_unfinished_requests():
+            time.sleep(min(max(idle, 0.0005), 0.002))
+            continue
+        outputs = engine.step()
+        steps += 1
+        if steps % 1000 == 0:  # the telemetry keeps the latest few thousand steps
+            records.extend(engine.telemetry.take_report().steps)
+        for output in outputs:
+            if output.audio.size and output.request_id not in first_audio:
+                first_audio[output.request_id] = time.monotonic()
+            if output.finish_reason is not None:
+                start()
+    records.extend(engine.telemetry.take_report().steps)
+    elapsed = time.monotonic() - begin
+    cpu = (time.process_time() - cpu_begin) / elapsed
+    calls = codec.calls
+    frames = sum(f for _, f, _ in calls)
+    codec_s = sum(s for _, _, s in calls)
+    rows = sum(r.decodes for r in records)
+    print(
+        f"{streams} streams, {elapsed:.0f} s: {len(records) / elapsed:.1f} steps/s, "
+        f"{rows / max(len(records), 1):.2f} rows a step, {rows / elapsed:.0f} rows/s, "
+        f"engine CPU {cpu:.2f} of a core, {started_count - streams} streams finished"
+    )
+    if calls:
+        print(
+            f"codec: {len(calls) / elapsed:.1f} calls/s, "
+            f"{statistics.mean(c[0] for c in calls):.2f} streams and {frames / len(calls):.1f} "
+            f"frames a call, {1000 * codec_s / len(calls):.1f} ms a call, "
+            f"{1000 * codec_s / max(frames, 1):.3f} ms a stream-frame "
+            f"(calibration: {calibration.codec_ms_per_frame:.3f}), "
+            f"{codec_s / elapsed:.2f} of the time"
+        )
+    print("| step kind | steps | rows a step | ms outside the codec | model predicts | ratio |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for kind in ("decode", "prompt"):
+        chosen = [
+            r
+            for r in records
+            if r.decodes and (r.tokens > r.decodes) == (kind == "prompt") and r.rested_s <= 0.002
+        ]
+        if not chosen:
+            continue
+        measured = statistics.mean(1000 * (r.seconds - r.codec_s) for r in chosen)
+        predicted = statistics.mean(
+            model.predict_ms(r.tokens, r.context_tokens)
+            - r.decodes * calibration.codec_ms_per_frame
+            for r in chosen
+        )
+        print(
+            f"| {kind} | {len(chosen)} | {statistics.mean(r.decodes for r in chosen):.2f} | "
+            f"{measured:.2f} | {predicted:.2f} | {measured / predicted:.2f} |"
+        )
+    ttfa = sorted(first_audio[r] - arrived[r] for r in first_audio)
+    if ttfa:
+        p95 = ttfa[min(int(0.95 * len(ttfa)), len(ttfa) - 1)]
+        print(f"TTFA p50 {1000 * statistics.median(ttfa):.0f} ms, p95 {1000 * p95:.0f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--streams", default="8", help="comma-separated stream counts")
+    parser.add_argument("--seconds", type=float, default=30.0)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.set_grad_enabled(False)
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {0})
+    for streams in (int(n) for n in args.streams.split(",")):
+        run(streams, args.seconds)
+
+
+if __name__ == "__main__":
+    main()
