@@ -4,12 +4,12 @@ its calibration, without the edge, the network or a second replica.
     .venv/bin/python benchmarks/churn_in_process.py --streams 8 --seconds 30
 
 cadenza-tiny on one thread (pinned to CPU 0 where the OS allows), its calibration applied
-(the cached one, or measured now). ``--streams`` requests of 8-30 random words run in real
-time; when one finishes, a new one starts at once (as the load tester's virtual users do), so
-prompts, first chunks and ragged codec calls keep coming. Prints the engine's steps and rows,
-its codec calls (streams and frames a call, milliseconds a stream-frame), each step kind's
-time outside the codec against what the calibrated model predicts for it, and the time to
-first audio.
+(the cached one, or measured now). ``--streams`` requests of 40-120 characters (the load
+tester's default texts) run in real time; when one finishes, a new one starts at once (as the
+load tester's virtual users do), so prompts, first chunks and ragged codec calls keep coming.
+Prints the engine's steps and rows, its codec calls (streams and frames a call, milliseconds a
+stream-frame), each step kind's time outside the codec against what the calibrated model
+predicts for it, and the time to first audio.
 """
 
 from __future__ import annotations
@@ -28,29 +28,9 @@ from cadenza.contract.request import SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
 from cadenza.engine.realtime.calibration import load_or_calibrate
+from cadenza.loadtest.workload import TextLengths
 
-WORDS = [
-    "the",
-    "quick",
-    "brown",
-    "fox",
-    "jumps",
-    "over",
-    "a",
-    "lazy",
-    "dog",
-    "while",
-    "seven",
-    "bright",
-    "voices",
-    "sing",
-    "along",
-    "slowly",
-    "under",
-    "an",
-    "autumn",
-    "sky",
-]
+TEXTS = TextLengths(40, 120)  # the load tester's default utterances
 
 
 class CodecCalls:
@@ -86,7 +66,7 @@ def run(streams: int, seconds: float) -> None:
     def start() -> None:
         nonlocal started_count
         request_id = f"r{started_count}"
-        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 30)))
+        text = TEXTS.sample(rng)
         sampling = SamplingParams(seed=started_count)
         engine.add_request(SynthesisRequest(request_id, text, max_duration_s=30, sampling=sampling))
         arrived[request_id] = time.monotonic()

@@ -271,12 +271,14 @@ def _measure_prefill(engine: Engine) -> tuple[float, float] | None:
     alone in one step each (twice, keeping the faster): ``ms = fixed + per_row * rows +
     per_position * positions read``, fitted by non-negative least squares; returns
     ``(per_row, per_position)``, or ``None`` where fewer than three lengths fit one step."""
-    limit = min(engine.limits.max_input_chars, engine.config.max_num_batched_tokens)
     fastest: dict[tuple[int, int], float] = {}  # (rows, positions before them) -> ms
     for chars in _PREFILL_PROMPT_CHARS * 2:
-        if chars > limit or not _fits(engine, 1, chars):
+        if chars > engine.limits.max_input_chars or not _fits(engine, 1, chars):
             continue
         request = _request(engine, chars)
+        rows_at_most = engine.info.shape.max_prompt_tokens(request.text)
+        if rows_at_most > engine.config.max_num_batched_tokens:
+            continue  # more than one step's rows
         try:
             engine.add_request(request)
             engine.step()
@@ -285,11 +287,12 @@ def _measure_prefill(engine: Engine) -> tuple[float, float] | None:
             engine.abort_request(request.request_id)
             engine.step()
             engine.take_report()
-        total = engine.info.shape.max_prompt_tokens(request.text)
-        if len(steps) == 1 and 0 < steps[0].tokens <= total:  # the rest of it in one step
-            # (a shared prefix may come from the prefix cache: the rows start after it)
-            key = (steps[0].tokens, total - steps[0].tokens)
-            ms = 1000.0 * steps[0].seconds
+        # The whole prompt in one step (its context: every row); a shared prefix may come
+        # from the prefix cache, and the step's rows then start after it.
+        if len(steps) == 1 and 0 < steps[0].tokens <= steps[0].context_tokens:
+            step = steps[0]
+            key = (step.tokens, step.context_tokens - step.tokens)
+            ms = 1000.0 * step.seconds
             fastest[key] = min(ms, fastest.get(key, ms))
     if len({rows for rows, _ in fastest}) < 3:
         return None
