@@ -77,6 +77,8 @@ def test_reference_lists_every_key_with_its_variable():
         ("CADENZA_ENGINE__LEAD_HYSTERESIS_MS", "-1", "engine.lead_hysteresis_ms"),
         ("CADENZA_ENGINE__LEAD_HYSTERESIS_MS", "a while", "engine.lead_hysteresis_ms"),
         ("CADENZA_ADMISSION__JITTER_WINDOW_S", "-1", "admission.jitter_window_s"),
+        ("CADENZA_ADMISSION__FACTOR_RECOVERY_S", "-1", "admission.factor_recovery_s"),
+        ("CADENZA_ADMISSION__FACTOR_RECOVERY_S", "a minute", "admission.factor_recovery_s"),
         ("CADENZA_ADMISSION__REALTIME_MAX_WAIT_S", "soon", "admission.realtime_max_wait_s"),
         ("CADENZA_ENGINE__REPLICAS", "0", "engine.replicas"),
         ("CADENZA_ENGINE__REPLICAS", "two", "engine.replicas"),
