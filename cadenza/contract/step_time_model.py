@@ -183,15 +183,25 @@ def _interpolate(
 
 
 def _least_squares(samples: list[StepSample]) -> StepTimeModel:
-    """``fixed + per_token * tokens + per_kilocontext * context`` by least squares, with
-    non-negative coefficients (a negative one is dropped and the rest refitted)."""
-    columns = [
-        np.ones(len(samples)),
-        np.array([s.tokens for s in samples], dtype=float),
-        np.array([s.context_tokens / 1000.0 for s in samples], dtype=float),
-    ]
-    target = np.array([s.ms for s in samples], dtype=float)
-    active = [0, 1, 2]
+    """``fixed + per_token * tokens + per_kilocontext * context`` by
+    :func:`nonnegative_least_squares`."""
+    fixed, per_token, per_kilocontext = nonnegative_least_squares(
+        [
+            np.ones(len(samples)),
+            np.array([s.tokens for s in samples], dtype=float),
+            np.array([s.context_tokens / 1000.0 for s in samples], dtype=float),
+        ],
+        np.array([s.ms for s in samples], dtype=float),
+    )
+    return StepTimeModel(fixed_ms=fixed, per_token_ms=per_token, per_kilocontext_ms=per_kilocontext)
+
+
+def nonnegative_least_squares(columns: list[np.ndarray], target: np.ndarray) -> list[float]:
+    """The coefficients of ``columns`` that best fit ``target`` (least squares), none
+    negative: the most negative one is dropped and the rest refitted until none is (a dropped
+    column's coefficient is 0). Times are sums of costs that cannot be negative; a noisy
+    measurement must not make one so."""
+    active = list(range(len(columns)))
     while True:
         design = np.stack([columns[i] for i in active], axis=1)
         solution, *_ = np.linalg.lstsq(design, target, rcond=None)
@@ -200,8 +210,4 @@ def _least_squares(samples: list[StepSample]) -> StepTimeModel:
         if not negative or len(active) == 1:
             break
         active.remove(min(negative, key=lambda i: coefficients[i]))
-    return StepTimeModel(
-        fixed_ms=max(coefficients.get(0, 0.0), 0.0),
-        per_token_ms=max(coefficients.get(1, 0.0), 0.0),
-        per_kilocontext_ms=max(coefficients.get(2, 0.0), 0.0),
-    )
+    return [max(coefficients.get(i, 0.0), 0.0) for i in range(len(columns))]

@@ -48,7 +48,12 @@ from pydantic import ValidationError
 from cadenza.contract.calibration import CALIBRATION_ADAPTER, Calibration
 from cadenza.contract.request import SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
-from cadenza.contract.step_time_model import StepSample, StepTimeModel, step_budget_s
+from cadenza.contract.step_time_model import (
+    StepSample,
+    StepTimeModel,
+    nonnegative_least_squares,
+    step_budget_s,
+)
 from cadenza.engine.device import device_name
 from cadenza.engine.layouts.token_layout import layout_steps_for_frames
 from cadenza.kernels import fused_cpu_decode, native_library
@@ -301,16 +306,7 @@ def _measure_prefill(engine: Engine) -> tuple[float, float] | None:
     before = np.array([b for _, b in keys], dtype=float)
     columns = [np.ones_like(rows), rows, rows * (before + (rows + 1) / 2.0)]
     target = np.array([fastest[key] for key in keys])
-    active = [0, 1, 2]
-    while True:
-        solution, *_ = np.linalg.lstsq(np.stack([columns[i] for i in active], 1), target)
-        coefficients = dict(zip(active, solution.tolist(), strict=True))
-        negative = [i for i in active if coefficients[i] < 0]
-        if not negative or len(active) == 1:
-            break
-        active.remove(min(negative, key=lambda i: coefficients[i]))
-    per_row = max(coefficients.get(1, 0.0), 0.0)
-    per_position = max(coefficients.get(2, 0.0), 0.0)
+    _, per_row, per_position = nonnegative_least_squares(columns, target)
     if per_row == 0.0 and per_position == 0.0:
         return None
     return per_row, per_position

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from cadenza.contract.calibration import CALIBRATION_ADAPTER, Calibration
-from cadenza.contract.step_time_model import StepSample, StepTimeModel, step_budget_s
+from cadenza.contract.step_time_model import (
+    StepSample,
+    StepTimeModel,
+    nonnegative_least_squares,
+    step_budget_s,
+)
 
 POINTS = [StepSample(1, 100, 4.0), StepSample(4, 400, 6.0), StepSample(8, 800, 10.0)]
 
@@ -106,3 +112,12 @@ def test_prefill_rows_within_is_the_most_rows_that_fit() -> None:
     assert quadratic.prefill_rows_within(40.0, 900) < quadratic.prefill_rows_within(40.0, 0)
     assert flat.prefill_rows_within(40.05, 900) == flat.prefill_rows_within(40.05, 0) == 400
     assert quadratic.prefill_rows_within(0.0) == 0 and quadratic.prefill_rows_within(-1.0) == 0
+
+
+def test_nonnegative_least_squares_drops_a_negative_coefficient_and_refits() -> None:
+    rows = np.array([1.0, 2.0, 4.0, 8.0])
+    exact = nonnegative_least_squares([np.ones(4), rows], 0.5 + 2.0 * rows)
+    assert exact == pytest.approx([0.5, 2.0])
+    # A target that falls with rows would need a negative slope: 0, and the mean for the rest.
+    falling = nonnegative_least_squares([np.ones(4), rows], np.array([4.0, 3.0, 2.0, 1.0]))
+    assert falling == pytest.approx([2.5, 0.0])
