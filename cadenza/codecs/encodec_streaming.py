@@ -17,7 +17,8 @@ Conv1d (stride 1)      the last ``(k - 1) * dilation`` input samples. Offline, t
 ConvTranspose1d        the previous input frame: with ``k = 2 * stride`` each output block
                        depends on two input frames (computed polyphase, as a stride-1 conv).
                        The tail the offline decoder trims at the end is never computed.
-LSTM                   ``(h, c)`` of every layer; ragged chunks go through a packed sequence.
+LSTM                   ``(h, c)`` of every layer (float32 on the CPU's native kernel, which
+                       runs each row of a ragged chunk for its own length).
 ELU, 1x1 convs         nothing.
 =====================  =====================================================================
 
@@ -52,6 +53,7 @@ from cadenza.codecs.ragged import (
 )
 from cadenza.codecs.shared_stages import Elu, Residual, plain_weight
 from cadenza.codecs.slot_decoder import SlotDecoder
+from cadenza.kernels.cpu_lstm import NativeLstm
 
 
 class _CausalConv(RaggedStage):
@@ -150,15 +152,22 @@ class _CausalConvTranspose(RaggedStage):
 
 
 class _StreamingLSTM(RaggedStage):
-    """EnCodec's LSTM with its skip connection: ``y = lstm(x) + x``."""
+    """EnCodec's LSTM with its skip connection: ``y = lstm(x) + x``. On the CPU the layers
+    run through the native kernel (:mod:`cadenza.kernels.cpu_lstm`: weights packed once, a
+    ragged batch in one call per layer, float32 state); elsewhere, or without a C++ compiler,
+    through ``torch.nn.LSTM`` (a ragged batch as a packed sequence)."""
 
     def __init__(self, layer: Any, max_streams: int, dtype: torch.dtype) -> None:
-        self.lstm: nn.LSTM = layer.lstm if dtype == torch.float32 else copy.deepcopy(layer.lstm)
-        self.lstm.to(dtype)
-        size = (self.lstm.num_layers, max_streams, self.lstm.hidden_size)
-        weight = self.lstm.weight_ih_l0
-        self.h = weight.new_zeros(size)
-        self.c = weight.new_zeros(size)
+        lstm: nn.LSTM = layer.lstm
+        device = next(lstm.parameters()).device
+        self.native = NativeLstm.build(lstm, dtype) if device.type == "cpu" else None
+        # torch's path runs a copy in the compute dtype (the native kernel packs its own)
+        needs_copy = dtype != torch.float32 and self.native is None
+        self.lstm = copy.deepcopy(lstm).to(dtype) if needs_copy else lstm
+        state_dtype = torch.float32 if self.native is not None else dtype
+        size = (lstm.num_layers, max_streams, lstm.hidden_size)
+        self.h = torch.zeros(size, dtype=state_dtype, device=device)
+        self.c = torch.zeros(size, dtype=state_dtype, device=device)
 
     def reset(self, slot: int) -> None:
         self.h[:, slot] = 0
@@ -170,6 +179,8 @@ class _StreamingLSTM(RaggedStage):
         live = [i for i, n in enumerate(lengths) if n > 0]
         if not live:
             return x, lengths
+        if self.native is not None:
+            return self._native_forward(x, lengths, slots), lengths
         seq = x.permute(2, 0, 1)  # [T, B, C]
         if len(live) == len(lengths) and min(lengths) == seq.shape[0]:
             out, (h, c) = self.lstm(seq, (self.h[:, slots], self.c[:, slots]))
@@ -185,6 +196,17 @@ class _StreamingLSTM(RaggedStage):
         result = seq.clone()
         result[:, live] = unpacked + seq[:, live]
         return result.permute(1, 2, 0), lengths
+
+    def _native_forward(
+        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor
+    ) -> torch.Tensor:
+        """The kernel's pass; the output is time-major (``[B, T, C]`` storage)."""
+        assert self.native is not None
+        storage = x.transpose(1, 2).float().contiguous()  # [B, T, C]
+        h, c = self.h[:, slots].contiguous(), self.c[:, slots].contiguous()
+        out = self.native(storage, lengths, h, c)
+        self.h[:, slots], self.c[:, slots] = h, c
+        return out.add_(storage).to(x.dtype).transpose(1, 2)
 
 
 def _resnet(layer: Any, max_streams: int, dtype: torch.dtype) -> Residual:

@@ -31,13 +31,14 @@ from torch import nn
 from cadenza.kernels import native_library
 from cadenza.kernels.attention_context import AttentionContext
 from cadenza.kernels.cpu_linear import PackedLinear
+from cadenza.kernels.packed_product import pack_weight
 
 if TYPE_CHECKING:
     from cadenza.engine.kv.paged_kv_cache import PagedKVCache
     from cadenza.engine.models.llama import LlamaBackbone
 
 SOURCE = "cpu_decode_layers.cpp"
-LANES = 16
+LANES = 16  # widths the kernel takes are multiples of this
 MAX_HEAD_DIM = 128
 MAX_GROUP = 64
 CACHE_DTYPES = (torch.float32, torch.bfloat16)
@@ -71,18 +72,6 @@ class _LayerWeights(ctypes.Structure):
             "values",
         )
     ]
-
-
-def pack_weight(weight: torch.Tensor, dtype: torch.dtype, pairs: bool = False) -> torch.Tensor:
-    """``weight [N, K]`` (``N % 16 == 0``) in the kernel's layout, in ``dtype``: blocks of 16
-    output rows, ``packed[n // 16, k, n % 16] = weight[n, k]``; with ``pairs`` (bfloat16
-    multiplied in pairs, ``K`` even) ``packed[n // 16, k // 2, n % 16, k % 2]``."""
-    out_features, in_features = weight.shape
-    blocks = weight.detach().to(dtype).reshape(out_features // LANES, LANES, in_features)
-    if pairs:
-        halves = blocks.reshape(out_features // LANES, LANES, in_features // 2, 2)
-        return halves.permute(0, 2, 1, 3).contiguous()
-    return blocks.transpose(1, 2).contiguous()
 
 
 def _projections(layer: nn.Module) -> tuple[nn.Module | None, ...]:

@@ -18,7 +18,7 @@ from cadenza.engine.models.llama import (
 from cadenza.kernels import native_library
 from cadenza.kernels.attention_context import AttentionContext, PrefillSpan
 from cadenza.kernels.cpu_linear import bf16_packing_available, pack_linears
-from cadenza.kernels.fused_cpu_decode import FusedCpuDecode, pack_weight, unsupported_reason
+from cadenza.kernels.fused_cpu_decode import FusedCpuDecode, unsupported_reason
 from cadenza.kernels.int8_linear import quantize_linears
 
 PAGE = 4
@@ -229,16 +229,6 @@ def test_a_nan_stays_in_its_row():
         out = model(embeddings, positions, context, cache)
     assert torch.isfinite(out[0]).all()
     assert torch.isnan(out[1]).all()
-
-
-def test_weights_are_packed_in_blocks_of_sixteen_output_rows():
-    weight = torch.arange(32 * 4, dtype=torch.float32).reshape(32, 4)
-    packed = pack_weight(weight, torch.float32)
-    assert packed.shape == (2, 4, 16)
-    assert packed[1, 2, 5] == weight[16 + 5, 2]
-    pairs = pack_weight(weight, torch.bfloat16, pairs=True)
-    assert pairs.shape == (2, 2, 16, 2) and pairs.dtype == torch.bfloat16
-    assert pairs[1, 1, 5, 1] == weight[16 + 5, 3]
 
 
 def test_widths_the_kernel_does_not_take_are_refused():

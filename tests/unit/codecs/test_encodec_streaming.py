@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from cadenza.codecs import CodecError, load_codec
 from cadenza.codecs.encodec_streaming import EncodecStreamingDecoder
+from cadenza.kernels import cpu_lstm, native_library
+from cadenza.kernels.cpu_lstm import NativeLstm
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +78,34 @@ def test_random_chunkings_of_interleaved_streams(codec, plans):
     assert not decoder.open_slots
     for n, stream_codes in codes.items():
         _assert_matches_offline(codec, stream_codes, pieces[n])
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_ragged_calls_match_offline_on_either_lstm(codec, monkeypatch, native):
+    """Streams whose chunks differ in length share every call, through the native LSTM
+    kernel and through torch's (what a machine without a C++ compiler runs)."""
+    if not native:
+        monkeypatch.setattr(NativeLstm, "build", classmethod(lambda cls, lstm, dtype: None))
+    decoder = EncodecStreamingDecoder(codec, max_streams=3)
+    kernel = native and native_library.load(cpu_lstm.SOURCE) is not None
+    assert (decoder._stages[1].native is not None) == kernel
+    plans = [[9, 6, 7, 8], [3, 12, 1, 14], [15, 2, 8, 5]]
+    codes = [_codes(sum(plan), seed) for seed, plan in enumerate(plans)]
+    slots = [decoder.open() for _ in plans]
+    pieces: list[list[torch.Tensor]] = [[] for _ in plans]
+    for tick in range(4):
+        chunks = {}
+        for n, plan in enumerate(plans):
+            done = sum(plan[:tick])
+            chunks[slots[n]] = codes[n][:, done : done + plan[tick]]
+        out = decoder.decode(chunks)
+        for n, slot in enumerate(slots):
+            pieces[n].append(out[slot])
+    for n, slot in enumerate(slots):
+        tail = decoder.close(slot)
+        if tail is not None:
+            pieces[n].append(tail)
+        _assert_matches_offline(codec, codes[n], pieces[n])
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 6, 7, 15])
