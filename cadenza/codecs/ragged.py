@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from cadenza.kernels.cpu_mono_conv import MonoConv
+
 Lengths = list[int]
 
 
@@ -68,10 +70,12 @@ class Conv:
     output is time-major. Inputs in another layout are converted first. Every row is
     convolved whole: callers handle padding rows.
 
-    Two ways, by shape (docs/benchmarks.md): a wide stride-1 conv (``C_in >= 256``, the
+    Three ways, by shape (docs/benchmarks.md): a wide stride-1 conv (``C_in >= 256``, the
     low-rate end of a decoder, few time steps) is one matrix product of the ``k`` shifted
-    time-major views side by side (1.5-4x oneDNN's convs there); the rest run as a 2-D conv over
-    channels-last storage."""
+    time-major views side by side (1.5-4x oneDNN's convs there); a stride-1 conv to one output
+    channel (the waveform at the decoder's end) goes to a native kernel on the CPU
+    (:mod:`cadenza.kernels.cpu_mono_conv`); the rest run as a 2-D conv over channels-last
+    storage."""
 
     def __init__(
         self,
@@ -90,12 +94,19 @@ class Conv:
         self.groups = groups
         self.matrix: torch.Tensor | None = None  # [(tap, C_in), C_out] for the product
         self.weight: torch.Tensor | None = None  # [C_out, C_in / groups, 1, k] channels-last
+        self.mono: MonoConv | None = None
+        if self.out_channels == 1 and groups == 1 and stride == 1:
+            self.mono = MonoConv.build(weight, bias, dilation)
         if groups == 1 and stride == 1 and in_per_group >= GEMM_MIN_CHANNELS:
             self.matrix = weight.permute(2, 1, 0).reshape(-1, self.out_channels).contiguous()
         else:
             self.weight = weight.unsqueeze(2).contiguous(memory_format=torch.channels_last)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.mono is not None:
+            x = time_major(x)
+            if self.mono.applies(x):
+                return self.mono(x)
         if self.matrix is not None:
             return self._product(time_major(x).transpose(1, 2))
         assert self.weight is not None

@@ -56,7 +56,7 @@ from cadenza.contract.step_time_model import (
 )
 from cadenza.engine.device import device_name
 from cadenza.engine.layouts.token_layout import layout_steps_for_frames
-from cadenza.kernels import cpu_lstm, fused_cpu_decode, native_library
+from cadenza.kernels import cpu_lstm, cpu_mono_conv, fused_cpu_decode, native_library
 from cadenza.version import __version__
 
 if TYPE_CHECKING:
@@ -88,7 +88,10 @@ def calibration_identity(engine: Engine, seed: int) -> str:
         "pack_cpu_weights": config.pack_cpu_weights,
         "fused_cpu_decode": config.fused_cpu_decode
         and native_library.source_digest(fused_cpu_decode.SOURCE),
-        "codec_lstm": native_library.source_digest(cpu_lstm.SOURCE),
+        "codec_kernels": [
+            native_library.source_digest(source)
+            for source in (cpu_lstm.SOURCE, cpu_mono_conv.SOURCE)
+        ],
         "batch_sizes": list(config.calibration_batch_sizes),
         "steps": config.calibration_steps,
         "long_context": config.calibration_long_context,
