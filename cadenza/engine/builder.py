@@ -10,6 +10,7 @@ import torch
 from cadenza.codecs import load_codec
 from cadenza.codecs.codec import AudioCodec, CodecError
 from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
+from cadenza.contract.cpu_replicas import replica_count
 from cadenza.engine.audio_stage import AudioStage, TokenOutputs
 from cadenza.engine.chunk_policy import codec_chunk_frames
 from cadenza.engine.device import resolve_device, resolve_dtype, resolve_kv_dtype
@@ -211,7 +212,9 @@ def engine_from_config(config: CadenzaConfig) -> Engine:
 
 def build_serving_engine(config: CadenzaConfig) -> ServingEngine:
     """The configured engine, ready to serve: the naive baseline, or the batching engine with
-    its step time calibrated (or read from the calibration cache)."""
+    its step time calibrated (or read from the calibration cache) beside the model's other
+    replicas, which the edge starts together: what one replica's step costs while the others
+    work, as in service."""
     if config.engine.kind == "naive":
         from cadenza.engine.naive_engine import NaiveEngine
 
@@ -219,5 +222,8 @@ def build_serving_engine(config: CadenzaConfig) -> ServingEngine:
     from cadenza.engine.realtime.calibration import load_or_calibrate
 
     engine = engine_from_config(config)
-    engine.apply_calibration(load_or_calibrate(engine, config.model.seed))
+    replicas = replica_count(
+        config.engine.replicas, config.model.device, config.engine.mode, config.engine.kind
+    )
+    engine.apply_calibration(load_or_calibrate(engine, config.model.seed, replicas - 1))
     return engine

@@ -161,10 +161,14 @@ def place_replica(config: CadenzaConfig, replica: int) -> CadenzaConfig:
     :mod:`cadenza.contract.cpu_replicas` says: each pinned to its own share, running that many
     torch threads (unless ``model.torch_threads`` says otherwise), or all sharing every core
     with OpenMP threads that sleep instead of spinning when idle, so that a busy replica gets
-    the cores an idle one leaves."""
+    the cores an idle one leaves. The configuration returned names the replica count
+    (``engine.replicas``) as decided here, before the process is pinned to its share."""
     replicas = replica_count(
         config.engine.replicas, config.model.device, config.engine.mode, config.engine.kind
     )
+    # The count as the edge decided it (this process is about to see only its own cores).
+    engine = config.engine.model_copy(update={"replicas": replicas})
+    config = config.model_copy(update={"engine": engine})
     cores = usable_cores()
     share = cores_per_replica(replicas, len(cores))
     if core_sharers(replicas, len(cores)) > 1:

@@ -72,11 +72,13 @@ _PREFILL_PROMPT_CHARS = (48, 192, 448)
 _WORDS = ("calibrate", "measure", "steady", "tempo", "voice", "step", "time", "frame")
 
 
-def calibration_identity(engine: Engine, seed: int) -> str:
-    """The cache key: a hash of everything that changes what a step costs."""
+def calibration_identity(engine: Engine, seed: int, neighbours: int = 0) -> str:
+    """The cache key: a hash of everything that changes what a step costs, the replicas
+    measuring beside this one included."""
     config = engine.config
     parts = {
         "format": CALIBRATION_FORMAT,
+        "neighbours": neighbours,
         "weights": list(engine.identity_keys),  # model, dtype, KV dtype, weights dtype
         "seed": seed,
         "device": device_name(engine.model.device),
@@ -109,14 +111,16 @@ def cache_path(engine: Engine, identity: str) -> Path:
     return Path(root) / f"calibration-{identity}.json"
 
 
-def load_or_calibrate(engine: Engine, seed: int = 0) -> Calibration | None:
+def load_or_calibrate(engine: Engine, seed: int = 0, neighbours: int = 0) -> Calibration | None:
     """The configured calibration of ``engine`` (read from the cache or measured now);
     ``None`` when calibration is off or the model produces no audio. The caller applies it
-    (:meth:`Engine.apply_calibration`)."""
+    (:meth:`Engine.apply_calibration`). ``neighbours``: how many other engine replicas share
+    this machine and calibrate at the same time (their steps slow this one's: shared caches,
+    memory bandwidth, a host's sibling threads), part of the cache key."""
     mode = engine.config.calibration
     if mode == "off" or engine.policy is None:
         return None
-    identity = calibration_identity(engine, seed)
+    identity = calibration_identity(engine, seed, neighbours)
     path = cache_path(engine, identity)
     calibration: Calibration | None = None
     if mode == "auto" and path.is_file():
@@ -136,11 +140,12 @@ def load_or_calibrate(engine: Engine, seed: int = 0) -> Calibration | None:
         except OSError as exc:
             log.warning("cannot cache the calibration at %s: %s", path, exc)
     log.info(
-        "step time (%s, %s): %s; %.3f ms per 1k context; %.4f ms per prompt row and %.3f us "
-        "per position it reads; codec %.3f ms per frame; jitter x%.2f; saturated throughput "
-        "%.1f streams",
+        "step time (%s, %s, beside %d other replica(s)): %s; %.3f ms per 1k context; %.4f ms "
+        "per prompt row and %.3f us per position it reads; codec %.3f ms per frame; jitter "
+        "x%.2f; saturated throughput %.1f streams",
         calibration.source,
         calibration.device_name,
+        neighbours,
         ", ".join(f"{t} streams {ms:.2f} ms" for t, _, ms in calibration.model.decode_points),
         calibration.model.per_kilocontext_ms,
         calibration.model.prefill_ms_per_token,

@@ -8,7 +8,7 @@ import numpy as np
 import zmq
 
 from cadenza.config import load_config
-from cadenza.contract import messages
+from cadenza.contract import cpu_replicas, messages
 from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
 from cadenza.ipc import engine_loop
 from tests.support.contract_examples import engine_info
@@ -100,3 +100,19 @@ def test_rejection_outputs_carry_no_audio() -> None:
     assert isinstance(output, messages.Output)
     stream = output.stream_output()
     assert stream.finish_reason is FinishReason.ERROR and np.size(stream.audio) == 0
+
+
+def test_a_placed_replica_knows_how_many_replicas_share_the_machine(monkeypatch) -> None:
+    """The engine process is pinned to its share of the cores; the count it calibrates beside
+    is the one decided before that, named in the configuration it runs with."""
+    pinned: list[set[int]] = []
+    monkeypatch.setattr(engine_loop, "usable_cores", lambda: [0, 1])
+    monkeypatch.setattr(cpu_replicas, "usable_cores", lambda: [0, 1])
+    monkeypatch.setattr(
+        engine_loop.os, "sched_setaffinity", lambda _pid, cores: pinned.append(set(cores))
+    )
+    config = load_config(overrides={"model": {"device": "cpu"}, "engine": {"replicas": None}})
+    placed = engine_loop.place_replica(config, 1)
+    assert placed.engine.replicas == 2
+    assert pinned == [{1}]
+    assert placed.model.torch_threads == 1

@@ -53,6 +53,7 @@ def test_sweep_fits_a_model_caches_it_and_leaves_the_engine_idle(tmp_path: Path)
 def test_cache_key_changes_with_what_changes_step_time(tmp_path: Path) -> None:
     base = calibration_identity(_engine(tmp_path), seed=0)
     assert calibration_identity(_engine(tmp_path), seed=1) != base
+    assert calibration_identity(_engine(tmp_path), seed=0, neighbours=1) != base
     assert calibration_identity(_engine(tmp_path, chunk_frames=10), seed=0) != base
 
 
