@@ -33,10 +33,8 @@ def _native(dtype: torch.dtype) -> Any:
     library = native_library.load(SOURCE)
     if library is None:
         return None
-    function = getattr(library, name)
-    function.restype = None
-    function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_float]
-    return function
+    argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_float]
+    return native_library.procedure(library, name, argtypes)
 
 
 def _is_dense(x: torch.Tensor) -> bool:

@@ -28,23 +28,10 @@ _ENTRY_POINTS = {torch.float32: "cadenza_lstm_layer_f32", torch.bfloat16: "caden
 
 
 def _entry_point(library: ctypes.CDLL, dtype: torch.dtype) -> Any:
-    function = getattr(library, _ENTRY_POINTS[dtype])
-    function.restype = None
-    function.argtypes = [
-        ctypes.c_void_p,  # x
-        ctypes.c_int,  # B
-        ctypes.c_int,  # T
-        ctypes.c_void_p,  # lengths
-        ctypes.c_int,  # K
-        ctypes.c_int,  # H
-        ctypes.c_void_p,  # w_ih
-        ctypes.c_void_p,  # w_hh
-        ctypes.c_void_p,  # bias
-        ctypes.c_void_p,  # h
-        ctypes.c_void_p,  # c
-        ctypes.c_void_p,  # y
-    ]
-    return function
+    pointer, count = ctypes.c_void_p, ctypes.c_int
+    # x, B, T, lengths, K, H, w_ih, w_hh, bias, h, c, y
+    argtypes = [pointer, count, count, pointer, count, count, *[pointer] * 6]
+    return native_library.procedure(library, _ENTRY_POINTS[dtype], argtypes)
 
 
 def unsupported_reason(lstm: nn.LSTM, dtype: torch.dtype) -> str | None:

@@ -23,20 +23,10 @@ _CHANNEL_MULTIPLE = 16
 
 
 def _entry_point(library: ctypes.CDLL, dtype: torch.dtype) -> Any:
-    function = getattr(library, _ENTRY_POINTS[dtype])
-    function.restype = None
-    function.argtypes = [
-        ctypes.c_void_p,  # x
-        ctypes.c_int,  # B
-        ctypes.c_int,  # L
-        ctypes.c_int,  # C
-        ctypes.c_void_p,  # w
-        ctypes.c_int,  # k
-        ctypes.c_int,  # dilation
-        ctypes.c_float,  # bias
-        ctypes.c_void_p,  # out
-    ]
-    return function
+    pointer, count = ctypes.c_void_p, ctypes.c_int
+    # x, B, L, C, w, k, dilation, bias, out
+    argtypes = [pointer, count, count, count, pointer, count, count, ctypes.c_float, pointer]
+    return native_library.procedure(library, _ENTRY_POINTS[dtype], argtypes)
 
 
 class MonoConv:

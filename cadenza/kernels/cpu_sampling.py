@@ -26,11 +26,9 @@ def _native() -> Any:
     library = native_library.load(SOURCE)
     if library is None:
         return None
-    function = library.cadenza_draw_thresholded
-    function.restype = None
     pointer, count = ctypes.c_void_p, ctypes.c_int64
-    function.argtypes = [pointer, count, count, count, pointer, pointer, pointer, pointer, pointer]
-    return function
+    argtypes = [pointer, count, count, count, pointer, pointer, pointer, pointer, pointer]
+    return native_library.procedure(library, "cadenza_draw_thresholded", argtypes)
 
 
 def available() -> bool:

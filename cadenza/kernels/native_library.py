@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -135,3 +136,12 @@ def load(source_name: str) -> ctypes.CDLL | None:
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         log.warning("native %s unavailable (%s): torch path", source_name, exc)
         return None
+
+
+def procedure(library: ctypes.CDLL, name: str, argtypes: list[Any]) -> Any:
+    """``library``'s function ``name``, declared to take ``argtypes`` and return nothing (what
+    every kernel entry point does: it writes its results into buffers it is given)."""
+    function = getattr(library, name)
+    function.restype = None
+    function.argtypes = argtypes
+    return function
