@@ -62,7 +62,8 @@ class MonoConv:
         """Whether ``x`` (``[B, C, L]``) can go through the kernel: on the CPU, float32 or
         bfloat16, time-major."""
         return (
-            x.device.type == "cpu"
+            x.dim() == 3
+            and x.device.type == "cpu"
             and x.dtype in self._functions
             and x.shape[1] == self.in_channels
             and x.transpose(1, 2).is_contiguous()
@@ -70,7 +71,12 @@ class MonoConv:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """``x [B, C, L]`` time-major (see :meth:`applies`) -> ``[B, 1, L - (k - 1) *
-        dilation]`` in ``x``'s dtype."""
+        dilation]`` in ``x``'s dtype. Raises ``ValueError`` for any other input."""
+        if not self.applies(x):
+            raise ValueError(
+                f"the native conv takes a time-major CPU [B, {self.in_channels}, L] tensor in "
+                "float32 or bfloat16"
+            )
         batch, _, length = x.shape
         steps = max(length - (self.kernel - 1) * self.dilation, 0)
         out = torch.empty(batch, 1, steps)

@@ -56,3 +56,6 @@ def test_what_the_kernel_does_not_take():
     assert not conv.applies(channel_major)
     assert not conv.applies(_time_major(2, 32, 20, torch.float16))
     assert not conv.applies(_time_major(2, 16, 20, torch.float32))
+    for garbage in (channel_major, _time_major(2, 16, 20, torch.float32), torch.zeros(3, 32)):
+        with pytest.raises(ValueError, match="time-major"):
+            conv(garbage)
