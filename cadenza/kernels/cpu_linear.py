@@ -12,17 +12,30 @@ On a CPU with native bf16 matrix units (AMX tiles or AVX512-BF16,
 those units, 2.5-4x faster again at 16-32 rows, with bf16's rounding of weights and
 activations (the input is rounded to bf16, accumulation and the output stay fp32). What that
 costs in accuracy is measured in docs/benchmarks.md ("CPU bf16 matrix units").
+
+Where the CPU has AMX tiles and the kernel grants them (:func:`tile_linear_library`), a bf16
+layer whose widths fit the tiles (outputs a multiple of 16, inputs of 32) skips oneDNN: its
+weight is pair-packed once and every product, one row or many, runs through cadenza's own tile
+product (``cpu_tile_linear.cpp``, the product the fused decode step uses). oneDNN's fixed cost
+per call (30-40 us) and the fp32 detour of small products go; a 256 x 8208 output head at 1-16
+rows took 0.23-0.26 ms instead of 0.5-1.1 (docs/benchmarks.md, "AMX tiles").
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cadenza.kernels import native_library
 from cadenza.kernels.linear_swap import swap_linears
+from cadenza.kernels.packed_product import pack_weight
+
+TILE_SOURCE = "cpu_tile_linear.cpp"
+TILE_WIDTHS = (16, 32)  # outputs and inputs must be multiples of these for the tile product
 
 
 def native_bf16_matmul() -> bool:
@@ -75,6 +88,33 @@ def amx_available() -> bool:
     return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
 
 
+@functools.cache
+def tile_linear_library() -> ctypes.CDLL | None:
+    """The native tile product (``cpu_tile_linear.cpp``), or ``None`` where its products do
+    not run on AMX tiles (no AMX, the kernel refuses this process the tile state, no
+    compiler)."""
+    if not amx_available():
+        return None
+    library = native_library.load(TILE_SOURCE)
+    if library is None or not tile_products(library):
+        return None
+    pointer, count = ctypes.c_void_p, ctypes.c_int
+    # x, B, packed, N, K, y
+    native_library.procedure(
+        library, "cadenza_tile_linear_bf16", [pointer, count, pointer, count, count, pointer]
+    )
+    return library
+
+
+def tile_products(library: ctypes.CDLL, enabled: bool | None = None) -> bool:
+    """Whether ``library`` (any native kernel library: they all include ``cpu_product.h``)
+    runs its bf16 products on AMX tiles; ``enabled`` turns them off or back on first (the
+    side-by-side benchmarks do; serving leaves them as the machine allows)."""
+    function = library.cadenza_tile_products
+    function.argtypes, function.restype = [ctypes.c_int], ctypes.c_int
+    return bool(function(-1 if enabled is None else int(enabled)))
+
+
 # On a CPU with AMX tiles a oneDNN call cost 30-40 us however small the product (2 cores), and
 # below about this many multiply-adds plain ``F.linear`` (MKL, fp32) was as fast or faster. On
 # one without (AVX512-BF16 only: AMD EPYC), packed products won at every size once a step's
@@ -93,9 +133,11 @@ class PackedLinear(nn.Module):
     Products smaller than :data:`SMALL_PRODUCT_MACS` (few rows through a small layer; only on
     CPUs with AMX) use the fp32 ``weight`` directly: oneDNN's fixed cost per call would
     dominate them. With bf16 that makes a row's result depend, to bf16 rounding, on how many
-    rows share the call."""
+    rows share the call. A bf16 layer on the tile product (see the module) has neither: one
+    path for every row count, its output always fp32 (which every consumer takes)."""
 
     packed: torch.Tensor
+    tiles: torch.Tensor | None
 
     def __init__(
         self,
@@ -108,15 +150,28 @@ class PackedLinear(nn.Module):
         self.compute_dtype = compute_dtype
         self.keep_compute_dtype = keep_compute_dtype
         self.weight = nn.Parameter(weight.detach(), requires_grad=False)
-        self.register_buffer(
-            "packed",
-            torch.ops.mkldnn._reorder_linear_weight(self.weight.detach().to(compute_dtype)),
-            persistent=False,
-        )
+        if (
+            compute_dtype == torch.bfloat16
+            and self.out_features % TILE_WIDTHS[0] == 0
+            and self.in_features % TILE_WIDTHS[1] == 0
+            and tile_linear_library() is not None
+        ):
+            tiles = pack_weight(self.weight, torch.bfloat16, pairs=True)
+            self.register_buffer("tiles", tiles, persistent=False)
+            self.register_buffer("packed", torch.empty(0), persistent=False)
+        else:
+            self.tiles = None
+            self.register_buffer(
+                "packed",
+                torch.ops.mkldnn._reorder_linear_weight(self.weight.detach().to(compute_dtype)),
+                persistent=False,
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type != "cpu" or x.dtype not in (torch.float32, self.compute_dtype):
             return F.linear(x, self.weight)
+        if self.tiles is not None:
+            return self._tile_forward(x)
         rows = x.numel() // self.in_features
         if rows * self.in_features * self.out_features < SMALL_PRODUCT_MACS:
             return F.linear(x.float(), self.weight)
@@ -124,6 +179,22 @@ class PackedLinear(nn.Module):
         out = torch.ops.mkldnn._linear_pointwise(flat, self.packed, None, "none", [], "")
         if not self.keep_compute_dtype:
             out = out.to(torch.float32)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def _tile_forward(self, x: torch.Tensor) -> torch.Tensor:
+        library = tile_linear_library()
+        assert self.tiles is not None and library is not None
+        flat = x.reshape(-1, self.in_features).float().contiguous()
+        out = torch.empty(flat.shape[0], self.out_features)
+        if flat.shape[0]:
+            library.cadenza_tile_linear_bf16(
+                flat.data_ptr(),
+                flat.shape[0],
+                self.tiles.data_ptr(),
+                self.out_features,
+                self.in_features,
+                out.data_ptr(),
+            )
         return out.reshape(*x.shape[:-1], self.out_features)
 
 

@@ -6,6 +6,13 @@
 // which; cadenza/kernels/fused_cpu_decode.py packs either way). Register blocks are sized by
 // the machine's vector registers; a product big enough to pay for waking threads is split over
 // torch's OpenMP threads by output block.
+//
+// On a CPU with AMX tiles (Intel Sapphire Rapids and later, built with -march=native there), the
+// bfloat16 product runs on the tile unit instead when k is a multiple of 32 and the kernel (Linux)
+// grants this process the tile state: the pair-packed block of 16 output rows is, 32 k at a time,
+// exactly a B tile (16 rows of k pairs, 64 bytes each), the bf16 rows an A tile of up to 16 rows,
+// and the float32 sums a C tile. Same inputs (rounded to bf16), float32 sums in another order:
+// 4-7x the dot-product instructions' rate at 8-16 rows, as fast at one (docs/benchmarks.md).
 
 #pragma once
 
@@ -14,8 +21,13 @@
 
 #include "cpu_vector.h"
 
-#if defined(__AVX512BF16__)
+#if defined(__AVX512BF16__) || (defined(__AMX_TILE__) && defined(__AMX_BF16__))
 #include <immintrin.h>
+#endif
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#define CADENZA_AMX 1
 #endif
 
 namespace {
@@ -157,6 +169,118 @@ void pair_product_block(const uint32_t* pairs, int half_k, const uint16_t* block
     }
 }
 
+#if defined(CADENZA_AMX)
+// Whether the kernel lets this process use the tile registers (Linux asks each process to
+// request them: ARCH_REQ_XCOMP_PERM for XTILEDATA; a refusal, as under a hypervisor that does
+// not pass AMX through, keeps the dot-product path).
+inline bool amx_permitted() {
+    static const bool permitted = [] {
+        constexpr long REQUEST_PERMISSION = 0x1023, TILE_DATA = 18;
+        return syscall(SYS_arch_prctl, REQUEST_PERMISSION, TILE_DATA) == 0;
+    }();
+    return permitted;
+}
+
+// Whether the bfloat16 products use the tiles (where permitted; cadenza_tile_products turns
+// them off and on, for side-by-side measurements).
+inline bool& tiles_enabled() {
+    static bool enabled = amx_permitted();
+    return enabled;
+}
+
+struct TileConfig {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t bytes_per_row[16];
+    uint8_t rows[16];
+};
+
+// Tiles 0, 1: the sums of row group 0 for two output blocks; 2, 3: those of row group 1; 4, 5:
+// the rows of groups 0 and 1; 6, 7: the weights of the two blocks. A group of 0 rows is unused.
+inline void configure_tiles(int rows0, int rows1) {
+    TileConfig config{};
+    config.palette = 1;
+    const int rows[8] = {rows0, rows0, rows1, rows1, rows0, rows1, 16, 16};
+    for (int t = 0; t < 8; ++t) {
+        config.rows[t] = (uint8_t)rows[t];
+        config.bytes_per_row[t] = rows[t] ? 64 : 0;
+    }
+    _tile_loadconfig(&config);
+}
+
+// y[0:32, 0:32] (+)= rows . (block0 | block1) for up to two groups of 16 rows (``a``: bf16
+// rows of K, contiguous) and one or two blocks of 16 output features.
+template <bool TWO_GROUPS, bool TWO_BLOCKS>
+inline void tile_blocks(const uint16_t* a, int K, const uint16_t* block0, const uint16_t* block1,
+                        float* y, int ldy, bool accumulate) {
+    const int stride = ldy * (int)sizeof(float);
+    float* y1 = y + (size_t)16 * ldy;
+    if (accumulate) {
+        _tile_loadd(0, y, stride);
+        if (TWO_BLOCKS) _tile_loadd(1, y + 16, stride);
+        if (TWO_GROUPS) _tile_loadd(2, y1, stride);
+        if (TWO_GROUPS && TWO_BLOCKS) _tile_loadd(3, y1 + 16, stride);
+    } else {
+        _tile_zero(0);
+        if (TWO_BLOCKS) _tile_zero(1);
+        if (TWO_GROUPS) _tile_zero(2);
+        if (TWO_GROUPS && TWO_BLOCKS) _tile_zero(3);
+    }
+    const uint16_t* a1 = a + (size_t)16 * K;
+    for (int k = 0; k < K; k += 32) {  // 32 k: 16 pairs, a 1 KB block of each weight block
+        _tile_loadd(4, a + k, K * 2);
+        _tile_loadd(6, block0 + (size_t)k * BLOCK, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        if (TWO_BLOCKS) {
+            _tile_loadd(7, block1 + (size_t)k * BLOCK, 64);
+            _tile_dpbf16ps(1, 4, 7);
+        }
+        if (TWO_GROUPS) {
+            _tile_loadd(5, a1 + k, K * 2);
+            _tile_dpbf16ps(2, 5, 6);
+            if (TWO_BLOCKS) _tile_dpbf16ps(3, 5, 7);
+        }
+    }
+    _tile_stored(0, y, stride);
+    if (TWO_BLOCKS) _tile_stored(1, y + 16, stride);
+    if (TWO_GROUPS) _tile_stored(2, y1, stride);
+    if (TWO_GROUPS && TWO_BLOCKS) _tile_stored(3, y1 + 16, stride);
+}
+
+// y[B, N] (+)= a[B, K] @ W^T on the tiles: ``a`` bf16 rows (contiguous), W pair-packed;
+// K % 32 == 0. Rows in groups of 32, output blocks in pairs (split over the threads).
+void tile_product(const uint16_t* a, int B, int K, const uint16_t* packed, int N, float* y,
+                  int ldy, bool accumulate) {
+    const int pairs = (N / BLOCK + 1) / 2;
+#pragma omp parallel if ((int64_t)B * N * K >= 4 * PARALLEL_MACS)
+    {
+        for (int b0 = 0; b0 < B; b0 += 32) {
+            const int rows0 = B - b0 < 16 ? B - b0 : 16;
+            const int rows1 = B - b0 - 16 <= 0 ? 0 : (B - b0 - 16 < 16 ? B - b0 - 16 : 16);
+            configure_tiles(rows0, rows1);
+            const uint16_t* rows = a + (size_t)b0 * K;
+            float* out = y + (size_t)b0 * ldy;
+#pragma omp for schedule(static)
+            for (int pair = 0; pair < pairs; ++pair) {
+                const int n = pair * 2 * BLOCK;
+                const uint16_t* block0 = packed + (size_t)n * K;
+                const uint16_t* block1 = block0 + (size_t)BLOCK * K;
+                const bool two_blocks = n + BLOCK < N;
+                if (rows1 && two_blocks)
+                    tile_blocks<true, true>(rows, K, block0, block1, out + n, ldy, accumulate);
+                else if (rows1)
+                    tile_blocks<true, false>(rows, K, block0, block0, out + n, ldy, accumulate);
+                else if (two_blocks)
+                    tile_blocks<false, true>(rows, K, block0, block1, out + n, ldy, accumulate);
+                else
+                    tile_blocks<false, false>(rows, K, block0, block0, out + n, ldy, accumulate);
+            }
+        }
+        _tile_release();  // a thread holding no tile state costs nothing to switch out
+    }
+}
+#endif
+
 // The bfloat16 product with pair-packed weights (see the header).
 template <>
 void product<uint16_t>(const float* x, int B, int ldx, const uint16_t* packed, int N, int K,
@@ -166,6 +290,12 @@ void product<uint16_t>(const float* x, int B, int ldx, const uint16_t* packed, i
     if (pairs.size() < (size_t)B * half_k) pairs.resize((size_t)B * half_k);
     to_pairs(x, B, ldx, K, pairs.data());
     const uint32_t* all_pairs = pairs.data();
+#if defined(CADENZA_AMX)
+    if (K % 32 == 0 && tiles_enabled()) {
+        tile_product((const uint16_t*)all_pairs, B, K, packed, N, y, ldy, accumulate);
+        return;
+    }
+#endif
     constexpr int ROWS = 8;
 #pragma omp parallel for schedule(static) if ((int64_t)B * N * K >= PARALLEL_MACS)
     for (int n = 0; n < N; n += BLOCK) {
@@ -194,3 +324,21 @@ constexpr bool WEIGHT_PAIRS = false;
 #endif
 
 }  // namespace
+
+// Each kernel library is one translation unit that includes this header once: this entry point
+// is every library's own.
+extern "C" {
+
+// 1 when this library's bfloat16 products run on AMX tiles, else 0. ``request`` 1 or 0 turns
+// them on (where this CPU and kernel allow) or off first; -1 only asks.
+int cadenza_tile_products(int request) {
+#if defined(CADENZA_AMX)
+    if (request >= 0) tiles_enabled() = request > 0 && amx_permitted();
+    return tiles_enabled() ? 1 : 0;
+#else
+    (void)request;
+    return 0;
+#endif
+}
+
+}  // extern "C"
