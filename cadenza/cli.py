@@ -138,6 +138,12 @@ def _build_parser() -> argparse.ArgumentParser:
     level_choice.add_argument("--concurrency", type=int, help="run one level of N streams")
     level_choice.add_argument("--sweep", action="store_true", help="find capacity at SLO")
     loadtest.add_argument("--arrival", choices=["closed", "poisson", "burst"], default="closed")
+    loadtest.add_argument(
+        "--back-to-back",
+        action="store_true",
+        help="closed: each user's next utterance as soon as the last chunk arrives, not after "
+        "it has been heard to its end",
+    )
     loadtest.add_argument("--rate", type=float, default=1.0, help="poisson: streams per second")
     loadtest.add_argument("--duration", type=float, default=20.0, help="seconds per level")
     loadtest.add_argument(
@@ -453,6 +459,7 @@ def _loadtest(_: CadenzaConfig, args: argparse.Namespace) -> int:
             seed=args.seed,
             model=args.model,
             voice=args.voice,
+            back_to_back=args.back_to_back,
             chaos=None
             if args.chaos_kill_every is None
             else ChaosSchedule.parse(args.chaos_kill_every),

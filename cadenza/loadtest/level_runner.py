@@ -3,8 +3,11 @@ every stream's result, and read the server's numbers and the harness's own CPU u
 
 Arrival processes:
 
-* ``closed``: ``concurrency`` virtual users, each starting its next utterance as soon as the
-  previous one ends (after a refusal it waits the server's ``Retry-After``, at most 1 s);
+* ``closed``: ``concurrency`` virtual users, each a listener: it starts its next utterance
+  when it has heard the previous one to its end (its simulated playback, not the last chunk's
+  arrival, which comes up to the server's lead earlier), so ``concurrency`` streams play at
+  once; with ``options.back_to_back`` as soon as the last chunk has arrived instead (a user
+  then overlaps two streams while the first plays out); after a refusal it waits 1 s;
 * ``poisson``: streams arrive at ``rate`` per second (exponential gaps), each on its own
   connection, however many are already running (``concurrency`` caps nothing);
 * ``burst``: ``concurrency`` streams start at once, one each.
@@ -155,6 +158,8 @@ async def _loop(
         results.append(result)
         if result.outcome in ("refused", "error"):
             await asyncio.sleep(1.0)
+        elif result.playout is not None and not options.back_to_back:
+            await asyncio.sleep(max(result.playout.ends_s - time.monotonic(), 0.0))
 
 
 async def _open_arrivals(

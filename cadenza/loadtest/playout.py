@@ -5,6 +5,8 @@ consumes audio in real time. Whenever the audio received so far has all been pla
 the next chunk arrives, the player is starved: that gap is an *underrun*, and playback resumes
 the moment the chunk lands (no re-buffering). The time between a chunk's arrival and the
 previous chunk's arrival, minus the previous chunk's duration, is its arrival *jitter*.
+Playback ends when the last of the audio has been played (the closed loop's listeners ask for
+their next utterance then).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Playout:
     underruns: tuple[Underrun, ...] = field(default_factory=tuple)
     jitter_p95_s: float = 0.0
     generation_s: float = 0.0  # first to last chunk arrival
+    ends_s: float = 0.0  # monotonic seconds when the listener has heard it all (0: unknown)
 
 
 def simulate_playout(chunks: list[Chunk], client_buffer_s: float, origin_s: float) -> Playout:
@@ -57,4 +60,5 @@ def simulate_playout(chunks: list[Chunk], client_buffer_s: float, origin_s: floa
         underruns=tuple(underruns),
         jitter_p95_s=jitter[int(0.95 * (len(jitter) - 1))] if jitter else 0.0,
         generation_s=chunks[-1].arrival_s - chunks[0].arrival_s,
+        ends_s=buffer_end,
     )

@@ -104,6 +104,8 @@ class LoadOptions:
     chaos: ChaosSchedule | None = None  # kill a random engine replica on this schedule
     model: str | None = None  # the served model to load (None: the server's first)
     voice: str | None = None  # its voice (None: "default" if it has one, else its first)
+    # closed: the next utterance as soon as the last chunk arrives, not after playback
+    back_to_back: bool = False
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):

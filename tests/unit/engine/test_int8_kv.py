@@ -29,26 +29,40 @@ def _record_logits(engine: Engine) -> list[torch.Tensor]:
     return recorded
 
 
+def _greedy(engine: Engine, recorded: list[torch.Tensor], prompt: list[int], steps: int):
+    """One prompt's greedy tokens and, for each, the logits it was drawn from."""
+    recorded.clear()
+    tokens = engine.generate_ids([prompt], max_new_tokens=steps)[0]
+    logits = [step[0].flatten() for step in recorded if step.shape[0]]
+    assert len(logits) == len(tokens) == steps
+    return tokens, logits
+
+
 def test_int8_kv_logits_and_greedy_tokens_follow_fp32(tmp_path) -> None:
     save_tiny_llama(tmp_path, "gqa4-tied-llama3")
     prompts = [[1, *range(3, 3 + n)] for n in (5, 30, 61, 100)]
     reference, quantized = _engine(tmp_path, "fp32"), _engine(tmp_path, "int8")
     assert quantized.kv_cache.keys.dtype == torch.int8
     ref_logits, int8_logits = _record_logits(reference), _record_logits(quantized)
-    ref_tokens = reference.generate_ids(prompts, max_new_tokens=24)
-    int8_tokens = quantized.generate_ids(prompts, max_new_tokens=24)
-    # The prefill step (same inputs on both sides): every row's logits nearly parallel.
-    first_ref, first_int8 = ref_logits[0].flatten(1), int8_logits[0].flatten(1)
-    cosine = torch.nn.functional.cosine_similarity(first_ref, first_int8, dim=1)
-    assert float(cosine.min()) >= 0.999, cosine
-    # Greedy agreement: how far each continuation matches fp32 before the first different
-    # token (random tiny models have near-ties; docs/benchmarks.md has the numbers).
-    agreed = []
-    for ref, int8 in zip(ref_tokens, int8_tokens, strict=True):
-        diverged = [i for i, (a, b) in enumerate(zip(ref, int8, strict=True)) if a != b]
-        agreed.append(diverged[0] if diverged else len(ref))
-    # Measured here: [13, 15, 21, 13] of 24 (65 % of the tokens precede any divergence).
-    assert sum(agreed) >= 0.5 * 4 * 24, agreed
+    steps, agreed = 24, []
+    for prompt in prompts:
+        ref_tokens, ref_steps = _greedy(reference, ref_logits, prompt, steps)
+        int8_tokens, int8_steps = _greedy(quantized, int8_logits, prompt, steps)
+        pairs = zip(ref_tokens, int8_tokens, strict=True)
+        diverged = next((i for i, (a, b) in enumerate(pairs) if a != b), steps)
+        agreed.append(diverged)
+        # Up to the first different token both sides read the same inputs: logits nearly
+        # parallel at every step (INT8's rounding, nothing else).
+        for ref, int8 in zip(ref_steps[: diverged + 1], int8_steps[: diverged + 1], strict=False):
+            assert float(torch.nn.functional.cosine_similarity(ref, int8, dim=0)) >= 0.995
+        # A greedy choice may flip only at a near-tie of the fp32 logits (random tiny models
+        # have many; which ones flip depends on the CPU's kernels).
+        if diverged < steps:
+            ref = ref_steps[diverged]
+            gap = float(ref[ref_tokens[diverged]] - ref[int8_tokens[diverged]])
+            assert gap <= 0.02 * float(ref.max() - ref.min()), (diverged, gap)
+    # Measured here: [24, 15, 11, 24] of 24 (both flips at ties within 0.6 % of the spread).
+    assert sum(agreed) >= 0.25 * len(prompts) * steps, agreed
     quantized.check_integrity()
 
 

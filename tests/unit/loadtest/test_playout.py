@@ -43,6 +43,17 @@ def test_a_late_chunk_gives_a_known_underrun() -> None:
     assert shorter.longest_underrun_s == pytest.approx(0.05)
 
 
+def test_playback_ends_after_the_buffer_the_audio_and_every_underrun() -> None:
+    # 2 s of audio from 10.0, a 100 ms buffer: heard to its end at 12.1 when on time...
+    assert simulate_playout(steady(10.0, 0.2, 10), 0.1, origin_s=9.8).ends_s == pytest.approx(12.1)
+    # ...and 150 ms later after a 150 ms underrun; arriving early ends nothing sooner.
+    chunks = steady(10.0, 0.2, 10)
+    chunks[5:] = [Chunk(11.25 + 0.01 * i, 0.2) for i in range(5)]
+    assert simulate_playout(chunks, 0.1, origin_s=10.0).ends_s == pytest.approx(12.25)
+    early = steady(10.0, 0.2, 10, early=0.5)
+    assert simulate_playout(early, 0.1, origin_s=9.8).ends_s == pytest.approx(12.1)
+
+
 def test_level_summary_counts_outcomes_percentiles_and_c_scores() -> None:
     results = []
     for i in range(100):

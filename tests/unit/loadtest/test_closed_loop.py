@@ -1,0 +1,46 @@
+"""A closed-loop virtual user is a listener: its next utterance starts once it has heard the
+last one to its end; with ``back_to_back`` as soon as the last chunk has arrived."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+
+from cadenza.loadtest.level_runner import _loop
+from cadenza.loadtest.level_summary import StreamResult
+from cadenza.loadtest.playout import Playout
+from cadenza.loadtest.workload import LoadOptions
+
+PLAYS_S = 0.3  # how long after its last chunk each fake utterance still plays
+
+
+def _starts(back_to_back: bool, offer_s: float) -> list[float]:
+    """When a fake runner was asked for each utterance, within ``offer_s`` of offering."""
+    options = LoadOptions("http://127.0.0.1:1", back_to_back=back_to_back)
+    asked: list[float] = []
+
+    async def runner(text: str, start: float, seed: int) -> StreamResult:
+        asked.append(time.monotonic())
+        playout = Playout(1.0, 0.0, 0.0, ends_s=time.monotonic() + PLAYS_S)
+        return StreamResult("served", 0.0, ttfa_s=0.1, playout=playout)
+
+    async def run() -> None:
+        now = time.monotonic()
+        await _loop(options, random.Random(0), now, now + offer_s, [], runner)
+
+    asyncio.run(run())
+    return asked
+
+
+def test_a_listener_asks_again_only_after_its_playback_ends() -> None:
+    asked = _starts(back_to_back=False, offer_s=0.7)
+    assert len(asked) == 3  # at 0, 0.3 and 0.6 s
+    assert all(b - a >= PLAYS_S for a, b in itertools.pairwise(asked))
+
+
+def test_back_to_back_users_ask_again_at_once() -> None:
+    asked = _starts(back_to_back=True, offer_s=0.05)
+    assert len(asked) > 10
+    assert max(b - a for a, b in itertools.pairwise(asked)) < PLAYS_S
