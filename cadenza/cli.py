@@ -144,6 +144,12 @@ def _build_parser() -> argparse.ArgumentParser:
         help="closed: each user's next utterance as soon as the last chunk arrives, not after "
         "it has been heard to its end",
     )
+    loadtest.add_argument(
+        "--ramp-s",
+        type=float,
+        default=0.25,
+        help="closed: spread the users' first requests evenly over this many seconds",
+    )
     loadtest.add_argument("--rate", type=float, default=1.0, help="poisson: streams per second")
     loadtest.add_argument("--duration", type=float, default=20.0, help="seconds per level")
     loadtest.add_argument(
@@ -460,6 +466,7 @@ def _loadtest(_: CadenzaConfig, args: argparse.Namespace) -> int:
             model=args.model,
             voice=args.voice,
             back_to_back=args.back_to_back,
+            ramp_s=args.ramp_s,
             chaos=None
             if args.chaos_kill_every is None
             else ChaosSchedule.parse(args.chaos_kill_every),

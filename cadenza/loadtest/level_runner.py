@@ -7,7 +7,8 @@ Arrival processes:
   when it has heard the previous one to its end (its simulated playback, not the last chunk's
   arrival, which comes up to the server's lead earlier), so ``concurrency`` streams play at
   once; with ``options.back_to_back`` as soon as the last chunk has arrived instead (a user
-  then overlaps two streams while the first plays out); after a refusal it waits 1 s;
+  then overlaps two streams while the first plays out); after a refusal it waits 1 s; the
+  users' first requests are spread evenly over ``options.ramp_s``;
 * ``poisson``: streams arrive at ``rate`` per second (exponential gaps), each on its own
   connection, however many are already running (``concurrency`` caps nothing);
 * ``burst``: ``concurrency`` streams start at once, one each.
@@ -70,8 +71,16 @@ async def run_level(
             if options.arrival == "closed":
                 await asyncio.gather(
                     *(
-                        _virtual_user(options, http, rng.random(), start, stop_offering, results)
-                        for _ in range(concurrency)
+                        _virtual_user(
+                            options,
+                            http,
+                            rng.random(),
+                            user / concurrency,
+                            start,
+                            stop_offering,
+                            results,
+                        )
+                        for user in range(concurrency)
                     )
                 )
             else:
@@ -106,13 +115,16 @@ async def run_level(
 async def _virtual_user(
     options: LoadOptions,
     http: httpx.AsyncClient,
-    phase: float,
+    seed: float,
+    ramp_share: float,
     start: float,
     stop_offering: float,
     results: list[StreamResult],
 ) -> None:
-    rng = random.Random(phase)
-    await asyncio.sleep(phase * 0.25)  # spread the first requests over a quarter second
+    """One closed-loop user: its first request ``ramp_share`` of ``options.ramp_s`` after
+    the level starts, then one utterance after another until ``stop_offering``."""
+    rng = random.Random(seed)
+    await asyncio.sleep(ramp_share * options.ramp_s)
     if options.transport != "ws":
         runner = (
             _http_runner(http, options) if options.transport == "http" else _webrtc_runner(options)

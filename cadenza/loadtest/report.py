@@ -70,13 +70,22 @@ def write_report(report: dict[str, Any], out_dir: Path) -> list[Path]:
     return paths
 
 
+def _closed_loop_note(options: dict[str, Any]) -> str:
+    """How a closed-loop user asks again and how the users start (empty for other arrivals)."""
+    if options.get("arrival") != "closed":
+        return ""
+    asks = "back to back" if options.get("back_to_back") else "listeners"
+    return f" ({asks}, first requests over {options.get('ramp_s')} s)"
+
+
 def markdown(report: dict[str, Any]) -> str:
     options = report["options"]
     lines = [
         "# cadenza load test",
         "",
         f"Server `{options.get('url')}`, transport `{options.get('transport')}`, arrivals "
-        f"`{options.get('arrival')}`, {options.get('duration_s')} s per level, SLO: TTFA p95 <= "
+        f"`{options.get('arrival')}`{_closed_loop_note(options)}, {options.get('duration_s')} s "
+        "per level, SLO: TTFA p95 <= "
         f"{options.get('slo_ttfa_ms')} ms and C100 >= 0.99 (client buffer "
         f"{options.get('client_buffer_ms')} ms).",
         "",

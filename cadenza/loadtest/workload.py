@@ -106,6 +106,8 @@ class LoadOptions:
     voice: str | None = None  # its voice (None: "default" if it has one, else its first)
     # closed: the next utterance as soon as the last chunk arrives, not after playback
     back_to_back: bool = False
+    # closed: the users' first requests spread evenly over this many seconds
+    ramp_s: float = 0.25
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -120,6 +122,10 @@ class LoadOptions:
                 raise WorkloadError(f"{name} must be positive, got {value}")
         if self.client_buffer_ms < 0:
             raise WorkloadError(f"--client-buffer-ms must be >= 0, got {self.client_buffer_ms}")
+        if not 0 <= self.ramp_s < self.duration_s:
+            raise WorkloadError(
+                f"--ramp-s must be >= 0 and below --duration ({self.duration_s}), got {self.ramp_s}"
+            )
 
     @property
     def ws_url(self) -> str:
