@@ -409,6 +409,16 @@ class AdmissionConfig(_Section):
         "the slower verdicts are this old (the claim drops at once and rises slowly: the "
         "machine's speed under load varies by more than one window shows)",
     )
+    unmeasured_factor: float | None = Field(
+        None,
+        ge=1.0,
+        le=20.0,
+        description="the realtime factor assumed for a calibration no server on this machine "
+        "has served with yet (nothing remembered), until live steps replace it (seconds "
+        "into the first load): unset, 1.4 where the engine runs on the CPU (the edge and "
+        "the clients share its cores; served steps ran 1.1-1.7x their calibration on the "
+        "2-core development machine) and the calibration's own jitter elsewhere",
+    )
 
 
 class CadenzaConfig(BaseSettings):

@@ -80,6 +80,8 @@ def test_reference_lists_every_key_with_its_variable():
         ("CADENZA_ADMISSION__FACTOR_RECOVERY_S", "-1", "admission.factor_recovery_s"),
         ("CADENZA_ADMISSION__FACTOR_RECOVERY_S", "a minute", "admission.factor_recovery_s"),
         ("CADENZA_ADMISSION__REALTIME_MAX_WAIT_S", "soon", "admission.realtime_max_wait_s"),
+        ("CADENZA_ADMISSION__UNMEASURED_FACTOR", "0.5", "admission.unmeasured_factor"),
+        ("CADENZA_ADMISSION__UNMEASURED_FACTOR", "slow", "admission.unmeasured_factor"),
         ("CADENZA_ENGINE__REPLICAS", "0", "engine.replicas"),
         ("CADENZA_ENGINE__REPLICAS", "two", "engine.replicas"),
         ("CADENZA_ENGINE__HEARTBEAT_TIMEOUT_S", "0", "engine.heartbeat_timeout_s"),

@@ -77,6 +77,11 @@ _REST_S = 0.002
 _MIN_WINDOWS = 3  # live windows for a percentile (fewer: the worst of them and the jitter)
 _KEEP_WINDOWS = 10  # the latest windows stand, however old, until newer ones replace them
 _FACTOR_RANGE = (0.5, 20.0)
+# What a CPU engine's served steps are assumed to run against its calibration before anything
+# is measured or remembered: the edge and the clients share its cores (1.1-1.7 measured on the
+# 2-core development machine, docs/benchmarks.md). Erring slow is the safe side: live windows
+# replace it within seconds of load, and a claim that starts low only rises.
+_UNMEASURED_CPU_FACTOR = 1.4
 _MIN_PREFILL_SHARE_OF_TTFA = 0.25  # a prompt always has this much of its TTFA target
 _BOUND_LIMIT = 1024  # streams the real-time bound counts up to
 
@@ -296,10 +301,10 @@ class CapacityModel:
         latest windows, however old: an idle server keeps its last verdict rather than
         trusting a calibration the machine may have drifted from); with fewer than three,
         the largest of them, the calibration's jitter and the factor the last server
-        measured (``remembered_factor``); at least ``core_sharers`` times the jitter; and at
-        least every live verdict of the last ``factor_recovery_s`` (taken as each window
-        closed, once there are three): slower news counts at once, faster news once it has
-        held that long."""
+        measured (``remembered_factor``; :attr:`unmeasured_factor` if none); at least
+        ``core_sharers`` times the jitter; and at least every live verdict of the last
+        ``factor_recovery_s`` (taken as each window closed, once there are three): slower
+        news counts at once, faster news once it has held that long."""
         now = self.clock()
         factor = self._percentile_factor(now)
         recovery_s = self.config.factor_recovery_s
@@ -324,9 +329,18 @@ class CapacityModel:
         if len(ratios) >= _MIN_WINDOWS:
             factor = ratios[min(int(0.9 * len(ratios)), len(ratios) - 1)]
         else:
-            factor = max([jitter, *ratios, self.remembered_factor or 0.0])
+            factor = max([jitter, *ratios, self.remembered_factor or self.unmeasured_factor])
         factor = max(factor, self.core_sharers * jitter)
         return min(max(factor, _FACTOR_RANGE[0]), _FACTOR_RANGE[1])
+
+    @property
+    def unmeasured_factor(self) -> float:
+        """The factor assumed before live windows when nothing is remembered
+        (``admission.unmeasured_factor``; unset: :data:`_UNMEASURED_CPU_FACTOR` for an engine
+        on the CPU, 1 elsewhere, where the calibration's jitter is the whole prior)."""
+        if self.config.unmeasured_factor is not None:
+            return self.config.unmeasured_factor
+        return _UNMEASURED_CPU_FACTOR if self.info.device.startswith("cpu") else 1.0
 
     def realtime_limit(self, context_per_stream: int | None = None) -> int:
         """Decoding streams whose step fits the real-time budget at the realtime factor

@@ -24,7 +24,8 @@ class Clock:
 def test_realtime_limit_follows_the_model_and_the_90th_percentile_of_live_steps() -> None:
     clock = Clock()
     # (the percentile alone here; how slowly a faster verdict is believed: the next test)
-    admission = AdmissionConfig(factor_recovery_s=0.0)
+    # (the percentile alone here, no prior for an unmeasured CPU: the test after the next)
+    admission = AdmissionConfig(factor_recovery_s=0.0, unmeasured_factor=1.0)
     model = CapacityModel(info(), EngineConfig(), admission, clock=clock)
     assert model.step_budget_ms == pytest.approx(1000 / 75 * 0.9)
     assert model.realtime_limit() == 12
@@ -91,6 +92,22 @@ def test_a_slower_verdict_counts_at_once_and_a_faster_one_only_once_it_has_held(
     assert model.realtime_factor() == pytest.approx(1.0) and model.realtime_limit() == 12
 
 
+def test_an_unmeasured_cpu_engine_is_assumed_slower_than_calibrated_until_live_steps_say() -> None:
+    on_cpu = CapacityModel(info(), EngineConfig(), AdmissionConfig())
+    on_gpu = CapacityModel(replace(info(), device="cuda:0"), EngineConfig(), AdmissionConfig())
+    assert on_cpu.realtime_factor() == pytest.approx(1.4)  # the edge shares its cores
+    assert on_gpu.realtime_factor() == pytest.approx(1.0)  # the calibration's jitter alone
+    assert on_cpu.max_streams() < on_gpu.max_streams() == 12
+    configured = AdmissionConfig(unmeasured_factor=2.0)
+    assert CapacityModel(info(), EngineConfig(), configured).realtime_factor() == 2.0
+    remembered = CapacityModel(info(), EngineConfig(), AdmissionConfig(), remembered_factor=1.2)
+    assert remembered.realtime_factor() == pytest.approx(1.2)  # measured beats assumed
+    for _ in range(9):  # three windows of live reports at the calibrated speed
+        on_cpu.observe(timed_stats(1.0))
+    # an assumption, not a verdict: live windows replace it as soon as there are three
+    assert on_cpu.realtime_factor() == pytest.approx(1.0) and on_cpu.max_streams() == 12
+
+
 def test_the_realtime_bound_is_the_calibrated_engine_alone_without_margins() -> None:
     # 1 ms per stream: 13 streams fit a 13.3 ms frame, 12 the 12 ms budget (10 % headroom).
     model = CapacityModel(info(max_num_seqs=4), EngineConfig(), AdmissionConfig())
@@ -152,7 +169,7 @@ def test_a_prompt_is_admitted_only_if_the_spare_step_time_can_prefill_it() -> No
     with_prefill = replace(
         calibrated, calibration=replace(calibrated.calibration, model=step_model)
     )
-    model = CapacityModel(with_prefill, EngineConfig(), AdmissionConfig())
+    model = CapacityModel(with_prefill, EngineConfig(), AdmissionConfig(unmeasured_factor=1.0))
     # 5 streams decoding: 7 ms of 12 spare per step; the window is the TTFA target (300 ms)
     # less the first chunk's 8 frames at the budget (96 ms): 204 ms, 15.3 steps, 107 ms of
     # prompt rows, 10,700 tokens at 0.01 ms.
@@ -225,7 +242,7 @@ def _costly(decodes_padded: bool) -> CapacityModel:
     step_model = replace(base.calibration.model, per_kilocontext_ms=1.0, prefill_ms_per_token=0.01)
     calibration = replace(base.calibration, model=step_model)
     engine = replace(base, calibration=calibration, decodes_padded=decodes_padded)
-    return CapacityModel(engine, EngineConfig(), AdmissionConfig())
+    return CapacityModel(engine, EngineConfig(), AdmissionConfig(unmeasured_factor=1.0))
 
 
 def test_an_engine_that_reads_each_streams_own_context_is_claimed_on_staggered_streams() -> None:

@@ -54,8 +54,9 @@ def test_the_directory_is_the_calibrations(tmp_path, monkeypatch):
 
 
 def test_admission_starts_from_the_remembered_factor_until_it_has_its_own():
-    fresh = CapacityModel(info(), EngineConfig(), AdmissionConfig())
-    remembering = CapacityModel(info(), EngineConfig(), AdmissionConfig(), remembered_factor=1.5)
+    admission = AdmissionConfig(unmeasured_factor=1.0)  # (no prior for an unmeasured CPU)
+    fresh = CapacityModel(info(), EngineConfig(), admission)
+    remembering = CapacityModel(info(), EngineConfig(), admission, remembered_factor=1.5)
     assert fresh.realtime_factor() == pytest.approx(1.0)  # the calibration's jitter
     assert remembering.realtime_factor() == pytest.approx(1.5)
     assert remembering.max_streams() < fresh.max_streams()
