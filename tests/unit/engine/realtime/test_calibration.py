@@ -5,13 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from cadenza.config import EngineConfig
-from cadenza.contract.calibration import CALIBRATION_ADAPTER
+from cadenza.contract.calibration import CALIBRATION_ADAPTER, Calibration
+from cadenza.contract.request import SynthesisRequest
 from cadenza.engine.engine import Engine
+from cadenza.engine.realtime import calibration as calibration_module
 from cadenza.engine.realtime.calibration import (
     _measure_prefill,
     calibration_identity,
     load_or_calibrate,
+    warm_up,
 )
 
 
@@ -48,6 +53,45 @@ def test_sweep_fits_a_model_caches_it_and_leaves_the_engine_idle(tmp_path: Path)
     assert CALIBRATION_ADAPTER.validate_json(cached).model == calibration.model
     again = load_or_calibrate(_engine(tmp_path))
     assert again is not None and again.source == "cache" and again.model == calibration.model
+
+
+def test_a_cached_calibration_is_followed_by_a_warm_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    measured = load_or_calibrate(_engine(tmp_path))
+    assert measured is not None
+    warmed: list[list[int]] = []
+    real_warm_up = calibration_module.warm_up
+
+    def counted_warm_up(engine: Engine, calibration: Calibration) -> list[int]:
+        warmed.append(real_warm_up(engine, calibration))
+        return warmed[-1]
+
+    monkeypatch.setattr(calibration_module, "warm_up", counted_warm_up)
+    engine = _engine(tmp_path)
+    cached = load_or_calibrate(engine)
+    assert cached is not None and cached.source == "cache"
+    assert len(warmed) == 1
+    batches = warmed[0]
+    points = [tokens for tokens, _, _ in measured.model.decode_points]
+    assert batches[0] == points[0] and set(batches) <= set(points)
+    assert not engine.has_unfinished_requests()
+    assert engine.take_report().steps == ()  # the warm-up's steps are not reported
+    engine.check_integrity()
+    assert engine.kv.pool.num_free_pages == engine.kv.pool.num_pages
+    # A fresh measurement warms up on its own: no second warm-up.
+    load_or_calibrate(_engine(tmp_path, calibration="refresh"))
+    assert len(warmed) == 1
+
+
+def test_the_warm_up_needs_an_idle_engine(tmp_path: Path) -> None:
+    engine = _engine(tmp_path)
+    calibration = load_or_calibrate(engine)
+    assert calibration is not None
+    engine.add_request(SynthesisRequest("busy", "a stream being served", max_duration_s=1))
+    with pytest.raises(RuntimeError, match="idle engine"):
+        warm_up(engine, calibration)
+    engine.abort_request("busy")
 
 
 def test_cache_key_changes_with_what_changes_step_time(tmp_path: Path) -> None:
