@@ -44,6 +44,12 @@ class ServerConfig(_Section):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="log level of the edge and engine processes"
     )
+    gc_freeze: bool = Field(
+        True,
+        description="once loaded, the edge and engine processes keep what they loaded out of "
+        "the garbage collector's walks (gc.freeze): a full collection otherwise stalls every "
+        "stream of the process for 50-250 ms (cadenza/gc_pauses.py)",
+    )
     api_keys_file: str | None = Field(
         None, description="file of accepted API keys (one per line, or sha256:<hex>); unset: open"
     )

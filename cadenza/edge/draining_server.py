@@ -17,14 +17,26 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
+from cadenza.gc_pauses import settle_after_loading
+
 log = logging.getLogger(__name__)
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, app: FastAPI, drain_timeout_s: float) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        app: FastAPI,
+        drain_timeout_s: float,
+        freeze_heap: bool = False,
+    ) -> None:
+        """Once started (the app's lifespan has started every engine), the process settles
+        its heap (:func:`cadenza.gc_pauses.settle_after_loading`; ``freeze_heap``: freeze
+        what it has loaded)."""
         super().__init__(config)
         self.app = app
         self.drain_timeout_s = drain_timeout_s
+        self.freeze_heap = freeze_heap
         self._loop: asyncio.AbstractEventLoop | None = None
         self._draining: asyncio.Task[None] | None = None
         app.state.exit_after_drain = self._exit
@@ -32,6 +44,11 @@ class DrainingServer(uvicorn.Server):
     async def serve(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
         self._loop = asyncio.get_running_loop()
         await super().serve(sockets)
+
+    async def startup(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
+        await super().startup(sockets)
+        if self.started:
+            settle_after_loading(self.freeze_heap)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._loop is None or self._draining is not None or self.should_exit:

@@ -24,6 +24,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 import zmq
@@ -39,6 +40,7 @@ from cadenza.contract.cpu_replicas import (
 from cadenza.contract.engine_stats import STATS_INTERVAL_S
 from cadenza.contract.errors import RequestRejected
 from cadenza.contract.request import FinishReason, StreamOutput
+from cadenza.gc_pauses import settle_after_loading
 from cadenza.ipc.serving_engine import ServingEngine
 from cadenza.logs import configure_logging
 
@@ -55,8 +57,11 @@ def run_engine_loop(
     inbound_address: str,
     outbound_address: str,
     stop: threading.Event | None = None,
+    after_load: Callable[[], None] | None = None,
 ) -> None:
-    """Load the model, announce ``ready``, then serve until ``shutdown`` (or ``stop`` is set)."""
+    """Load the model, announce ``ready``, then serve until ``shutdown`` (or ``stop`` is set).
+    ``after_load`` runs once the engine has loaded, before ``ready`` (an engine in its own
+    process settles its heap there: :func:`cadenza.gc_pauses.settle_after_loading`)."""
     from cadenza.engine.builder import build_serving_engine  # torch: only in this process
 
     inbound = context.socket(zmq.PULL)
@@ -74,6 +79,8 @@ def run_engine_loop(
             log.exception("engine failed to load")
             outbound.send(messages.encode(messages.Fatal(f"engine failed to load: {exc}")))
             return
+        if after_load is not None:
+            after_load()
         outbound.send(messages.encode(messages.Ready(engine.info)))
         try:
             _serve(engine, inbound, outbound, stop)
@@ -202,7 +209,13 @@ def main() -> None:
     config = place_replica(config, args.replica)
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     try:
-        run_engine_loop(config, context, args.inbound, args.outbound)
+        run_engine_loop(
+            config,
+            context,
+            args.inbound,
+            args.outbound,
+            after_load=lambda: settle_after_loading(config.server.gc_freeze),
+        )
     finally:
         context.term()
 

@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 
 from cadenza.client.sdk import Session, StreamError, connect
+from cadenza.gc_pauses import full_collections_deferred
 from cadenza.loadtest.chaos import Kill, run_chaos, summarize_chaos
 from cadenza.loadtest.clients import http_stream, webrtc_stream, ws_stream
 from cadenza.loadtest.level_summary import StreamResult, summarize_level
@@ -49,7 +50,16 @@ def _cpu_seconds() -> float:
 async def run_level(
     options: LoadOptions, concurrency: int, progress: Progress | None = None
 ) -> dict[str, Any]:
-    """One level's ``levels[]`` entry (see :func:`summarize_level`)."""
+    """One level's ``levels[]`` entry (see :func:`summarize_level`). The clients' arrival
+    times are the measurement: the level runs with this process's full garbage collections
+    put off to its end (:func:`cadenza.gc_pauses.full_collections_deferred`)."""
+    with full_collections_deferred():
+        return await _run_level(options, concurrency, progress)
+
+
+async def _run_level(
+    options: LoadOptions, concurrency: int, progress: Progress | None
+) -> dict[str, Any]:
     rng = random.Random(options.seed * 1_000_003 + concurrency)
     results: list[StreamResult] = []
     window = MetricsWindow()

@@ -92,6 +92,7 @@ def test_reference_lists_every_key_with_its_variable():
         ("CADENZA_ENGINE__FUSED_CPU_DECODE", "maybe", "engine.fused_cpu_decode"),
         ("CADENZA_SERVER__DRAIN_TIMEOUT_S", "-1", "server.drain_timeout_s"),
         ("CADENZA_SERVER__RESUME_TIMEOUT_S", "later", "server.resume_timeout_s"),
+        ("CADENZA_SERVER__GC_FREEZE", "sometimes", "server.gc_freeze"),
     ],
 )
 def test_admission_engine_availability_and_kernel_settings_refuse_garbage(
