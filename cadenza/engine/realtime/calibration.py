@@ -166,9 +166,9 @@ def warm_up(engine: Engine, calibration: Calibration) -> list[int]:
     """Run ``engine`` (which must be idle) through the synthetic streams of two of
     ``calibration``'s points, unmeasured: its smallest batch and the largest whose calibrated
     step fits the real-time budget (the batches live steps run at). A fresh process pays
-    one-off costs on its first steps of each kind (measured on cadenza-tiny: its first 30
-    steps under a wave of 16 new streams ran 1.9-2.4x the model cold and 1.4-1.7x after this
-    warm-up); a sweep pays them on its own first pass, a cached calibration would leave them to
+    one-off costs on its first steps of each kind (cadenza-tiny, a wave of 16 new streams:
+    its first 30 steps ran 1.79x the model cold and 1.54x after this warm-up, medians of
+    five pairs, ``benchmarks/cold_start_ab.py``); a sweep pays them on its own first pass, a cached calibration would leave them to
     the first streams served. Returns the batch sizes run; the engine is idle again afterwards
     and reports none of these steps."""
     if engine.has_unfinished_requests():
