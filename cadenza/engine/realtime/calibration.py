@@ -168,9 +168,9 @@ def warm_up(engine: Engine, calibration: Calibration) -> list[int]:
     step fits the real-time budget (the batches live steps run at). A fresh process pays
     one-off costs on its first steps of each kind (cadenza-tiny, a wave of 16 new streams:
     its first 30 steps ran 1.79x the model cold and 1.54x after this warm-up, medians of
-    five pairs, ``benchmarks/cold_start_ab.py``); a sweep pays them on its own first pass, a cached calibration would leave them to
-    the first streams served. Returns the batch sizes run; the engine is idle again afterwards
-    and reports none of these steps."""
+    five pairs, ``benchmarks/cold_start_ab.py``); a sweep pays them on its own first pass,
+    a cached calibration would leave them to the first streams served. Returns the batch
+    sizes run; the engine is idle again afterwards and reports none of these steps."""
     if engine.has_unfinished_requests():
         raise RuntimeError("the warm-up needs an idle engine")
     info = engine.info
