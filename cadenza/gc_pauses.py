@@ -3,11 +3,12 @@
 CPython's cyclic collector walks every object it tracks on a full (oldest-generation)
 collection. A process that has loaded torch, transformers and a model holds hundreds of
 thousands of them: on the 2-core development machine the engine process (cadenza-tiny) tracked
-about 374,000 objects after loading, and one full collection took 214-233 ms; the edge's
-modules about 94,000, 50-55 ms. Full collections come whenever the objects that survived
-younger collections since the last one reach a quarter of the old ones, so under load they
-come at unpredictable moments, and every stream of the process stalls for the whole pause: a
-new stream between its first chunk and its second has 10-100 ms to spare (docs/capacity.md).
+about 374,000 objects after loading, and one full collection took 214-233 ms; the edge
+about 85,000, 56 ms (``benchmarks/gc_pauses.py``). Full collections come whenever the objects
+that survived younger collections since the last one reach a quarter of the old ones, so
+under load they come at unpredictable moments, and every stream of the process stalls for the
+whole pause: a new stream between its first chunk and its second may have only a few
+milliseconds to spare (docs/capacity.md, "Chunk sizes").
 
 :func:`freeze_loaded_heap` is called once a process has loaded what it keeps for its life
 (models, modules, configuration): it collects once, then moves every tracked object into the
