@@ -68,6 +68,7 @@ class Sequence:
     page_table: list[int] = field(default_factory=list)
     page_hashes: list[PageHash] = field(default_factory=list)
     reserved_pages: int = 0
+    prefix_pages: int = 0  # the first pages of page_table, found in the prefix cache
     seen_ids: torch.Tensor | None = None  # [K, V] bool, for the repetition penalty
 
     def __post_init__(self) -> None:

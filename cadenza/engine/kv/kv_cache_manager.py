@@ -15,8 +15,13 @@ forward that produces the first sampled token::
     token_rows  [ p0 .. p15 | p16 .. p31 | p32 .. p40 ]      page_size 16, 41 prompt tokens
     pages        hit          hit          computed          (at most (41 - 1) // 16 hits)
 
-This class is the only writer of a sequence's ``page_table``, ``page_hashes`` and
-``reserved_pages``.
+Placement: a sequence's own pages (after its prefix hits) are taken as one run of neighbouring
+pages where the pool has one free (:meth:`PagePool.allocate_run` claims the whole reservation,
+:meth:`PagePool.extend_run` continues it as the sequence grows), so a decode step reads each
+sequence's keys in order rather than scattered over the cache.
+
+This class is the only writer of a sequence's ``page_table``, ``page_hashes``,
+``reserved_pages`` and ``prefix_pages``.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ class KVCacheManager:
         for page in hits:
             self.pool.acquire(page)
         seq.page_table = list(hits)
+        seq.prefix_pages = len(hits)
         seq.page_hashes = [self.pool.page_hashes[p] for p in hits]  # type: ignore[misc]
         seq.num_computed_tokens = len(hits) * self.page_size
         if self.reserve_max_output:
@@ -79,7 +85,13 @@ class KVCacheManager:
         if self.reserve_max_output:
             # Pages inside the reservation stop being outstanding once they are taken.
             self.outstanding_pages -= min(needed, self._unallocated(seq))
-        seq.page_table.extend(self.pool.allocate(needed))
+        # What the sequence may still take: its reservation, or at least these pages.
+        span = max(seq.reserved_pages - len(seq.page_table), needed)
+        if len(seq.page_table) > seq.prefix_pages:
+            pages = self.pool.extend_run(seq.page_table[-1], needed, span)
+        else:
+            pages = self.pool.allocate_run(needed, span)
+        seq.page_table.extend(pages)
         return True
 
     def cache_full_pages(self, seq: Sequence) -> None:
@@ -101,6 +113,7 @@ class KVCacheManager:
         self.pool.release(reversed(seq.page_table))
         self.outstanding_pages -= self._unallocated(seq)
         seq.reserved_pages = 0
+        seq.prefix_pages = 0
         seq.page_table = []
         seq.page_hashes = []
         seq.num_computed_tokens = 0

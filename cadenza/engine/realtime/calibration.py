@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_FORMAT = 9  # part of the cache key: bump when the measurement changes
+CALIBRATION_FORMAT = 10  # part of the cache key: bump when the measurement changes
 _SHORT_PROMPT_CHARS = 32
 # Prompts whose prefill gives a prompt row's cost (:func:`_measure_prefill`): a short, a
 # typical and a long utterance, each prefilled in one step.

@@ -237,6 +237,41 @@ def test_allocate_slots_fails_without_change_when_the_pool_is_short() -> None:
     assert kv.pool.num_free_pages == 0
 
 
+def test_sequences_growing_side_by_side_keep_their_pages_in_runs() -> None:
+    kv = manager(32)
+    first = make_seq(tokens(5), max_new_steps=11)  # 16 tokens: a run of four pages
+    second = make_seq(tokens(5, start=100), max_new_steps=11)
+    assert kv.try_admit(first) and kv.try_admit(second)
+    compute(kv, first, 5)
+    compute(kv, second, 5)
+    for _ in range(11):  # decode steps, one token each, in turn
+        compute(kv, first, 1)
+        compute(kv, second, 1)
+    assert first.page_table == [0, 1, 2, 3]
+    assert second.page_table == [4, 5, 6, 7]
+    kv.check_integrity([first, second], [])
+
+
+def test_a_sequences_own_pages_after_its_prefix_hits_are_one_run() -> None:
+    kv = manager(32)
+    donor = make_seq(tokens(9), max_new_steps=0)
+    assert kv.try_admit(donor)
+    compute(kv, donor, 9)
+    kv.free(donor)  # pages 0 and 1 stay cached
+    seq = make_seq(tokens(9), max_new_steps=7)
+    assert kv.try_admit(seq)
+    assert seq.page_table == [0, 1] and seq.prefix_pages == 2
+    compute(kv, seq, 1)
+    for _ in range(7):
+        compute(kv, seq, 1)
+    own = seq.page_table[2:]
+    assert len(own) == 2 and own[1] == own[0] + 1
+    kv.check_integrity([seq], [])
+    kv.free(seq)
+    assert seq.prefix_pages == 0
+    kv.check_integrity([], [])
+
+
 # -- publishing full pages ------------------------------------------------------------------
 
 
