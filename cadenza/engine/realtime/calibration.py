@@ -15,7 +15,8 @@ step); the spread of the window means (their 90th percentile over the median, po
 points) is the calibration's *jitter*, what admission allows for before live steps are seen.
 The sweep stops once a point is more than twice the real-time step budget (larger batches
 cannot be admitted anyway). One more point decodes a smaller batch at a long context
-(``engine.calibration_long_context`` prompt tokens) so attention's share is measured too.
+(``engine.calibration_long_context`` prompt tokens) so attention's share is measured too
+(twice as well, keeping the faster).
 Single prompts of three lengths, each prefilled alone in one step, give what a prompt row
 costs: for its layers and for each position its attention reads (a long prompt's rows cost
 more; where they do not fit one step, the long prompts' prefill steps give one flat cost per
@@ -67,7 +68,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_FORMAT = 10  # part of the cache key: bump when the measurement changes
+CALIBRATION_FORMAT = 11  # part of the cache key: bump when the measurement changes
 _SHORT_PROMPT_CHARS = 32
 # Prompts whose prefill gives a prompt row's cost (:func:`_measure_prefill`): a short, a
 # typical and a long utterance, each prefilled in one step.
@@ -241,7 +242,12 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
     if config.calibration_long_context > 0 and samples:
         batch = max(1, min(8, largest))
         if _fits(engine, batch, config.calibration_long_context):
+            # Measured twice as well, keeping the faster: this one point sets what every
+            # position a step reads costs, and so the claim at long contexts.
             point = _measure(engine, batch, config.calibration_long_context)
+            again = _measure(engine, batch, config.calibration_long_context)
+            if again.sample.ms < point.sample.ms:
+                point = again
             long_sample, prefill_ms_per_token = point.sample, point.prefill_ms_per_token
     prefill_ms_per_row_position = 0.0
     prefill_fit = _measure_prefill(engine)

@@ -55,6 +55,26 @@ def test_sweep_fits_a_model_caches_it_and_leaves_the_engine_idle(tmp_path: Path)
     assert again is not None and again.source == "cache" and again.model == calibration.model
 
 
+def test_the_long_context_point_keeps_the_faster_of_two_measurements(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = _engine(tmp_path)
+    long_context = engine.config.calibration_long_context
+    measured: list[float] = []
+    measure = calibration_module._measure
+
+    def recorded(engine: Engine, batch: int, prompt_chars: int) -> object:
+        point = measure(engine, batch, prompt_chars)
+        if prompt_chars == long_context:
+            measured.append(point.sample.ms)
+        return point
+
+    monkeypatch.setattr(calibration_module, "_measure", recorded)
+    calibration = load_or_calibrate(engine)
+    assert calibration is not None and len(measured) == 2
+    assert calibration.samples[-1].ms == min(measured)
+
+
 def test_a_cached_calibration_is_followed_by_a_warm_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
