@@ -51,6 +51,10 @@ def hash_page(
     return digest.digest()
 
 
+RUN_SEARCH_PAGES = 4096
+"""The most pages one run search looks at (about half a millisecond of Python)."""
+
+
 class PagePoolExhausted(RuntimeError):
     pass
 
@@ -135,14 +139,17 @@ class PagePool:
         )
 
     def _find_run(self, span: int) -> int | None:
-        """The first page of ``span`` free, unclaimed pages no prefix hit revived, searching
-        once round the pool from the cursor (next fit); ``None`` if there is none."""
+        """The first page of ``span`` free, unclaimed pages no prefix hit revived, looking at
+        no more than :data:`RUN_SEARCH_PAGES` pages (or once round the pool) from the cursor
+        (next fit); ``None`` if there is none there. The search runs on the engine's step:
+        bounded, a crowded pool costs a scattered sequence, never a stalled step; the cursor
+        moves on, so the next search looks elsewhere."""
         n = self.num_pages
         if span > n:
             return None
         length = 0
         page = self._cursor
-        for _ in range(n + span):
+        for _ in range(min(n + span, RUN_SEARCH_PAGES)):
             if page == n:  # a run does not wrap round the end
                 page, length = 0, 0
             if self.ref_counts[page] == 0 and not self._claim[page] and not self._revived[page]:
@@ -152,6 +159,7 @@ class PagePool:
             else:
                 length = 0
             page += 1
+        self._cursor = page % n
         return None
 
     def _take(self, page: int) -> int:

@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cadenza.engine.kv import page_pool
 from cadenza.engine.kv.page_pool import PagePool, PagePoolExhausted, hash_page
 
 
@@ -116,6 +117,18 @@ def test_no_free_run_falls_back_to_the_free_queue():
         pool.allocate_run(3, span=3)
     with pytest.raises(PagePoolExhausted):
         pool.extend_run(pages[-1], 3, span=3)
+
+
+def test_a_run_search_is_bounded_and_the_next_one_looks_further_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(page_pool, "RUN_SEARCH_PAGES", 4)
+    pool = PagePool(16)
+    pool.allocate(4)  # pages 0-3 in use: the first four pages hold no run
+    assert pool.allocate_run(1, span=2) == [4]  # the free queue's front
+    assert pool.allocate_run(1, span=2) == [5]  # searched from page 4 on: a run of 5-6
+    assert pool.extend_run(5, 1, span=1) == [6]
+    pool.check_integrity([[0], [1], [2], [3], [4], [5, 6]])
 
 
 operations = st.lists(
