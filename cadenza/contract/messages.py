@@ -66,7 +66,9 @@ class Ready:
 class Output:
     """A :class:`StreamOutput` on the wire: ``audio`` float32 little-endian samples, ``codes``
     uint16 little-endian ``[frames, num_codebooks]``, ``rows`` int32 little-endian
-    ``[rows, row_width]`` (``None``: none)."""
+    ``[rows, row_width]`` (``None``: none). ``sent_s``: the engine's ``time.monotonic()`` as it
+    sent the message (one clock for every process of a machine), which the edge compares with
+    its own on receipt; ``None``: not stamped."""
 
     request_id: str
     audio: bytes
@@ -77,10 +79,11 @@ class Output:
     error_code: str | None = None
     rows: bytes | None = None
     row_width: int = 0
+    sent_s: float | None = None
     type: Literal["output"] = field(default="output", kw_only=True)
 
     @classmethod
-    def of(cls, output: StreamOutput) -> Output:
+    def of(cls, output: StreamOutput, sent_s: float | None = None) -> Output:
         codes, rows = output.codes, output.rows
         return cls(
             request_id=output.request_id,
@@ -92,6 +95,7 @@ class Output:
             error_code=output.error_code,
             rows=None if rows is None else np.ascontiguousarray(rows, dtype="<i4").tobytes(),
             row_width=0 if rows is None else int(rows.shape[1]),
+            sent_s=sent_s,
         )
 
     def stream_output(self) -> StreamOutput:

@@ -32,6 +32,7 @@ from cadenza.edge.lifecycle import Lifecycle
 from cadenza.edge.metrics import Metrics
 from cadenza.edge.model_service import ModelService
 from cadenza.edge.state import EdgeState
+from cadenza.loop_lag import LoopLagProbe
 from cadenza.version import __version__
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ def create_app(config: CadenzaConfig) -> FastAPI:
         services: dict[str, ModelService] = {}
         lifecycle = Lifecycle()
         state: EdgeState | None = None
+        loop_lag = LoopLagProbe("edge", observe=metrics.edge_loop_lag.observe).start()
         try:
             for served in config.served_models():  # one at a time: loading is CPU-bound
                 service = await ModelService.start(served, metrics, rate_limiter, guard, lifecycle)
@@ -83,6 +85,7 @@ def create_app(config: CadenzaConfig) -> FastAPI:
             finally:
                 for service in services.values():
                     await service.close()
+                loop_lag.cancel()
 
     # No generated API pages: the protocols are documented in docs/protocol.md, and an open
     # server should not advertise its routes.

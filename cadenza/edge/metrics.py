@@ -16,6 +16,9 @@ from cadenza.contract.messages import Stats
 
 _LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
 _STEP_BUCKETS_S = (0.001, 0.002, 0.004, 0.008, 0.0133, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64)
+# Delays that should be a millisecond or two; from 0.1 s on (``cadenza.loop_lag.STALL_S``) a
+# delay has held audio as long as a client's buffer.
+_STALL_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
 class Metrics:
@@ -170,6 +173,19 @@ class Metrics:
         self.edge_tasks = Gauge(
             "cadenza_edge_asyncio_tasks", "asyncio tasks alive in the edge process", registry=r
         )
+        self.edge_loop_lag = Histogram(
+            "cadenza_edge_loop_lag_seconds",
+            "how late the edge's event loop woke a 50 ms timer (a stall holds every stream)",
+            buckets=_STALL_BUCKETS_S,
+            registry=r,
+        )
+        self.output_delay = Histogram(
+            "cadenza_engine_output_delay_seconds",
+            "time from an engine sending a stream's output to the edge reading it",
+            buckets=_STALL_BUCKETS_S,
+            labelnames=["model"],
+            registry=r,
+        )
         self.webrtc_peers = Gauge(
             "cadenza_webrtc_peers",
             "WebRTC peer connections, pending (offered, not connected yet) or connected",
@@ -301,6 +317,7 @@ class ModelMetrics:
         self.deadline_slack = metrics.deadline_slack.labels(model=model)
         self.skipped_steps = metrics.skipped_steps.labels(model=model)
         self.step_correction = metrics.step_correction.labels(model=model)
+        self.output_delay = metrics.output_delay.labels(model=model)
         self._engine_totals: dict[tuple[int, str], int] = {}
         self._latest: dict[int, EngineStats] = {}  # per replica
 

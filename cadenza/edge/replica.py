@@ -183,6 +183,7 @@ class EngineReplica:
         client = EngineClient(self.config, replica=self.index)
         client.on_stats = lambda message: self._stats(client, message)
         client.on_failure = lambda reason: self._failed(client, reason)
+        client.on_output_delay = self.metrics.output_delay.observe
         return client
 
     def _take_spare(self) -> EngineClient | None:

@@ -45,6 +45,9 @@ StatsCallback = Callable[[messages.Stats], None]
 FailureCallback = Callable[[str], None]
 """Called once with the reason when the engine is lost (it exited, or reported ``fatal``)."""
 
+DelayCallback = Callable[[float], None]
+"""Seconds from the engine sending an output to this client reading it (``on_output_delay``)."""
+
 _Delivery = StreamOutput | EngineError
 
 
@@ -60,6 +63,7 @@ class EngineClient:
         self.replica = replica
         self.on_stats = on_stats
         self.on_failure = on_failure
+        self.on_output_delay: DelayCallback | None = None
         self.info: EngineInfo | None = None
         self.last_stats: messages.Stats | None = None
         self._context = zmq.asyncio.Context()
@@ -307,6 +311,8 @@ class EngineClient:
                     self._fail_stream(exc.request_id, f"invalid engine output: {exc}")
                 continue
             if isinstance(message, messages.Output):
+                if message.sent_s is not None and self.on_output_delay is not None:
+                    self.on_output_delay(time.monotonic() - message.sent_s)
                 self._deliver(message)
             elif isinstance(message, messages.Stats):
                 self._last_heartbeat = time.monotonic()

@@ -108,7 +108,8 @@ def _serve(
                 return
         if engine.has_unfinished_requests() and engine.idle_s() <= 0:
             for output in engine.step():
-                outbound.send(messages.encode(messages.Output.of(output)))
+                sent = messages.Output.of(output, sent_s=time.monotonic())
+                outbound.send(messages.encode(sent))
         now = time.monotonic()
         if now - last_stats >= STATS_INTERVAL_S:
             report = messages.Stats(engine.stats(), engine.take_report())

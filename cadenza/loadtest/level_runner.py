@@ -13,7 +13,9 @@ Arrival processes:
   connection, however many are already running (``concurrency`` caps nothing);
 * ``burst``: ``concurrency`` streams start at once, one each.
 
-A level stops offering at ``duration_s`` and waits for the streams in flight to finish. With
+A level stops offering at ``duration_s`` and waits for the streams in flight to finish. The
+harness's own event loop is watched meanwhile (:class:`cadenza.loop_lag.LoopLagProbe`): a gap
+in a stream's audio while that loop stalled may be the harness's, not the server's. With
 ``options.chaos``, engine replicas are killed on that schedule meanwhile
 (:mod:`cadenza.loadtest.chaos`) and the level gets a ``chaos`` entry.
 """
@@ -37,6 +39,7 @@ from cadenza.loadtest.clients import http_stream, webrtc_stream, ws_stream
 from cadenza.loadtest.level_summary import StreamResult, summarize_level
 from cadenza.loadtest.server_metrics import MetricsWindow, read_capacity, read_metrics
 from cadenza.loadtest.workload import LoadOptions
+from cadenza.loop_lag import LoopLagProbe
 
 Progress = Callable[[str], None]
 SCRAPE_INTERVAL_S = 1.0
@@ -66,6 +69,8 @@ async def _run_level(
     start = time.monotonic()
     cpu_start = _cpu_seconds()
     stop_offering = start + options.duration_s
+    loop_lag = LoopLagProbe("load tester")
+    probe = loop_lag.start()
     async with httpx.AsyncClient(timeout=httpx.Timeout(600, connect=30)) as http:
         capacity = await read_capacity(http, options.url)
         scraper = asyncio.create_task(_scrape(http, options.url, window))
@@ -99,6 +104,7 @@ async def _run_level(
         finally:
             if chaos is not None:
                 chaos.cancel()
+            probe.cancel()
             reporter.cancel()
             scraper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -114,6 +120,7 @@ async def _run_level(
         results,
         server=server,
         client_cpu=round((_cpu_seconds() - cpu_start) / wall, 3) if wall > 0 else None,
+        client_loop={"max_lag_ms": round(1000 * loop_lag.max_lag_s, 1), "stalls": loop_lag.stalls},
         duration_s=wall,
         slo_underrun_ms=options.slo_underrun_ms,
     )

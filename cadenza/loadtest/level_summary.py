@@ -71,6 +71,7 @@ def summarize_level(
     *,
     server: dict[str, Any] | None = None,
     client_cpu: float | None = None,
+    client_loop: dict[str, Any] | None = None,
     duration_s: float = 0.0,
     slo_underrun_ms: float = 100.0,
 ) -> dict[str, Any]:
@@ -101,6 +102,7 @@ def summarize_level(
         "audio_s": round(sum(r.playout.audio_s for r in admitted if r.playout), 2),
         "server": server or {},
         "client_cpu": client_cpu,
+        "client_loop": client_loop or {},
         "streams": [_stream_entry(r) for r in sorted(results, key=lambda r: r.sent_s)],
     }
 

@@ -136,8 +136,8 @@ def markdown(report: dict[str, Any]) -> str:
 def _level_table(levels: list[dict[str, Any]]) -> list[str]:
     rows = [
         "| streams | offered | admitted | queued | refused | TTFA p50/p95/p99 ms | C50 | C100 "
-        "| C200 | RTF p50/p95 | step ms | client CPU | pass |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| C200 | RTF p50/p95 | step ms | client CPU | stalls (edge / IPC / client) | pass |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for level in levels:
         ttfa = level["ttfa_ms"]
@@ -148,9 +148,29 @@ def _level_table(levels: list[dict[str, Any]]) -> list[str]:
             f"{level['queued']} | {level['rejected']} | {ttfa['p50']} / {ttfa['p95']} / "
             f"{ttfa['p99']} | {level['c50']} | {level['c100']} | {level['c200']} | "
             f"{rtf['p50']} / {rtf['p95']} | {server.get('step_ms_mean')} | "
-            f"{level.get('client_cpu')} | {'yes' if level.get('passed') else 'no'} |"
+            f"{level.get('client_cpu')} | {_stalls(level)} | "
+            f"{'yes' if level.get('passed') else 'no'} |"
         )
     return rows
+
+
+def _stalls(level: dict[str, Any]) -> str:
+    """Waits of 100 ms and more on the audio's way out, by where: the edge's event loop, engine
+    outputs the edge read late, and the harness's own loop (with its longest lag); ``-``
+    where a server did not report them (not cadenza, or an older one)."""
+    server = level.get("server") or {}
+    client = level.get("client_loop") or {}
+
+    def shown(value: Any) -> str:
+        return "-" if value is None else str(value)
+
+    client_part = shown(client.get("stalls"))
+    if client.get("max_lag_ms") is not None:
+        client_part += f" (max {client['max_lag_ms']} ms)"
+    return (
+        f"{shown(server.get('edge_loop_stalls'))} / {shown(server.get('delayed_outputs'))} / "
+        f"{client_part}"
+    )
 
 
 def _plots(report: dict[str, Any], out_dir: Path) -> list[Path]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -75,6 +76,9 @@ class MetricsWindow:
             "chunks": int(delta("cadenza_chunk_deadline_slack_seconds_count")),
             "late_chunks": int(delta("cadenza_chunk_deadline_slack_seconds_bucket{le=0.0}")),
             "preemptions": int(delta("cadenza_engine_preemptions_total")),
+            # Stalls on the way from the engine to the client (cadenza.loop_lag.STALL_S and up)
+            "edge_loop_stalls": int(_over(delta, "cadenza_edge_loop_lag_seconds", 0.1)),
+            "delayed_outputs": int(_over(delta, "cadenza_engine_output_delay_seconds", 0.1)),
             "kv_pages_total": last.get("cadenza_kv_pages_total"),
         }
         for name in self.GAUGES:
@@ -84,3 +88,9 @@ class MetricsWindow:
                 summary[f"{short}_mean"] = round(sum(series) / len(series), 4)
                 summary[f"{short}_max"] = round(max(series), 4)
         return summary
+
+
+def _over(delta: Callable[[str], float], histogram: str, bound: float) -> float:
+    """How many of ``histogram``'s observations in the window exceeded ``bound`` (one of its
+    bucket bounds): its count less its bucket at ``bound``."""
+    return delta(f"{histogram}_count") - delta(f"{histogram}_bucket{{le={float(bound)}}}")

@@ -231,3 +231,6 @@ def test_metrics_report_engine_steps_and_first_audio(http):
     assert _metric(http, "cadenza_engine_step_seconds_count") > 0
     assert _metric(http, "cadenza_time_to_first_audio_seconds_count") > 0
     assert _metric(http, 'cadenza_http_requests_total{route="/v1/audio/speech",status="200"}') > 0
+    # The audio's way out is watched: engine outputs read by the edge, the edge's own loop.
+    assert _metric(http, "cadenza_engine_output_delay_seconds_count") > 0
+    assert _metric(http, "cadenza_edge_loop_lag_seconds_count") > 0

@@ -33,6 +33,7 @@ EVERY_KIND = [
     messages.Ready(engine_info()),
     messages.Ready(engine_info(calibrated=False)),
     messages.Output("id2", np.arange(3, dtype="<f4").tobytes()),
+    messages.Output("id4", b"", sent_s=1234.5),
     messages.Stats(
         engine_stats(1.25, spare_lead_s=0.75),
         StepReport((StepRecord(0.01, 4, 20, 4000), StepRecord(0.02, 8, 8, 800)), (0.12, -0.01)),
@@ -63,6 +64,20 @@ def test_an_output_keeps_its_audio_and_codes_exact() -> None:
         "boom",
         "internal",
     )
+
+
+def test_an_output_keeps_the_time_it_was_sent() -> None:
+    output = StreamOutput("id5", np.zeros(2, dtype=np.float32))
+    back = messages.decode(messages.encode(messages.Output.of(output, sent_s=99.25)))
+    assert isinstance(back, messages.Output) and back.sent_s == 99.25
+    assert messages.Output.of(output).sent_s is None
+
+
+def test_a_garbled_send_time_is_a_wire_error_naming_the_stream() -> None:
+    raw = {"type": "output", "request_id": "id6", "audio": b"", "sent_s": "soon"}
+    with pytest.raises(messages.WireError, match="sent_s") as caught:
+        messages.decode(msgpack.packb(raw, use_bin_type=True))
+    assert caught.value.request_id == "id6"
 
 
 def test_torn_audio_is_refused() -> None:

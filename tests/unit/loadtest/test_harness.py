@@ -1,10 +1,12 @@
 """What the harness reads from ``/v1/capacity`` and how the report lays the bounds beside the
-measured capacity."""
+measured capacity, and where the audio's way out stalled."""
 
 from __future__ import annotations
 
 from cadenza.loadtest.harness import ServerCapacity
+from cadenza.loadtest.level_summary import summarize_level
 from cadenza.loadtest.report import build_report, markdown
+from cadenza.loadtest.server_metrics import MetricsWindow, parse_metrics
 
 BODY = {
     "max_streams": 3,
@@ -51,3 +53,33 @@ def test_a_server_without_calibration_or_with_garbage_reports_no_bound() -> None
     assert report["realtime_bound_streams"] is None
     assert report["capacity_vs_realtime_bound"] is None
     assert "None nominal streams" in markdown(report)
+
+
+def test_stalls_on_the_way_out_are_counted_from_the_scrapes_and_shown_by_where() -> None:
+    def scrape(edge_total: float, edge_fast: float, out_total: float, out_fast: float) -> str:
+        return "\n".join(
+            [
+                "# TYPE cadenza_edge_loop_lag_seconds histogram",
+                f'cadenza_edge_loop_lag_seconds_bucket{{le="0.1"}} {edge_fast}',
+                f'cadenza_edge_loop_lag_seconds_bucket{{le="+Inf"}} {edge_total}',
+                f"cadenza_edge_loop_lag_seconds_count {edge_total}",
+                "cadenza_edge_loop_lag_seconds_sum 0.5",
+                "# TYPE cadenza_engine_output_delay_seconds histogram",
+                f'cadenza_engine_output_delay_seconds_bucket{{le="0.1",model="m"}} {out_fast}',
+                f'cadenza_engine_output_delay_seconds_bucket{{le="+Inf",model="m"}} {out_total}',
+                f'cadenza_engine_output_delay_seconds_count{{model="m"}} {out_total}',
+                'cadenza_engine_output_delay_seconds_sum{model="m"} 0.1',
+                "",
+            ]
+        )
+
+    window = MetricsWindow()
+    window.add(parse_metrics(scrape(10, 9, 50, 50)))  # one stall before the level: not its own
+    window.add(parse_metrics(scrape(70, 67, 450, 447)))
+    server = window.summary()
+    assert (server["edge_loop_stalls"], server["delayed_outputs"]) == (2, 3)
+    level = summarize_level(4, [], server=server, client_loop={"max_lag_ms": 130.5, "stalls": 1})
+    report = build_report({}, [level], None, None)
+    assert "| 2 / 3 / 1 (max 130.5 ms) |" in markdown(report)
+    bare = build_report({}, [summarize_level(4, [])], None, None)
+    assert "| - / - / - |" in markdown(bare)

@@ -1,0 +1,73 @@
+"""How late an asyncio event loop runs what is due: the stalls a real-time process cannot see
+from inside its own callbacks.
+
+A stream's audio crosses two event loops after the engine: the edge's (engine output in,
+WebSocket, HTTP or WebRTC out) and, in a load test, the load tester's (every client's reads and
+its simulated playout). While either loop is blocked (a long synchronous call, a collection,
+the process preempted), no chunk moves, and a listener whose buffer is shorter than the stall
+hears a gap that the engine's deadline accounting never sees: the engine delivered on time.
+
+:class:`LoopLagProbe` sleeps ``interval_s`` at a time and records how much later than asked
+it woke up. Each lag goes to ``observe`` (the edge feeds a histogram), the longest is kept,
+and a lag of ``stall_s`` or more counts as a stall and is logged, so that a gap in the audio
+can be laid at the right process's door.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+STALL_S = 0.1  # a loop this late has held every stream's audio for as long as a client buffer
+PROBE_INTERVAL_S = 0.05
+
+
+class LoopLagProbe:
+    """Measures the running loop's lateness while :meth:`run` runs (start it as a task).
+    ``max_lag_s`` and ``stalls`` cover everything since construction or :meth:`reset`."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        interval_s: float = PROBE_INTERVAL_S,
+        stall_s: float = STALL_S,
+        observe: Callable[[float], None] | None = None,
+    ) -> None:
+        if interval_s <= 0 or stall_s <= 0:
+            raise ValueError("interval_s and stall_s must be positive")
+        self.name = name
+        self.interval_s = interval_s
+        self.stall_s = stall_s
+        self.observe = observe
+        self.max_lag_s = 0.0
+        self.stalls = 0
+
+    def reset(self) -> None:
+        self.max_lag_s = 0.0
+        self.stalls = 0
+
+    def record(self, lag_s: float) -> None:
+        """Count one wake-up ``lag_s`` late (what :meth:`run` does after every sleep)."""
+        lag_s = max(0.0, lag_s)
+        self.max_lag_s = max(self.max_lag_s, lag_s)
+        if self.observe is not None:
+            self.observe(lag_s)
+        if lag_s >= self.stall_s:
+            self.stalls += 1
+            log.warning("the %s's event loop stalled for %.0f ms", self.name, 1000 * lag_s)
+
+    async def run(self) -> None:
+        """Sleep and measure until cancelled."""
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + self.interval_s
+            await asyncio.sleep(self.interval_s)
+            self.record(loop.time() - due)
+
+    def start(self) -> asyncio.Task[None]:
+        """:meth:`run` as a task of the running loop (cancel it to stop)."""
+        return asyncio.get_running_loop().create_task(self.run(), name=f"{self.name}-loop-lag")
