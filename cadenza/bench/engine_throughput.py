@@ -1,6 +1,8 @@
 """``cadenza bench engine``: the paged engine against ``transformers`` generate, same model,
 same prompts, one run, plus the machine's roofline for a decode step. The engine runs twice:
-with fp32 weights prepacked for oneDNN (the default on CPU) and with plain ``F.linear``.
+with fp32 weights prepacked for oneDNN (the default on CPU) and with plain ``F.linear``. Each
+repeat times the three one after the other; ``speedup`` is the median of the repeats' own
+ratios (``speedup_per_round``), so drift between repeats does not enter it.
 
 Model: a random Llama of 31 M parameters (hidden 512, 8 layers, 8 query / 2 KV heads, SwiGLU
 1408, vocabulary 8192), fp32 on the CPU; prompts of 32 tokens, 128 new tokens, greedy, EOS
@@ -61,14 +63,18 @@ def run(
     results = []
     for batch in batch_sizes:
         prompts = torch.randint(0, MODEL["vocab_size"], (batch, prompt_len)).tolist()
-        hf_s = statistics.median(
-            _time_transformers(reference, prompts, new_tokens) for _ in range(repeats)
-        )
-        runs = [_time_engine(engine, prompts, new_tokens) for _ in range(repeats)]
+        # Round by round, the three side by side, so that the machine's drift (tens of per
+        # cent over minutes on a shared host) moves every side of a ratio alike.
+        hf_runs, runs, plain = [], [], []
+        for _ in range(repeats):
+            hf_runs.append(_time_transformers(reference, prompts, new_tokens))
+            runs.append(_time_engine(engine, prompts, new_tokens))
+            plain.append(_time_engine(unpacked, prompts, new_tokens))
+        hf_s = statistics.median(hf_runs)
         ours_s = statistics.median(total for total, _ in runs)
         step_s = statistics.median(step for _, step in runs)
-        plain = [_time_engine(unpacked, prompts, new_tokens) for _ in range(repeats)]
         plain_step_s = statistics.median(step for _, step in plain)
+        round_ratios = [hf / total for hf, (total, _) in zip(hf_runs, runs, strict=True)]
         gemm_rate = measure_gemm_flops(batch, MODEL["intermediate_size"], MODEL["hidden_size"])
         bound_memory_s = weight_bytes / (roofline["read_bandwidth_gbps"] * 1e9)
         bound_compute_s = 2 * num_params * batch / (roofline["gemm_gflops_2048"] * 1e9)
@@ -77,7 +83,8 @@ def run(
             "batch": batch,
             "transformers_tokens_per_s": batch * new_tokens / hf_s,
             "cadenza_tokens_per_s": batch * new_tokens / ours_s,
-            "speedup": hf_s / ours_s,
+            "speedup": statistics.median(round_ratios),
+            "speedup_per_round": [round(ratio, 3) for ratio in round_ratios],
             "transformers_ms_per_token_step": 1000 * hf_s / new_tokens,
             "cadenza_decode_step_ms": 1000 * step_s,
             "cadenza_unpacked_tokens_per_s": batch
