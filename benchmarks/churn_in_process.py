@@ -144,7 +144,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", default="8", help="comma-separated stream counts")
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--onednn-linears",
+        action="store_true",
+        help="bf16 linears outside the fused step on oneDNN, not the native product (A/B)",
+    )
     args = parser.parse_args()
+    if args.onednn_linears:
+        import cadenza.kernels.cpu_linear as cpu_linear
+
+        cpu_linear.native_linear_library = lambda: None  # type: ignore[assignment]
     torch.set_num_threads(1)
     torch.set_grad_enabled(False)
     if hasattr(os, "sched_setaffinity"):

@@ -13,12 +13,15 @@ those units, 2.5-4x faster again at 16-32 rows, with bf16's rounding of weights 
 activations (the input is rounded to bf16, accumulation and the output stay fp32). What that
 costs in accuracy is measured in docs/benchmarks.md ("CPU bf16 matrix units").
 
-Where the CPU has AMX tiles and the kernel grants them (:func:`tile_linear_library`), a bf16
-layer whose widths fit the tiles (outputs a multiple of 16, inputs of 32) skips oneDNN: its
-weight is pair-packed once and every product, one row or many, runs through cadenza's own tile
-product (``cpu_tile_linear.cpp``, the product the fused decode step uses). oneDNN's fixed cost
-per call (30-40 us) and the fp32 detour of small products go; a 256 x 8208 output head at 1-16
-rows took 0.23-0.26 ms instead of 0.5-1.1 (docs/benchmarks.md, "AMX tiles").
+Where the CPU multiplies bf16 in hardware (AVX512-BF16, or AMX tiles the kernel grants) and
+the C++ compiler is there (:func:`native_linear_library`), a bf16 layer whose widths fit
+(outputs a multiple of 16, inputs of 32; without tiles, only a layer of at most
+:data:`NATIVE_DOT_MAX_WEIGHTS` weights) skips oneDNN: its weight is pair-packed once and every
+product, one row or many, runs through cadenza's own product (``cpu_bf16_linear.cpp``, the one
+the fused decode step uses), with float32 sums and a float32 output. oneDNN's fixed cost per
+call and its bf16 output go: a 256 x 8208 output head at 1-16 rows took 0.23-0.26 ms instead
+of 0.5-1.1 on AMX tiles, 0.07-0.34 ms instead of 0.19-0.44 on AVX512-BF16; larger layers at
+many rows are within 10 % of oneDNN on tiles (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -34,8 +37,13 @@ from cadenza.kernels import native_library
 from cadenza.kernels.linear_swap import swap_linears
 from cadenza.kernels.packed_product import pack_weight
 
-TILE_SOURCE = "cpu_tile_linear.cpp"
-TILE_WIDTHS = (16, 32)  # outputs and inputs must be multiples of these for the tile product
+NATIVE_SOURCE = "cpu_bf16_linear.cpp"
+NATIVE_WIDTHS = (16, 32)  # outputs and inputs must be multiples of these for the native product
+# Without AMX tiles, the native product's dot products beat oneDNN's at every row count for
+# layers up to about this many weights (a 256 x 8208 head: 1.2-1.8x at 1-16 rows, 0.97x at 200),
+# and lose to its cache blocking on larger ones at tens of rows (8192 x 3072 at 16 rows: 0.81x);
+# larger layers stay on oneDNN there (docs/benchmarks.md, "Native bf16 linears").
+NATIVE_DOT_MAX_WEIGHTS = 4 << 20
 
 
 def native_bf16_matmul() -> bool:
@@ -89,19 +97,22 @@ def amx_available() -> bool:
 
 
 @functools.cache
-def tile_linear_library() -> ctypes.CDLL | None:
-    """The native tile product (``cpu_tile_linear.cpp``), or ``None`` where its products do
-    not run on AMX tiles (no AMX, the kernel refuses this process the tile state, no
-    compiler)."""
-    if not amx_available():
+def native_linear_library() -> ctypes.CDLL | None:
+    """The native bf16 product (``cpu_bf16_linear.cpp``), or ``None`` where it would not
+    multiply bf16 in hardware (no AVX512-BF16; no compiler)."""
+    if not native_bf16_matmul():
         return None
-    library = native_library.load(TILE_SOURCE)
-    if library is None or not tile_products(library):
+    library = native_library.load(NATIVE_SOURCE)
+    if library is None:
+        return None
+    native = library.cadenza_bf16_linear_native
+    native.argtypes, native.restype = [], ctypes.c_int
+    if not native():
         return None
     pointer, count = ctypes.c_void_p, ctypes.c_int
     # x, B, packed, N, K, y
     native_library.procedure(
-        library, "cadenza_tile_linear_bf16", [pointer, count, pointer, count, count, pointer]
+        library, "cadenza_bf16_linear", [pointer, count, pointer, count, count, pointer]
     )
     return library
 
@@ -133,11 +144,11 @@ class PackedLinear(nn.Module):
     Products smaller than :data:`SMALL_PRODUCT_MACS` (few rows through a small layer; only on
     CPUs with AMX) use the fp32 ``weight`` directly: oneDNN's fixed cost per call would
     dominate them. With bf16 that makes a row's result depend, to bf16 rounding, on how many
-    rows share the call. A bf16 layer on the tile product (see the module) has neither: one
+    rows share the call. A bf16 layer on the native product (see the module) has neither: one
     path for every row count, its output always fp32 (which every consumer takes)."""
 
     packed: torch.Tensor
-    tiles: torch.Tensor | None
+    pairs: torch.Tensor | None
 
     def __init__(
         self,
@@ -152,26 +163,35 @@ class PackedLinear(nn.Module):
         self.weight = nn.Parameter(weight.detach(), requires_grad=False)
         if (
             compute_dtype == torch.bfloat16
-            and self.out_features % TILE_WIDTHS[0] == 0
-            and self.in_features % TILE_WIDTHS[1] == 0
-            and tile_linear_library() is not None
+            and self.out_features % NATIVE_WIDTHS[0] == 0
+            and self.in_features % NATIVE_WIDTHS[1] == 0
+            and self._native_fits()
         ):
-            tiles = pack_weight(self.weight, torch.bfloat16, pairs=True)
-            self.register_buffer("tiles", tiles, persistent=False)
+            pairs = pack_weight(self.weight, torch.bfloat16, pairs=True)
+            self.register_buffer("pairs", pairs, persistent=False)
             self.register_buffer("packed", torch.empty(0), persistent=False)
         else:
-            self.tiles = None
+            self.pairs = None
             self.register_buffer(
                 "packed",
                 torch.ops.mkldnn._reorder_linear_weight(self.weight.detach().to(compute_dtype)),
                 persistent=False,
             )
 
+    def _native_fits(self) -> bool:
+        """Whether this bf16 layer runs on the native product (see :data:`NATIVE_WIDTHS`,
+        :data:`NATIVE_DOT_MAX_WEIGHTS`)."""
+        library = native_linear_library()
+        if library is None:
+            return False
+        small = self.out_features * self.in_features <= NATIVE_DOT_MAX_WEIGHTS
+        return small or tile_products(library)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type != "cpu" or x.dtype not in (torch.float32, self.compute_dtype):
             return F.linear(x, self.weight)
-        if self.tiles is not None:
-            return self._tile_forward(x)
+        if self.pairs is not None:
+            return self._native_forward(x)
         rows = x.numel() // self.in_features
         if rows * self.in_features * self.out_features < SMALL_PRODUCT_MACS:
             return F.linear(x.float(), self.weight)
@@ -181,16 +201,16 @@ class PackedLinear(nn.Module):
             out = out.to(torch.float32)
         return out.reshape(*x.shape[:-1], self.out_features)
 
-    def _tile_forward(self, x: torch.Tensor) -> torch.Tensor:
-        library = tile_linear_library()
-        assert self.tiles is not None and library is not None
+    def _native_forward(self, x: torch.Tensor) -> torch.Tensor:
+        library = native_linear_library()
+        assert self.pairs is not None and library is not None
         flat = x.reshape(-1, self.in_features).float().contiguous()
         out = torch.empty(flat.shape[0], self.out_features)
         if flat.shape[0]:
-            library.cadenza_tile_linear_bf16(
+            library.cadenza_bf16_linear(
                 flat.data_ptr(),
                 flat.shape[0],
-                self.tiles.data_ptr(),
+                self.pairs.data_ptr(),
                 self.out_features,
                 self.in_features,
                 out.data_ptr(),

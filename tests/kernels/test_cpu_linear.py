@@ -1,7 +1,7 @@
 """Prepacked CPU linears: fp32 equals ``F.linear`` to rounding; bf16 is within bf16's rounding
-of it; ``auto`` picks bf16 exactly where the CPU multiplies bf16 natively; on AMX tiles a bf16
-layer equals the product of its bf16-rounded input and weight to float32 rounding, with the
-tiles or without."""
+of it; ``auto`` picks bf16 exactly where the CPU multiplies bf16 natively; on the native bf16
+product (AVX512-BF16, AMX tiles where granted) a bf16 layer equals the product of its
+bf16-rounded input and weight to float32 rounding, with the tiles or without."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from cadenza.kernels.cpu_linear import (
     PackedLinear,
     bf16_packing_available,
     native_bf16_matmul,
+    native_linear_library,
     pack_linears,
     packing_available,
     resolve_cpu_linear_dtype,
-    tile_linear_library,
     tile_products,
 )
 
@@ -27,8 +27,8 @@ pytestmark = pytest.mark.skipif(
 needs_bf16_packing = pytest.mark.skipif(
     not bf16_packing_available(), reason="oneDNN packs no bf16 weights on this CPU"
 )
-needs_tiles = pytest.mark.skipif(
-    tile_linear_library() is None, reason="no AMX tiles on this CPU (or not granted)"
+needs_native = pytest.mark.skipif(
+    native_linear_library() is None, reason="no native bf16 products on this CPU"
 )
 
 
@@ -82,8 +82,8 @@ def test_a_kept_compute_dtype_is_the_float32_output_before_its_conversion() -> N
     converted = PackedLinear(weight, torch.bfloat16)
     kept = PackedLinear(weight, torch.bfloat16, keep_compute_dtype=True)
     out = kept(x)
-    # the tile product's output is float32 either way (its consumers promote anything)
-    assert out.dtype == (torch.float32 if kept.tiles is not None else torch.bfloat16)
+    # the native product's output is float32 either way (its consumers promote anything)
+    assert out.dtype == (torch.float32 if kept.pairs is not None else torch.bfloat16)
     assert torch.equal(out.float(), converted(x))
     # a product may take the compute dtype as its input, as from a kept output
     assert torch.equal(converted(x.bfloat16()), converted(x))
@@ -111,26 +111,28 @@ def _rounded_product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return (x.bfloat16().double() @ weight.bfloat16().double().T).float()
 
 
-@needs_tiles
+@needs_native
 @pytest.mark.parametrize("rows", [1, 5, 16, 17, 32, 40])
 @pytest.mark.parametrize("out_features", [16, 48, 96])
-def test_a_tile_layer_is_the_rounded_product_at_every_row_count(
+def test_a_native_layer_is_the_rounded_product_at_every_row_count(
     rows: int, out_features: int
 ) -> None:
     # 17, 40: a second group of rows (tiles hold 16); 16, 48: an odd number of output blocks
     weight = torch.randn(out_features, 64)
     layer = PackedLinear(weight, torch.bfloat16)
-    assert layer.tiles is not None and layer.packed.numel() == 0  # no oneDNN copy
+    assert layer.pairs is not None and layer.packed.numel() == 0  # no oneDNN copy
     x = torch.randn(rows, 64)
     torch.testing.assert_close(layer(x), _rounded_product(x, weight), rtol=1e-5, atol=1e-5)
     # one row's result does not depend on the rows beside it
     torch.testing.assert_close(layer(x[:1]), layer(x)[:1], rtol=0, atol=0)
 
 
-@needs_tiles
+@needs_native
 def test_the_tile_product_and_the_dot_product_path_agree() -> None:
-    library = tile_linear_library()
+    library = native_linear_library()
     assert library is not None
+    if not tile_products(library):
+        pytest.skip("no AMX tiles on this CPU (or not granted)")
     weight = torch.randn(96, 128)
     layer = PackedLinear(weight, torch.bfloat16)
     x = torch.randn(7, 128)
@@ -144,6 +146,18 @@ def test_the_tile_product_and_the_dot_product_path_agree() -> None:
 
 
 @needs_bf16_packing
-def test_widths_the_tiles_do_not_take_stay_on_onednn() -> None:
+def test_widths_the_native_product_does_not_take_stay_on_onednn() -> None:
     layer = PackedLinear(torch.randn(24, 64), torch.bfloat16)  # 24 outputs: not blocks of 16
-    assert layer.tiles is None and layer.packed.numel() > 0
+    assert layer.pairs is None and layer.packed.numel() > 0
+
+
+@needs_native
+def test_without_tiles_a_large_layer_stays_on_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
+    library = native_linear_library()
+    assert library is not None
+    if tile_products(library):
+        pytest.skip("AMX tiles take layers of every size")
+    monkeypatch.setattr("cadenza.kernels.cpu_linear.NATIVE_DOT_MAX_WEIGHTS", 48 * 64)
+    assert PackedLinear(torch.randn(48, 64), torch.bfloat16).pairs is not None
+    large = PackedLinear(torch.randn(64, 64), torch.bfloat16)
+    assert large.pairs is None and large.packed.numel() > 0

@@ -60,7 +60,13 @@ from cadenza.contract.step_time_model import (
 )
 from cadenza.engine.device import device_name
 from cadenza.engine.layouts.token_layout import layout_steps_for_frames
-from cadenza.kernels import cpu_lstm, cpu_mono_conv, fused_cpu_decode, native_library
+from cadenza.kernels import (
+    cpu_linear,
+    cpu_lstm,
+    cpu_mono_conv,
+    fused_cpu_decode,
+    native_library,
+)
 from cadenza.version import __version__
 
 if TYPE_CHECKING:
@@ -68,7 +74,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_FORMAT = 11  # part of the cache key: bump when the measurement changes
+CALIBRATION_FORMAT = 12  # part of the cache key: bump when the measurement changes
 _SHORT_PROMPT_CHARS = 32
 # Prompts whose prefill gives a prompt row's cost (:func:`_measure_prefill`): a short, a
 # typical and a long utterance, each prefilled in one step.
@@ -94,6 +100,7 @@ def calibration_identity(engine: Engine, seed: int, neighbours: int = 0) -> str:
         "pack_cpu_weights": config.pack_cpu_weights,
         "fused_cpu_decode": config.fused_cpu_decode
         and native_library.source_digest(fused_cpu_decode.SOURCE),
+        "linear_kernel": native_library.source_digest(cpu_linear.NATIVE_SOURCE),
         "codec_kernels": [
             native_library.source_digest(source)
             for source in (cpu_lstm.SOURCE, cpu_mono_conv.SOURCE)
