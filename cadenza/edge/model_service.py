@@ -26,7 +26,7 @@ from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.errors import ENGINE_RETRY_AFTER_S, EngineError, EngineUnavailable
 from cadenza.contract.messages import Stats
 from cadenza.edge.admission.capacity import CapacityModel
-from cadenza.edge.admission.factor_memory import FactorMemory, default_dir
+from cadenza.edge.admission.factor_memory import FactorMemory, default_dir, measured_under_load
 from cadenza.edge.admission.gate import AdmissionGate
 from cadenza.edge.admission.guard import TextGuard
 from cadenza.edge.admission.rate_limit import RateLimiter
@@ -285,7 +285,8 @@ class ModelService:
 
     def _on_stats(self, replica: EngineReplica, message: Stats) -> None:
         """Engine reports feed the metrics and the replica's capacity model (whose live
-        realtime factor is remembered for the next server, every ``_FACTOR_SAVE_S``)."""
+        realtime factor is remembered for the next server, every ``_FACTOR_SAVE_S`` while the
+        replica is loaded: :func:`factor_memory.measured_under_load`)."""
         self.metrics.observe_engine_stats(message, replica.index)
         if self._gate is None:
             return
@@ -296,7 +297,8 @@ class ModelService:
         saved_at = self._factor_saved_at.get(replica.index, -math.inf)
         if capacity is None or key is None or now - saved_at < _FACTOR_SAVE_S:
             return
-        if capacity.has_live_factor():
+        loaded = measured_under_load(message.stats.num_running, capacity.realtime_limit())
+        if capacity.has_live_factor() and loaded:
             self._factors.remember(key, capacity.realtime_factor())
             self._factor_saved_at[replica.index] = now
 

@@ -28,7 +28,7 @@ def test_a_blocked_loop_is_a_stall_and_is_logged(caplog: pytest.LogCaptureFixtur
     with caplog.at_level(logging.WARNING, logger="cadenza.loop_lag"):
         probe = asyncio.run(scenario())
     assert probe.stalls >= 1  # the one made here (a slow machine may add its own)
-    assert 0.15 <= probe.max_lag_s
+    assert probe.max_lag_s >= 0.15
     assert max(seen) == probe.max_lag_s and all(lag >= 0 for lag in seen)
     assert "edge's event loop stalled" in caplog.text
 

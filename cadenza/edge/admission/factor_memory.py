@@ -8,6 +8,13 @@ calibration and replica count, instead of the calibration's optimism: its ``max_
 is then about what it will hold under load from the first request on. Live measurements
 replace the remembered factor as soon as there are enough of them.
 
+Only a factor measured under load is worth passing on (:func:`measured_under_load`): with few
+streams running, the edge and the clients leave the engine more of the cores and live steps
+come closer to the calibration, so a factor saved as a server winds down (or idles after a
+light spell) would promise the next one more than it holds once loaded (a restarted server
+claimed 20 streams before a sweep that held 16: docs/benchmarks.md, "The audio's way out
+watched").
+
 One small JSON file beside the calibrations (``engine.calibration_cache_dir``, default
 ``~/.cache/cadenza``), ``{key: factor}``, written atomically; unreadable or foreign content
 counts as nothing remembered.
@@ -26,6 +33,14 @@ log = logging.getLogger(__name__)
 FILE_NAME = "realtime-factors.json"
 _LIMITS = (1.0, 20.0)  # a remembered factor outside these is not one this code wrote
 _KEPT = 64  # keys kept in the file (the most recently written)
+LOADED_SHARE = 0.5  # the share of its own claim a replica runs while its factor is remembered
+
+
+def measured_under_load(running: int, claimed: int) -> bool:
+    """Whether a replica running ``running`` streams against a claim of ``claimed`` is loaded
+    enough for its live factor to be remembered: at least :data:`LOADED_SHARE` of the claim,
+    and at least one stream."""
+    return running >= max(1.0, LOADED_SHARE * claimed)
 
 
 def default_dir(calibration_cache_dir: str | None) -> Path:

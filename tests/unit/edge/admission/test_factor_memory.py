@@ -9,7 +9,12 @@ import pytest
 
 from cadenza.config import AdmissionConfig, EngineConfig
 from cadenza.edge.admission.capacity import CapacityModel
-from cadenza.edge.admission.factor_memory import FILE_NAME, FactorMemory, default_dir
+from cadenza.edge.admission.factor_memory import (
+    FILE_NAME,
+    FactorMemory,
+    default_dir,
+    measured_under_load,
+)
 from tests.support.contract_examples import engine_info as info
 from tests.support.contract_examples import timed_stats
 
@@ -64,3 +69,13 @@ def test_admission_starts_from_the_remembered_factor_until_it_has_its_own():
     for _ in range(9):  # three windows of live reports at the calibrated speed
         remembering.observe(timed_stats(1.0))
     assert remembering.has_live_factor() and remembering.realtime_factor() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("running", "claimed", "remembered"),
+    [(8, 16, True), (7, 16, False), (16, 16, True), (20, 16, True), (0, 0, False), (1, 1, True)],
+)
+def test_only_a_factor_measured_under_load_is_passed_on(running, claimed, remembered):
+    # half the replica's own claim at least (and a stream): lighter load runs closer to the
+    # calibration and would promise the next server more than it holds
+    assert measured_under_load(running, claimed) is remembered
