@@ -33,7 +33,7 @@ PROBE_INTERVAL_S = 0.05
 
 class LoopLagProbe:
     """Measures the running loop's lateness while :meth:`run` runs (start it as a task).
-    ``max_lag_s`` and ``stalls`` cover everything since construction or :meth:`reset`."""
+    ``max_lag_s`` and ``stalls`` cover everything since construction."""
 
     def __init__(
         self,
@@ -55,10 +55,6 @@ class LoopLagProbe:
         self.stalls = 0
         self._last_tick = time.monotonic()
         self._named = False  # the current stall's stack has been logged
-
-    def reset(self) -> None:
-        self.max_lag_s = 0.0
-        self.stalls = 0
 
     def record(self, lag_s: float) -> None:
         """Count one wake-up ``lag_s`` late (what :meth:`run` does after every sleep)."""
