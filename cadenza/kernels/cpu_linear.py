@@ -20,7 +20,7 @@ the C++ compiler is there (:func:`native_linear_library`), a bf16 layer whose wi
 product, one row or many, runs through cadenza's own product (``cpu_bf16_linear.cpp``, the one
 the fused decode step uses), with float32 sums and a float32 output. oneDNN's fixed cost per
 call and its bf16 output go: a 256 x 8208 output head at 1-16 rows took 0.23-0.26 ms instead
-of 0.5-1.1 on AMX tiles, 0.07-0.34 ms instead of 0.19-0.44 on AVX512-BF16; larger layers at
+of 0.5-1.1 on AMX tiles, 0.07-0.35 ms instead of 0.12-0.42 on AVX512-BF16; larger layers at
 many rows are within 10 % of oneDNN on tiles (docs/benchmarks.md).
 """
 
