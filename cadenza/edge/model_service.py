@@ -299,7 +299,7 @@ class ModelService:
             return
         loaded = measured_under_load(message.stats.num_running, capacity.realtime_limit())
         if capacity.has_live_factor() and loaded:
-            self._factors.remember(key, capacity.realtime_factor())
+            self._factors.remember_soon(key, capacity.realtime_factor())
             self._factor_saved_at[replica.index] = now
 
     def _factor_key(self, replica: EngineReplica) -> str | None:

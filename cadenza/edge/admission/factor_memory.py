@@ -17,7 +17,9 @@ watched").
 
 One small JSON file beside the calibrations (``engine.calibration_cache_dir``, default
 ``~/.cache/cadenza``), ``{key: factor}``, written atomically; unreadable or foreign content
-counts as nothing remembered.
+counts as nothing remembered. A server writes it from the memory's own thread
+(:meth:`FactorMemory.remember_soon`), never from its event loop: under load one write and
+rename held the edge's loop for up to 430 ms, and every stream's audio with it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import json
 import logging
 import os
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,8 @@ def default_dir(calibration_cache_dir: str | None) -> Path:
 class FactorMemory:
     def __init__(self, directory: Path) -> None:
         self.path = directory / FILE_NAME
+        # one writer, so that writes land in the order they were asked for, never interleaved
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cadenza-factors")
 
     def _read(self) -> dict[str, float]:
         try:
@@ -71,6 +76,11 @@ class FactorMemory:
     def recall(self, key: str) -> float | None:
         """The factor last remembered for ``key`` (``None``: none, or nothing readable)."""
         return self._read().get(key)
+
+    def remember_soon(self, key: str, factor: float) -> Future[None]:
+        """:meth:`remember` on the memory's own thread (one write at a time, in order): what
+        an event loop calls, so that it never waits for the disk."""
+        return self._writer.submit(self.remember, key, factor)
 
     def remember(self, key: str, factor: float) -> None:
         """Keep ``factor`` for ``key`` (clamped to the plausible range); a failed write is

@@ -4,6 +4,7 @@ admission starts from until it has live windows of its own."""
 from __future__ import annotations
 
 import logging
+import threading
 
 import pytest
 
@@ -79,3 +80,21 @@ def test_only_a_factor_measured_under_load_is_passed_on(running, claimed, rememb
     # half the replica's own claim at least (and a stream): lighter load runs closer to the
     # calibration and would promise the next server more than it holds
     assert measured_under_load(running, claimed) is remembered
+
+
+def test_remember_soon_writes_on_the_memory_s_own_thread_in_order(tmp_path, monkeypatch):
+    memory = FactorMemory(tmp_path)
+    writers: list[str] = []
+    write = memory.remember
+
+    def recording(key: str, factor: float) -> None:
+        writers.append(threading.current_thread().name)
+        write(key, factor)
+
+    monkeypatch.setattr(memory, "remember", recording)
+    pending = [memory.remember_soon("a", 1.1 + i / 10) for i in range(5)]
+    for future in pending:
+        future.result(timeout=10)
+    assert memory.recall("a") == pytest.approx(1.5)  # the last asked for, written last
+    assert writers and all(name.startswith("cadenza-factors") for name in writers)
+    assert threading.current_thread().name not in writers
