@@ -28,6 +28,7 @@ from cadenza.edge.admission.api_keys import ApiKeys
 from cadenza.edge.admission.guard import build_guard
 from cadenza.edge.admission.rate_limit import RateLimiter
 from cadenza.edge.errors import install_error_handlers
+from cadenza.edge.lazy_modules import import_lazy_modules
 from cadenza.edge.lifecycle import Lifecycle
 from cadenza.edge.metrics import Metrics
 from cadenza.edge.model_service import ModelService
@@ -60,6 +61,7 @@ def create_app(config: CadenzaConfig) -> FastAPI:
         lifecycle = Lifecycle()
         state: EdgeState | None = None
         loop_lag = LoopLagProbe("edge", observe=metrics.edge_loop_lag.observe, watch=True).start()
+        import_lazy_modules()
         try:
             for served in config.served_models():  # one at a time: loading is CPU-bound
                 service = await ModelService.start(served, metrics, rate_limiter, guard, lifecycle)
