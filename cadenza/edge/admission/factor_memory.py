@@ -17,9 +17,10 @@ watched").
 
 One small JSON file beside the calibrations (``engine.calibration_cache_dir``, default
 ``~/.cache/cadenza``), ``{key: factor}``, written atomically; unreadable or foreign content
-counts as nothing remembered. A server writes it from the memory's own thread
-(:meth:`FactorMemory.remember_soon`), never from its event loop: under load one write and
-rename held the edge's loop for up to 430 ms, and every stream's audio with it.
+counts as nothing remembered. A server reads it once, when its memory is made (at start-up),
+and writes it from the memory's own thread (:meth:`FactorMemory.remember_soon`), never from
+its event loop: under load one write and rename held the edge's loop for up to 430 ms, and
+every stream's audio with it. A replica that (re)starts while others serve recalls from memory.
 """
 
 from __future__ import annotations
@@ -55,10 +56,14 @@ def default_dir(calibration_cache_dir: str | None) -> Path:
 
 
 class FactorMemory:
+    """The file's factors, read once here; :meth:`recall` answers from memory, kept up to date
+    by this memory's own writes (another server's later writes are seen by the next start)."""
+
     def __init__(self, directory: Path) -> None:
         self.path = directory / FILE_NAME
         # one writer, so that writes land in the order they were asked for, never interleaved
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cadenza-factors")
+        self._known = self._read()
 
     def _read(self) -> dict[str, float]:
         try:
@@ -74,20 +79,32 @@ class FactorMemory:
         }
 
     def recall(self, key: str) -> float | None:
-        """The factor last remembered for ``key`` (``None``: none, or nothing readable)."""
-        return self._read().get(key)
+        """The factor last remembered for ``key`` (``None``: none, or nothing readable);
+        never touches the disk."""
+        return self._known.get(key)
 
     def remember_soon(self, key: str, factor: float) -> Future[None]:
-        """:meth:`remember` on the memory's own thread (one write at a time, in order): what
-        an event loop calls, so that it never waits for the disk."""
-        return self._writer.submit(self.remember, key, factor)
+        """Keep ``factor`` for ``key`` now; the file is written on the memory's own thread (one
+        write at a time, in order): what an event loop calls, so that it never waits for the
+        disk."""
+        factor = self._keep(key, factor)
+        return self._writer.submit(self._write, key, factor)
 
     def remember(self, key: str, factor: float) -> None:
-        """Keep ``factor`` for ``key`` (clamped to the plausible range); a failed write is
-        logged, never raised."""
+        """Keep ``factor`` for ``key`` (clamped to the plausible range) and write the file
+        here; a failed write is logged, never raised."""
+        self._write(key, self._keep(key, factor))
+
+    def _keep(self, key: str, factor: float) -> float:
+        factor = min(max(factor, _LIMITS[0]), _LIMITS[1])
+        self._known[key] = factor
+        return factor
+
+    def _write(self, key: str, factor: float) -> None:
+        """Merge ``key`` into the file as it is now (another server may share it)."""
         factors = self._read()
         factors.pop(key, None)
-        factors[key] = min(max(factor, _LIMITS[0]), _LIMITS[1])
+        factors[key] = factor
         kept = dict(list(factors.items())[-_KEPT:])
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)

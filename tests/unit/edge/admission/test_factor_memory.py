@@ -26,10 +26,10 @@ def test_a_factor_is_recalled_by_its_key(tmp_path):
     memory.remember("a", 1.4)
     memory.remember("b", 1.2)
     memory.remember("a", 1.3)
+    memory.remember("c", 0.2)  # below 1: clamped, a server is never faster than calibrated
     again = FactorMemory(tmp_path / "cache")
     assert again.recall("a") == pytest.approx(1.3) and again.recall("b") == pytest.approx(1.2)
-    memory.remember("c", 0.2)  # below 1: clamped, a server is never faster than calibrated
-    assert again.recall("c") == pytest.approx(1.0)
+    assert again.recall("c") == pytest.approx(1.0) and memory.recall("c") == pytest.approx(1.0)
     assert not [p for p in (tmp_path / "cache").iterdir() if p.name != FILE_NAME]
 
 
@@ -41,7 +41,7 @@ def test_garbage_in_the_file_counts_as_nothing_remembered(tmp_path, content):
     memory = FactorMemory(tmp_path)
     assert memory.recall("a") is None
     memory.remember("a", 1.5)  # and is replaced by a good file
-    assert memory.recall("a") == pytest.approx(1.5)
+    assert FactorMemory(tmp_path).recall("a") == pytest.approx(1.5)
 
 
 def test_a_failed_write_is_logged_not_raised(tmp_path, caplog):
@@ -50,7 +50,9 @@ def test_a_failed_write_is_logged_not_raised(tmp_path, caplog):
     memory = FactorMemory(blocker / "below-a-file")
     with caplog.at_level(logging.WARNING):
         memory.remember("a", 1.5)
-    assert "cannot remember" in caplog.text and memory.recall("a") is None
+    assert "cannot remember" in caplog.text
+    assert memory.recall("a") == pytest.approx(1.5)  # this server still knows it
+    assert FactorMemory(blocker / "below-a-file").recall("a") is None  # the next one does not
 
 
 def test_the_directory_is_the_calibrations(tmp_path, monkeypatch):
@@ -85,16 +87,28 @@ def test_only_a_factor_measured_under_load_is_passed_on(running, claimed, rememb
 def test_remember_soon_writes_on_the_memory_s_own_thread_in_order(tmp_path, monkeypatch):
     memory = FactorMemory(tmp_path)
     writers: list[str] = []
-    write = memory.remember
+    write = memory._write
 
     def recording(key: str, factor: float) -> None:
         writers.append(threading.current_thread().name)
         write(key, factor)
 
-    monkeypatch.setattr(memory, "remember", recording)
+    monkeypatch.setattr(memory, "_write", recording)
     pending = [memory.remember_soon("a", 1.1 + i / 10) for i in range(5)]
+    assert memory.recall("a") == pytest.approx(1.5)  # known at once, before any write
     for future in pending:
         future.result(timeout=10)
-    assert memory.recall("a") == pytest.approx(1.5)  # the last asked for, written last
-    assert writers and all(name.startswith("cadenza-factors") for name in writers)
+    assert FactorMemory(tmp_path).recall("a") == pytest.approx(1.5)  # the last, written last
+    assert len(writers) == 5 and all(name.startswith("cadenza-factors") for name in writers)
     assert threading.current_thread().name not in writers
+
+
+def test_recall_never_touches_the_disk(tmp_path, monkeypatch):
+    (tmp_path / FILE_NAME).write_text('{"a": 1.3}')
+    memory = FactorMemory(tmp_path)  # read here, once
+
+    def no_disk() -> dict[str, float]:
+        raise AssertionError("recall read the file")
+
+    monkeypatch.setattr(memory, "_read", no_disk)
+    assert memory.recall("a") == pytest.approx(1.3) and memory.recall("b") is None
