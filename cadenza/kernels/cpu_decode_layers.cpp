@@ -17,7 +17,8 @@
 // with AVX512-BF16 dot products: there the products' inputs are rounded to bfloat16 too (as
 // oneDNN's bf16 products do) and multiplied in pairs, twice the multiply-adds per instruction,
 // with the weights packed as pairs along k: ``packed[n / 16][k / 2][n % 16][k % 2]``
-// (cadenza_weight_pairs() says which).
+// (cadenza_weight_pairs() says which). Such a layer's attention over a bfloat16 cache rounds
+// its query to bfloat16 as well (see attend).
 // Exponentials use a polynomial accurate to float32 rounding (a few ulp).
 //
 // Portable C++ with GCC/Clang vector extensions in the machine's own vector width (16 floats
@@ -30,6 +31,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_product.h"
@@ -219,7 +221,12 @@ inline void weigh_values(const float* const* p, const Cache* values, const int64
 // floats) start at ``keys + rows[l]``, its values at ``values + rows[l]``. The heads are the
 // inner loop, so each position's row is used whole while it is in cache. ``scores`` holds
 // ``Hq * padded`` floats (``padded``: ``length`` rounded up to 16); ``out [Hq, D]``.
-template <int D, typename Cache>
+// With ``ROUND_QUERY`` (the layer's products round their inputs to bfloat16) and a bfloat16
+// cache on a CPU with AVX512-BF16 dot products, the query is rounded to bfloat16 too and each
+// key row's products are taken in pairs straight from the cache, float32 sums, instead of
+// widening every key: the scores then differ from float32's by the query's rounding, as the
+// products' outputs do by their inputs' (docs/benchmarks.md measures both).
+template <int D, typename Cache, bool ROUND_QUERY>
 void attend(const float* q, int Hq, int group, const Cache* keys, const Cache* values,
             const int64_t* rows, int length, float scale, float* scores, float* out) {
     constexpr int VECTORS = D / LANES;
@@ -242,10 +249,29 @@ void attend(const float* q, int Hq, int group, const Cache* keys, const Cache* v
             const int key_offset = h / group * D;
             f32v qv[VECTORS];
             for (int v = 0; v < VECTORS; ++v) qv[v] = load(q + h * D + v * LANES);
+#if defined(__AVX512BF16__)
+            constexpr bool PAIR_DOTS =
+                ROUND_QUERY && std::is_same<Cache, uint16_t>::value && D % 32 == 0;
+            __m512bh query_pairs[PAIR_DOTS ? D / 32 : 1];
+            if constexpr (PAIR_DOTS)
+                for (int v = 0; v < D / 32; ++v)
+                    query_pairs[v] =
+                        _mm512_cvtne2ps_pbh((__m512)qv[2 * v + 1], (__m512)qv[2 * v]);
+#endif
             for (int part = 0; part < BLOCK; part += LANES) {  // LANES positions at a time
                 f32v partial[LANES];
                 for (int j = 0; j < LANES; ++j) {  // position l0 + part + j; its products
                     const Cache* key = block_rows[part + j] + key_offset;
+#if defined(__AVX512BF16__)
+                    if constexpr (PAIR_DOTS) {
+                        __m512 sums = _mm512_setzero_ps();
+                        for (int v = 0; v < D / 32; ++v)
+                            sums = _mm512_dpbf16_ps(
+                                sums, (__m512bh)_mm512_loadu_si512(key + 32 * v), query_pairs[v]);
+                        partial[BIT_REVERSED[j]] = (f32v)sums;
+                        continue;
+                    }
+#endif
                     f32v even = load_cache(key) * qv[0], odd = f32v{};
                     for (int v = 1; v < VECTORS; ++v) {
                         if (v % 2) odd += load_cache(key + v * LANES) * qv[v];
@@ -295,20 +321,24 @@ void attend(const float* q, int Hq, int group, const Cache* keys, const Cache* v
             store(out + h * D + v * LANES, load(out + h * D + v * LANES) * inverse[h]);
 }
 
-template <typename Cache>
+template <typename Cache, bool ROUND_QUERY>
 void attend_any(const float* q, int Hq, int group, int D, const Cache* keys, const Cache* values,
                 const int64_t* rows, int length, float scale, float* scores, float* out) {
+#define CADENZA_ATTEND(WIDTH)                                                                  \
+    attend<WIDTH, Cache, ROUND_QUERY>(q, Hq, group, keys, values, rows, length, scale, scores, \
+                                      out)
     switch (D / BLOCK) {
-        case 1: attend<16>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
-        case 2: attend<32>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
-        case 3: attend<48>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
-        case 4: attend<64>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
-        case 5: attend<80>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
-        case 6: attend<96>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
-        case 7: attend<112>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
-        case 8: attend<128>(q, Hq, group, keys, values, rows, length, scale, scores, out); break;
+        case 1: CADENZA_ATTEND(16); break;
+        case 2: CADENZA_ATTEND(32); break;
+        case 3: CADENZA_ATTEND(48); break;
+        case 4: CADENZA_ATTEND(64); break;
+        case 5: CADENZA_ATTEND(80); break;
+        case 6: CADENZA_ATTEND(96); break;
+        case 7: CADENZA_ATTEND(112); break;
+        case 8: CADENZA_ATTEND(128); break;
         default: break;  // head widths over 128 stay on torch (fused_cpu_decode.py)
     }
+#undef CADENZA_ATTEND
 }
 
 // Everything a step's layers share: the rows' cache offsets, and the work space.
@@ -325,6 +355,7 @@ void decode_layer(const Shape& s, const LayerWeights& w, const Step& step, float
                   const int32_t* seq_lens) {
     const int B = step.B, H = s.hidden, D = s.head_dim, Hq = s.num_heads, Hkv = s.num_kv_heads;
     const int F = s.intermediate, width = (Hq + 2 * Hkv) * D, group = Hq / Hkv;
+    constexpr bool ROUND_QUERY = std::is_same<Weight, uint16_t>::value && WEIGHT_PAIRS;
     float* normed = step.work;                        // [B, H]
     float* qkv = normed + (size_t)B * H;              // [B, width]
     float* attention = qkv + (size_t)B * width;       // [B, Hq D]
@@ -359,10 +390,10 @@ void decode_layer(const Shape& s, const LayerWeights& w, const Step& step, float
 #endif
 #pragma omp for schedule(dynamic, 1)
         for (int b = 0; b < B; ++b)
-            attend_any(qkv + (size_t)b * width, Hq, group, D, (const Cache*)w.keys,
-                       (const Cache*)w.values,
-                       step.rows + (size_t)b * step.longest, seq_lens[b], s.scale, row_scores,
-                       attention + (size_t)b * Hq * D);
+            attend_any<Cache, ROUND_QUERY>(
+                qkv + (size_t)b * width, Hq, group, D, (const Cache*)w.keys, (const Cache*)w.values,
+                step.rows + (size_t)b * step.longest, seq_lens[b], s.scale, row_scores,
+                attention + (size_t)b * Hq * D);
     }
     product<Weight>(attention, B, Hq * D, (const Weight*)w.o, H, Hq * D, x, H, true);
     rms_norm(x, B, H, w.post_attention_norm, s.eps, normed);

@@ -16,6 +16,7 @@ from cadenza.engine.models.llama import (
     fuse_llama_projections,
 )
 from cadenza.kernels import native_library
+from cadenza.kernels.attention_backends import attention_backend_for
 from cadenza.kernels.attention_context import AttentionContext, PrefillSpan
 from cadenza.kernels.cpu_linear import bf16_packing_available, pack_linears
 from cadenza.kernels.fused_cpu_decode import FusedCpuDecode, unsupported_reason
@@ -159,6 +160,33 @@ def test_the_fused_layers_equal_the_torch_layers(heads, kv_heads, head_dim, weig
     atol = 1e-5 if weight_dtype == torch.float32 else 5e-2
     np.testing.assert_allclose(cache.keys.numpy(), reference.keys.numpy(), atol=atol)
     np.testing.assert_allclose(cache.values.numpy(), reference.values.numpy(), atol=atol)
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "head_dim"), [(4, 2, 64), (6, 2, 32), (4, 1, 128), (4, 2, 48)]
+)
+def test_bfloat16_products_over_a_bfloat16_cache_agree_with_torch(heads, kv_heads, head_dim):
+    """The served CPU setting: bf16 products and a bf16 cache. Where the products round their
+    inputs to bf16, attention rounds its query too and takes each key row's products in pairs
+    from the cache (head widths a multiple of 32; 48 keeps widening the keys): torch's step with
+    its products and its query rounded alike agrees to bf16's precision."""
+    model = backbone(heads, kv_heads, head_dim)
+    fused = FusedCpuDecode.build(model, torch.bfloat16)
+    assert fused is not None
+    backend = model._backends["cpu"] = attention_backend_for(torch.device("cpu"))
+    plain_forward = backend.forward
+
+    def query_rounded(q, *args):
+        if fused.rounds_activations and head_dim % 32 == 0:
+            q = q.bfloat16().float()
+        return plain_forward(q, *args)
+
+    backend.forward = query_rounded
+    lengths = [1, 5, 16, 17, 40, 3, 100, 300]
+    (ours, _), (theirs, _) = run_both(model, torch.bfloat16, lengths, cache_dtype=torch.bfloat16)
+    scale = float(theirs.abs().max())
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=0, atol=1e-2 * scale)
 
 
 def rounded_differently(cache: PagedKVCache, reference: PagedKVCache, slot: int) -> bool:
