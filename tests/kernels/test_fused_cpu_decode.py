@@ -162,6 +162,33 @@ def test_the_fused_layers_equal_the_torch_layers(heads, kv_heads, head_dim, weig
     np.testing.assert_allclose(cache.values.numpy(), reference.values.numpy(), atol=atol)
 
 
+def attention_rounded_like_the_kernel(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    context: AttentionContext,
+    scale: float,
+) -> torch.Tensor:
+    """Decode attention as the kernel's pair products compute it, in float64: the query
+    rounded to bfloat16."""
+    pages, page = k_cache.shape[0], k_cache.shape[1]
+    keys = k_cache.reshape(pages * page, *k_cache.shape[2:]).double()
+    values = v_cache.reshape(pages * page, *v_cache.shape[2:]).double()
+    group = q.shape[1] // k_cache.shape[2]
+    rows = []
+    for i in range(context.num_decodes):
+        length = int(context.decode_seq_lens[i])
+        table = context.decode_page_tables[i].long()
+        slots = table[torch.arange(length) // page] * page + torch.arange(length) % page
+        query = q[i].bfloat16().double()  # [Hq, D]
+        k = keys[slots].repeat_interleave(group, dim=1)  # [L, Hq, D]
+        v = values[slots].repeat_interleave(group, dim=1)
+        logits = torch.einsum("hd,lhd->hl", query, k) * scale
+        weights = torch.exp(logits - logits.max(dim=1, keepdim=True).values)
+        rows.append(torch.einsum("hl,lhd->hd", weights, v) / weights.sum(dim=1, keepdim=True))
+    return torch.stack(rows).float()
+
+
 @needs_kernel
 @pytest.mark.parametrize(
     ("heads", "kv_heads", "head_dim"), [(4, 2, 64), (6, 2, 32), (4, 1, 128), (4, 2, 48)]
@@ -169,24 +196,39 @@ def test_the_fused_layers_equal_the_torch_layers(heads, kv_heads, head_dim, weig
 def test_bfloat16_products_over_a_bfloat16_cache_agree_with_torch(heads, kv_heads, head_dim):
     """The served CPU setting: bf16 products and a bf16 cache. Where the products round their
     inputs to bf16, attention rounds its query too and takes each key row's products in pairs
-    from the cache (head widths a multiple of 32; 48 keeps widening the keys): torch's step with
-    its products and its query rounded alike agrees to bf16's precision."""
+    from the cache (head widths a multiple of 32; 48 keeps widening the keys): torch's step
+    with its products and its query rounded alike agrees to bf16's precision."""
     model = backbone(heads, kv_heads, head_dim)
     fused = FusedCpuDecode.build(model, torch.bfloat16)
     assert fused is not None
     backend = model._backends["cpu"] = attention_backend_for(torch.device("cpu"))
     plain_forward = backend.forward
 
-    def query_rounded(q, *args):
+    def rounded_like_the_kernel(q, k, v, k_cache, v_cache, context, scale, *rest):
+        out = plain_forward(q, k, v, k_cache, v_cache, context, scale, *rest)  # stores k, v
         if fused.rounds_activations and head_dim % 32 == 0:
-            q = q.bfloat16().float()
-        return plain_forward(q, *args)
+            return attention_rounded_like_the_kernel(q, k_cache, v_cache, context, scale)
+        return out
 
-    backend.forward = query_rounded
-    lengths = [1, 5, 16, 17, 40, 3, 100, 300]
+    backend.forward = rounded_like_the_kernel
+    lengths = [1, 2, 5, 16, 17, 40, 3, 100, 301]  # within and across pages
     (ours, _), (theirs, _) = run_both(model, torch.bfloat16, lengths, cache_dtype=torch.bfloat16)
     scale = float(theirs.abs().max())
     np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=0, atol=1e-2 * scale)
+
+
+def test_the_rounded_reference_attention_is_torch_s_without_the_rounding():
+    """The reference above, checked: with nothing to round (a query that bfloat16 holds
+    exactly), it is the plain backend's attention."""
+    model = backbone(4, 2, 64)
+    _, _, context, cache = decode_step(model, [3, 17, 40])
+    k_cache, v_cache = cache.layer(0)
+    q = torch.randn(3, 4, 64).bfloat16().float()
+    backend = attention_backend_for(torch.device("cpu"))
+    for scale in (0.0, 0.125):
+        plain = backend.forward(q, q[:, :2], q[:, :2], k_cache, v_cache, context, scale)
+        ours = attention_rounded_like_the_kernel(q, k_cache, v_cache, context, scale)
+        torch.testing.assert_close(ours, plain, rtol=1e-5, atol=1e-5)
 
 
 def rounded_differently(cache: PagedKVCache, reference: PagedKVCache, slot: int) -> bool:
