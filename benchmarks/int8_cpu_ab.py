@@ -15,6 +15,9 @@ thread.
   product (256 or more input channels, ``codecs.ragged.Conv``) through ``linear_dynamic``.
   Calls of the shapes a served engine makes, alternating, medians; and the audio of four
   150-frame streams decoded in 15-frame chunks, SNR against the float32 streaming decode.
+* **Every conv shape** of the decoder at 16 streams x 15 frames: ``codecs.ragged.Conv`` in bf16
+  (what the engine runs) against fbgemm's quantized conv (int8 per-channel weights, the input
+  quantized per call, the output dequantized), medians.
 """
 
 from __future__ import annotations
@@ -38,6 +41,16 @@ from cadenza.engine.engine import Engine
 from cadenza.kernels.cpu_linear import PackedLinear
 
 HEAD_ROWS = (1, 8, 16)
+# (batch, C_in, C_out, time steps in, kernel): EnCodec's decoder at 16 streams x 15 frames
+CONV_SHAPES = [
+    (16, 32, 32, 4800, 1),
+    (16, 64, 32, 2402, 3),
+    (16, 64, 64, 2401, 2),
+    (16, 128, 64, 602, 3),
+    (16, 256, 640, 121, 2),
+    (16, 512, 2048, 16, 2),
+    (8, 512, 1024, 12, 7),
+]
 CODEC_SHAPES = [[8], [15] * 2, [15] * 8, [15, 15, 15, 8, 5]]
 
 
@@ -214,6 +227,39 @@ def codec(engine: Engine, rounds: int) -> None:
     print("(every int8 layer quantizes its activations per call, over the call's whole batch)")
 
 
+def convs(rounds: int) -> None:
+    print("\nconvs, one thread, medians")
+    print("| batch, C_in, C_out, T, k | bf16 ms (cadenza) | int8 ms (fbgemm) | bf16 / int8 |")
+    print("| --- | --- | --- | --- |")
+    for batch, c_in, c_out, steps, kernel in CONV_SHAPES:
+        x = torch.randn(batch, steps, c_in).transpose(1, 2)  # time-major
+        weight = torch.randn(c_out, c_in, kernel) / (c_in * kernel) ** 0.5
+        bias = 0.1 * torch.randn(c_out)
+        conv = Conv(weight.bfloat16(), bias.bfloat16())
+        x16 = x.bfloat16()
+        scales = (weight.abs().amax(dim=(1, 2)) / 127.0).double()
+        zeros = torch.zeros(c_out, dtype=torch.long)
+        quantized = torch.quantize_per_channel(weight.unsqueeze(2), scales, zeros, 0, torch.qint8)
+        packed = torch.ops.quantized.conv2d_prepack(quantized, bias, [1, 1], [0, 0], [1, 1], 1)
+        x4 = x.unsqueeze(2).contiguous(memory_format=torch.channels_last)
+        reference = torch.nn.functional.conv1d(x, weight, bias)
+        out_scale = float(reference.abs().max()) / 127.0
+
+        def int8(x4: torch.Tensor = x4, packed: Any = packed, out_scale: float = out_scale) -> Any:
+            low, high = torch.aminmax(x4)
+            scale = max(float(high - low), 1e-8) / 255.0
+            q = torch.quantize_per_tensor(x4, scale, round(-float(low) / scale), torch.quint8)
+            return torch.ops.quantized.conv2d(q, packed, out_scale, 128).dequantize()
+
+        samples: dict[str, list[float]] = {"bf16": [], "int8": []}
+        for _ in range(rounds):
+            samples["bf16"].append(_median_ms(lambda conv=conv, x16=x16: conv(x16), 10))
+            samples["int8"].append(_median_ms(int8, 10))
+        bf16, w8 = (statistics.median(samples[k]) for k in ("bf16", "int8"))
+        shape = f"{batch}, {c_in}, {c_out}, {steps}, {kernel}"
+        print(f"| {shape} | {bf16:.2f} | {w8:.2f} | {bf16 / w8:.2f}x |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -222,8 +268,11 @@ def main() -> None:
     torch.set_grad_enabled(False)
     torch.backends.quantized.engine = "x86"
     engine = Engine.from_pretrained("cadenza-tiny", kv_cache_memory_bytes=64 << 20)
-    heads(engine, args.rounds)
-    codec(engine, args.rounds)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao's quantized tensors are deprecated
+        heads(engine, args.rounds)
+        codec(engine, args.rounds)
+        convs(args.rounds)
 
 
 if __name__ == "__main__":
