@@ -15,9 +15,10 @@ thread.
   product (256 or more input channels, ``codecs.ragged.Conv``) through ``linear_dynamic``.
   Calls of the shapes a served engine makes, alternating, medians; and the audio of four
   150-frame streams decoded in 15-frame chunks, SNR against the float32 streaming decode.
-* **Every conv shape** of the decoder at 16 streams x 15 frames: ``codecs.ragged.Conv`` in bf16
-  (what the engine runs) against fbgemm's quantized conv (int8 per-channel weights, the input
-  quantized per call, the output dequantized), medians.
+* **Every conv shape** of ``codec_convs.py`` (EnCodec's decoder at 16 streams x 15 frames,
+  Mimi's wide ones at 8 streams): ``codecs.ragged.Conv`` in bf16 (what the engine runs) against
+  fbgemm's quantized conv (int8 per-channel weights, the input quantized per call, the output
+  dequantized), medians.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ import argparse
 import copy
 import math
 import statistics
+import sys
 import time
 import types
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -40,17 +43,10 @@ from cadenza.codecs.ragged import Conv
 from cadenza.engine.engine import Engine
 from cadenza.kernels.cpu_linear import PackedLinear
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from codec_convs import SHAPES as CONV_SHAPES  # the decoders' convs
+
 HEAD_ROWS = (1, 8, 16)
-# (batch, C_in, C_out, time steps in, kernel): EnCodec's decoder at 16 streams x 15 frames
-CONV_SHAPES = [
-    (16, 32, 32, 4800, 1),
-    (16, 64, 32, 2402, 3),
-    (16, 64, 64, 2401, 2),
-    (16, 128, 64, 602, 3),
-    (16, 256, 640, 121, 2),
-    (16, 512, 2048, 16, 2),
-    (8, 512, 1024, 12, 7),
-]
 CODEC_SHAPES = [[8], [15] * 2, [15] * 8, [15, 15, 15, 8, 5]]
 
 
