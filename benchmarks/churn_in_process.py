@@ -1,20 +1,26 @@
 """One engine under closed-loop churn, in process: how a served replica's time compares with
 its calibration, without the edge, the network or a second replica.
 
-    .venv/bin/python benchmarks/churn_in_process.py --streams 8 --seconds 30
+    .venv/bin/python benchmarks/churn_in_process.py --streams 8 --seconds 30 [--listeners]
 
 cadenza-tiny on one thread (pinned to CPU 0 where the OS allows), its calibration applied
 (the cached one, or measured now). ``--streams`` requests of 40-120 characters (the load
-tester's default texts) run in real time; when one finishes, a new one starts at once (as the
-load tester's virtual users do), so prompts, first chunks and ragged codec calls keep coming.
+tester's default texts) run in real time; when one finishes generating, a new one starts at
+once, so prompts, first chunks and ragged codec calls keep coming. With ``--listeners`` a new
+one starts only once the finished stream's audio has played out (the load tester's
+closed-loop listeners, what a served replica sees): streams that finished generating wait out
+their lead, so fewer decode together and the engine races the rest ahead in smaller steps.
 Prints the engine's steps and rows, its codec calls (streams and frames a call, milliseconds a
 stream-frame), each step kind's time outside the codec against what the calibrated model
-predicts for it, and the time to first audio.
+predicts for it, measured over predicted decode time by rows a step the way admission's
+realtime factor counts it (each step's frames at the run's own codec cost a stream-frame),
+and the time to first audio.
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import os
 import random
 import statistics
@@ -49,7 +55,7 @@ class CodecCalls:
         return out
 
 
-def run(streams: int, seconds: float) -> None:
+def run(streams: int, seconds: float, listeners: bool = False) -> None:
     engine = Engine.from_pretrained(
         "cadenza-tiny", engine_config=EngineConfig(kv_cache_memory_bytes=512 << 20)
     )
@@ -61,6 +67,8 @@ def run(streams: int, seconds: float) -> None:
     rng = random.Random(1)
     arrived: dict[str, float] = {}
     first_audio: dict[str, float] = {}
+    audio_s: dict[str, float] = {}
+    replays: list[float] = []  # when a listener asks again (with --listeners)
     started_count = 0
 
     def start() -> None:
@@ -70,6 +78,7 @@ def run(streams: int, seconds: float) -> None:
         sampling = SamplingParams(seed=started_count)
         engine.add_request(SynthesisRequest(request_id, text, max_duration_s=30, sampling=sampling))
         arrived[request_id] = time.monotonic()
+        audio_s[request_id] = 0.0
         started_count += 1
 
     for _ in range(streams):
@@ -80,6 +89,9 @@ def run(streams: int, seconds: float) -> None:
     records = []
     steps = 0
     while time.monotonic() - begin < seconds:
+        while replays and replays[0] <= time.monotonic():
+            heapq.heappop(replays)
+            start()
         idle = engine.idle_s()
         if idle > 0 or not engine.has_unfinished_requests():
             time.sleep(min(max(idle, 0.0005), 0.002))
@@ -89,9 +101,15 @@ def run(streams: int, seconds: float) -> None:
         if steps % 1000 == 0:  # the telemetry keeps the latest few thousand steps
             records.extend(engine.telemetry.take_report().steps)
         for output in outputs:
-            if output.audio.size and output.request_id not in first_audio:
-                first_audio[output.request_id] = time.monotonic()
-            if output.finish_reason is not None:
+            if output.audio.size:
+                first_audio.setdefault(output.request_id, time.monotonic())
+                audio_s[output.request_id] += output.audio.size / engine.info.sample_rate
+            if output.finish_reason is None:
+                continue
+            if listeners:  # played out from its first chunk on
+                played = first_audio.get(output.request_id, time.monotonic())
+                heapq.heappush(replays, played + audio_s[output.request_id])
+            else:
                 start()
     records.extend(engine.telemetry.take_report().steps)
     elapsed = time.monotonic() - begin
@@ -134,6 +152,20 @@ def run(streams: int, seconds: float) -> None:
             f"| {kind} | {len(chosen)} | {statistics.mean(r.decodes for r in chosen):.2f} | "
             f"{measured:.2f} | {predicted:.2f} | {measured / predicted:.2f} |"
         )
+    codec_ms = 1000 * codec_s / max(frames, 1)
+    print("| rows a step | steps | measured / predicted (the realtime factor's way) |")
+    print("| --- | --- | --- |")
+    for low, high in ((1, 3), (4, 6), (7, 9), (10, 12), (13, 10**6)):
+        counted = [
+            r
+            for r in records
+            if low <= r.decodes <= high and r.tokens <= 2 * r.decodes and r.rested_s <= 0.002
+        ]
+        if counted:
+            measured = sum(1000 * (r.seconds - r.codec_s) + r.decodes * codec_ms for r in counted)
+            predicted = sum(model.predict_ms(r.tokens, r.context_tokens) for r in counted)
+            label = f"{low}-{high}" if high < 10**6 else f"{low}+"
+            print(f"| {label} | {len(counted)} | {measured / predicted:.2f} |")
     ttfa = sorted(first_audio[r] - arrived[r] for r in first_audio)
     if ttfa:
         p95 = ttfa[min(int(0.95 * len(ttfa)), len(ttfa) - 1)]
@@ -144,6 +176,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", default="8", help="comma-separated stream counts")
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--listeners",
+        action="store_true",
+        help="a new request once the finished one's audio has played out (not at once)",
+    )
     parser.add_argument(
         "--onednn-linears",
         action="store_true",
@@ -159,7 +196,7 @@ def main() -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {0})
     for streams in (int(n) for n in args.streams.split(",")):
-        run(streams, args.seconds)
+        run(streams, args.seconds, args.listeners)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ import torch
 from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
 
 from cadenza.contract.sampling import SamplingParams
-from cadenza.engine.sampler import sample_rows
+from cadenza.engine.sampler import _exclude, sample_rows
 from cadenza.engine.sequence import Sequence
 
 
@@ -132,3 +132,19 @@ def test_mixed_batches_draw_each_sequence_as_it_would_alone():
     batched = sample_rows(logits, [_seq(nucleus), _seq(plain), _seq(GREEDY)], None, _free(3))
     assert batched[:2] == alone
     assert batched[2] == logits[2].argmax(-1).tolist()
+
+
+@pytest.mark.parametrize(
+    ("masks_shape", "ban_share"),
+    [((1, 8, 1026), 0.002), ((1, 8, 1026), 0.5), ((3, 8, 1026), 0.002), ((1, 2, 5), 0.2)],
+)
+def test_excluded_ids_are_minus_infinity_and_nothing_else_changes(
+    masks_shape: tuple[int, int, int], ban_share: float
+) -> None:
+    generator = torch.Generator().manual_seed(0)
+    allowed = torch.rand(masks_shape, generator=generator) >= ban_share
+    base = torch.randn(3, masks_shape[1], masks_shape[2] + 1, generator=generator)
+    logits = base[..., :-1]  # not contiguous: the fill must not assume it
+    out = _exclude(logits, allowed)
+    assert torch.equal(out, logits.masked_fill(~allowed, float("-inf")))
+    assert torch.equal(logits, base[..., :-1]) and out.data_ptr() != logits.data_ptr()
