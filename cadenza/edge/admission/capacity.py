@@ -12,7 +12,9 @@ Two budgets, both from the engine (its ``ready`` info and its ``stats`` reports)
   how many decoding streams fit that step, with every prediction scaled by the *realtime
   factor*: the 90th percentile of how much slower than predicted the engine's steps actually
   ran, per window of ``engine.max_lead_ms`` (a shorter slow spell is absorbed by the lead the
-  streams run ahead of their listeners) over the last ``admission.jitter_window_s`` (before
+  streams run ahead of their listeners), each window weighing the decode work it measured
+  (one in which the engine barely decoded, as at the start of a wave of new streams, says
+  little about the speed of a full batch), over the last ``admission.jitter_window_s`` (before
   any report, the calibration's own measured jitter), and never less than the jitter times
   the engine replicas that share this one's CPU cores (:mod:`cadenza.contract.cpu_replicas`:
   any of them may be busy). A slower verdict counts at once, a faster one only after
@@ -147,8 +149,9 @@ class CapacityModel:
         self.kv_pages_free = info.kv_pages_total
         self.spare_lead_s: float | None = None  # the engine's latest (EngineStats)
         self._recent_steps: deque[float] = deque(maxlen=512)  # ms of steps with decodes
-        # (time, measured / predicted) per report; pruned by realtime_factor, bounded anyway
-        self._ratios: deque[tuple[float, float]] = deque(maxlen=1024)
+        # (time, measured / predicted, predicted ms) per window; pruned by realtime_factor,
+        # bounded anyway
+        self._ratios: deque[tuple[float, float, float]] = deque(maxlen=1024)
         # (time, the percentile verdict) at each window's close, over factor_recovery_s
         self._verdicts: deque[tuple[float, float]] = deque(maxlen=1024)
         # the window being filled: measured and predicted decode ms, reports in it
@@ -191,7 +194,8 @@ class CapacityModel:
                 self._window_reports * STATS_INTERVAL_S >= self.ratio_window_s
                 and self._window_measured_ms >= _MIN_REPORT_MS
             ):
-                self._ratios.append((now, self._window_measured_ms / self._window_predicted_ms))
+                ratio = self._window_measured_ms / self._window_predicted_ms
+                self._ratios.append((now, ratio, self._window_predicted_ms))
                 self._window_measured_ms = self._window_predicted_ms = 0.0
                 self._window_reports = 0
                 if self.config.factor_recovery_s > 0 and self.has_live_factor():
@@ -297,7 +301,8 @@ class CapacityModel:
     def realtime_factor(self) -> float:
         """What step-time predictions are multiplied by before admitting: the 90th percentile
         of measured over predicted time, summed over windows of :attr:`ratio_window_s` (the
-        one being filled included), over the last ``jitter_window_s`` (and at least the
+        one being filled included), each weighing its predicted decode work
+        (:func:`_work_percentile`), over the last ``jitter_window_s`` (and at least the
         latest windows, however old: an idle server keeps its last verdict rather than
         trusting a calibration the machine may have drifted from); with fewer than three,
         the largest of them, the calibration's jitter and the factor the last server
@@ -323,12 +328,14 @@ class CapacityModel:
             self._ratios.popleft()
         calibration = self.info.calibration
         jitter = 1.0 if calibration is None else calibration.jitter
-        ratios = sorted(r for _, r in self._ratios)
+        windows = [(ratio, work) for _, ratio, work in self._ratios]
         if self._window_measured_ms >= _MIN_REPORT_MS:
-            ratios = sorted([*ratios, self._window_measured_ms / self._window_predicted_ms])
-        if len(ratios) >= _MIN_WINDOWS:
-            factor = ratios[min(int(0.9 * len(ratios)), len(ratios) - 1)]
+            filling = self._window_measured_ms / self._window_predicted_ms
+            windows.append((filling, self._window_predicted_ms))
+        if len(windows) >= _MIN_WINDOWS:
+            factor = _work_percentile(windows, 0.9)
         else:
+            ratios = [ratio for ratio, _ in windows]
             factor = max([jitter, *ratios, self.remembered_factor or self.unmeasured_factor])
         factor = max(factor, self.core_sharers * jitter)
         return min(max(factor, _FACTOR_RANGE[0]), _FACTOR_RANGE[1])
@@ -528,3 +535,19 @@ class CapacityModel:
         (negative: the engine is slower than real time)."""
         step_ms = self.step_ms_p50(active)
         return 1.0 - step_ms * self.info.shape.steps_per_frame / self.frame_period_ms
+
+
+def _work_percentile(windows: list[tuple[float, float]], share: float) -> float:
+    """The ratio below which ``share`` of the engine's decode work ran: each window is a
+    ``(measured / predicted, predicted ms)`` pair and weighs its predicted work, so a window
+    in which the engine barely decoded (one at the start of a wave of streams, or the one
+    being filled) moves the percentile only as much as the work it measured. With equal
+    work per window this is the ``int(share * n)``-th smallest of ``n``."""
+    ordered = sorted(windows)
+    total = sum(work for _, work in ordered)
+    below = 0.0
+    for ratio, work in ordered:
+        below += work
+        if below > share * total * (1 + 1e-9):
+            return ratio
+    return ordered[-1][0]

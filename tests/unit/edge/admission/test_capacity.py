@@ -92,6 +92,31 @@ def test_a_slower_verdict_counts_at_once_and_a_faster_one_only_once_it_has_held(
     assert model.realtime_factor() == pytest.approx(1.0) and model.realtime_limit() == 12
 
 
+def test_each_window_weighs_the_decode_work_it_measured() -> None:
+    clock = Clock()
+    admission = AdmissionConfig(factor_recovery_s=0.0, unmeasured_factor=1.0)
+    model = CapacityModel(info(), EngineConfig(), admission, clock=clock)
+    for _ in range(27):  # nine full windows at the calibrated speed
+        model.observe(timed_stats(1.0))
+    # A window in which the engine barely decoded (a fifth of the others' work), twice as
+    # slow: as at the start of a wave of new streams. One window in ten, but not a tenth of
+    # the work: the percentile stays where the full batches ran.
+    for _ in range(3):
+        model.observe(timed_stats(2.0, steps=3))
+    assert len(model._ratios) == 10
+    assert model.realtime_factor() == pytest.approx(1.0)
+    # A full window as slow is a tenth of the work: it counts at once.
+    for _ in range(3):
+        model.observe(timed_stats(2.0))
+    assert model.realtime_factor() == pytest.approx(2.0)
+    # The window being filled weighs what it has measured so far, too.
+    fresh = CapacityModel(info(), EngineConfig(), admission, clock=clock)
+    for _ in range(30):
+        fresh.observe(timed_stats(1.0))
+    fresh.observe(timed_stats(3.0, steps=5))
+    assert fresh.realtime_factor() == pytest.approx(1.0)
+
+
 def test_an_unmeasured_cpu_engine_is_assumed_slower_than_calibrated_until_live_steps_say() -> None:
     on_cpu = CapacityModel(info(), EngineConfig(), AdmissionConfig())
     on_gpu = CapacityModel(replace(info(), device="cuda:0"), EngineConfig(), AdmissionConfig())
