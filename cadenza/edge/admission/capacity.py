@@ -542,7 +542,7 @@ def _work_percentile(windows: list[tuple[float, float]], share: float) -> float:
     ``(measured / predicted, predicted ms)`` pair and weighs its predicted work, so a window
     in which the engine barely decoded (one at the start of a wave of streams, or the one
     being filled) moves the percentile only as much as the work it measured. With equal
-    work per window this is the ``int(share * n)``-th smallest of ``n``."""
+    work per window this is ``sorted(ratios)[int(share * n)]`` of ``n`` windows."""
     ordered = sorted(windows)
     total = sum(work for _, work in ordered)
     below = 0.0

@@ -105,7 +105,7 @@ def test_each_window_weighs_the_decode_work_it_measured() -> None:
         model.observe(timed_stats(2.0, steps=3))
     assert len(model._ratios) == 10
     assert model.realtime_factor() == pytest.approx(1.0)
-    # A full window as slow is a tenth of the work: it counts at once.
+    # A full window as slow too: more than a tenth of the work ran twice as slow, at once.
     for _ in range(3):
         model.observe(timed_stats(2.0))
     assert model.realtime_factor() == pytest.approx(2.0)
