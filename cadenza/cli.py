@@ -388,7 +388,7 @@ def _measured_capacity(config: CadenzaConfig, model: str) -> dict[str, Any]:
     the server's first engine replica runs (its cores and threads: this process is pinned
     like it), and counted for as many replicas as the server would start."""
     from cadenza.contract.cpu_replicas import core_sharers, replica_count, usable_cores
-    from cadenza.edge.admission.capacity import CapacityModel
+    from cadenza.edge.admission.capacity import AdmittedLoad, CapacityModel
     from cadenza.engine.builder import build_serving_engine
     from cadenza.ipc.engine_loop import place_replica
 
@@ -399,7 +399,7 @@ def _measured_capacity(config: CadenzaConfig, model: str) -> dict[str, Any]:
     info = build_serving_engine(place_replica(config, 0)).info
     calibration = info.calibration
     capacity = CapacityModel(
-        info, engine, config.admission, core_sharers=sharers if info.device == "cpu" else 1
+        info, config.admission, core_sharers=sharers if info.device == "cpu" else 1
     )
     return {
         "device": None if calibration is None else calibration.device_name,
@@ -410,6 +410,8 @@ def _measured_capacity(config: CadenzaConfig, model: str) -> dict[str, Any]:
         "max_streams_per_replica": capacity.max_streams(),
         "realtime_limit": capacity.realtime_limit(),
         "kv_limit": capacity.kv_limit(),
+        "prefill_burst_per_replica": capacity.prefill_burst(AdmittedLoad()),
+        "calibration_consistent": None if calibration is None else calibration.consistent,
         "decode_step_ms": None
         if calibration is None
         else {str(t): round(ms, 3) for t, _, ms in calibration.model.decode_points},

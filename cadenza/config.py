@@ -278,6 +278,14 @@ class EngineConfig(_Section):
         ge=0,
         description="audio a listener buffers before playing; later chunks are due against it",
     )
+    prompt_ttfa_multiple: float = Field(
+        8.0,
+        ge=0,
+        description="a prompt longer than the nominal (64-character) one has its first chunk "
+        "due later than ttfa_target_ms by this many times what its extra rows take to prefill "
+        "alone (so this many long prompts arriving together all start on time, and shorter "
+        "prompts, due sooner, are prefilled first); 0: every first chunk is due at the target",
+    )
     max_lead_ms: float = Field(
         1500.0,
         gt=0,
@@ -316,6 +324,22 @@ class EngineConfig(_Section):
     )
     calibration_long_context: int = Field(
         1024, ge=0, description="prompt tokens of the long-context calibration point (0: none)"
+    )
+    calibration_attempts: int = Field(
+        3,
+        ge=1,
+        le=10,
+        description="sweeps a start may run until one agrees with itself (its repeated "
+        "points and its fit; a busy machine's do not); then it serves with a conservative "
+        "one, never cached (/readyz and the log say so)",
+    )
+    calibration_tolerance: float = Field(
+        0.35,
+        gt=0,
+        description="how far a sweep's two measurements of a point (and a larger batch's "
+        "step below a smaller one's) may disagree, as a share, before the sweep counts as "
+        "taken on a busy machine and is measured again (its segments' slopes are held to "
+        "3 x (1 + this) their median)",
     )
     calibration_cache_dir: str | None = Field(
         None, description="where calibrations are cached (unset: ~/.cache/cadenza)"
@@ -414,6 +438,38 @@ class AdmissionConfig(_Section):
         description="a slower verdict on the steps counts at once; a faster one only once "
         "the slower verdicts are this old (the claim drops at once and rises slowly: the "
         "machine's speed under load varies by more than one window shows)",
+    )
+    factor_climb_s: float = Field(
+        10.0,
+        ge=0,
+        description="once a probe on an idle engine has shown a slowdown is over, the "
+        "realtime factor the load had measured falls e-fold every this many seconds (the "
+        "claim climbs back at a bounded rate; slower evidence still cuts it at once)",
+    )
+    probe_interval_s: float = Field(
+        2.0,
+        gt=0,
+        description="while a replica's realtime factor is above its serving floor and its "
+        "engine is idle, ask it this often for a probe (synthetic decode steps, counted "
+        "apart from streams) that measures the machine's speed now",
+    )
+    probe_max_ms: float = Field(
+        400.0,
+        gt=0,
+        description="the longest a probe runs (it also stops at once when a request arrives)",
+    )
+    remembered_factor_half_life_s: float = Field(
+        3600.0,
+        gt=0,
+        description="a factor remembered from an earlier server is a hint that ages: its "
+        "distance from unmeasured_factor halves every this many seconds since it was measured",
+    )
+    max_remembered_factor: float = Field(
+        3.0,
+        ge=1.0,
+        le=20.0,
+        description="a remembered factor above this is taken as this (a machine that busy "
+        "is measured by a probe, not assumed); above 20 or unreadable, it is ignored",
     )
     unmeasured_factor: float | None = Field(
         None,

@@ -22,6 +22,10 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("CADENZA_MODEL__DEVICE", "cpu")
 # A small KV cache: enough for the tests' streams, and cheap to allocate in every server.
 os.environ.setdefault("CADENZA_ENGINE__KV_CACHE_MEMORY_BYTES", str(256 << 20))
+# The session's shared calibration is measured on a machine that runs the test suite too: its
+# consistency checks are tested on their own (tests/unit/engine/realtime), not left to the
+# noise of whatever else runs.
+os.environ.setdefault("CADENZA_ENGINE__CALIBRATION_TOLERANCE", "100")
 # Every server of the session shares one calibration (measured once, by the first to start),
 # kept out of the user's cache.
 if "CADENZA_ENGINE__CALIBRATION_CACHE_DIR" not in os.environ:

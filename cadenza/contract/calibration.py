@@ -16,6 +16,23 @@ from cadenza.contract.step_time_model import StepSample, StepTimeModel
 
 
 @dataclass(frozen=True)
+class StepRepeat:
+    """One calibration point measured twice (ms per step each time): ``tokens`` streams at
+    ``context_tokens`` positions in all. Noise only ever slows a step, so the faster counts;
+    two that disagree by much say the machine was busy while it was measured."""
+
+    tokens: int
+    context_tokens: int
+    first_ms: float
+    again_ms: float
+
+    @property
+    def spread(self) -> float:
+        """The slower measurement over the faster, less one."""
+        return max(self.first_ms, self.again_ms) / max(min(self.first_ms, self.again_ms), 1e-9) - 1
+
+
+@dataclass(frozen=True)
 class Calibration:
     """A fitted step-time model and the points it came from.
 
@@ -29,6 +46,10 @@ class Calibration:
     could exceed on this device (short contexts, nothing else running);
     ``long_context_throughput_streams`` the same at the long-context point (every stream
     attending ``engine.calibration_long_context`` positions; 0 without that point).
+    ``repeats``: every point's two measurements; ``attempts``: sweeps run before this one was
+    kept; ``problems``: where the measurements contradict each other or the fit (empty: a
+    consistent calibration; otherwise the engine serves with a conservative one and never
+    caches it, :mod:`cadenza.engine.realtime.calibration_checks`).
     """
 
     model: StepTimeModel
@@ -41,6 +62,13 @@ class Calibration:
     jitter: float = 1.0
     throughput_streams: float = 0.0
     long_context_throughput_streams: float = 0.0
+    repeats: tuple[StepRepeat, ...] = ()
+    attempts: int = 1
+    problems: tuple[str, ...] = ()
+
+    @property
+    def consistent(self) -> bool:
+        return not self.problems
 
 
 CALIBRATION_ADAPTER: TypeAdapter[Calibration] = TypeAdapter(Calibration)

@@ -7,13 +7,15 @@ from dataclasses import dataclass, field
 
 from cadenza.contract.calibration import Calibration
 from cadenza.contract.kv_memory import StreamShape
+from cadenza.contract.realtime_plan import RealtimePlan
 from cadenza.contract.sampling import SamplingParams
 
 
 @dataclass(frozen=True)
 class EngineInfo:
     """``kv_pages_total``: pages in the engine's KV pool (``max`` int for an engine without
-    one); ``max_num_seqs``: streams it runs at once; ``calibration``: its measured step-time
+    one); ``max_num_seqs``: streams it runs at once; ``realtime``: its chunk plan and
+    real-time targets (every duration admission weighs); ``calibration``: its measured step-time
     model, ``None`` when calibration is off (then admission counts only memory and
     ``max_num_seqs``); ``decodes_padded``: whether a decode step's attention costs every
     stream the longest one's context (else each its own: a step costs their sum)."""
@@ -26,6 +28,7 @@ class EngineInfo:
     shape: StreamShape
     kv_pages_total: int
     max_num_seqs: int
+    realtime: RealtimePlan
     calibration: Calibration | None = None
     default_sampling: SamplingParams = field(default_factory=SamplingParams)
     decodes_padded: bool = True

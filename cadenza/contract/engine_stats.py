@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 STATS_INTERVAL_S = 0.5  # how often the engine reports (and, in doing so, says it is alive)
 
@@ -58,3 +58,19 @@ class StepReport:
     chunk_slack_s: tuple[float, ...] = ()
     codec_s: float = 0.0
     codec_frames: int = 0
+
+
+ProbeOutcome = Literal["done", "interrupted", "timed_out", "busy", "unsupported"]
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What a probe ran (:mod:`cadenza.engine.realtime.probe`): ``report``, its steps;
+    ``batch``, the synthetic streams (0: none ran); ``outcome``: ``done``, ``interrupted``
+    (something arrived for the engine), ``timed_out`` (its time ran out first), ``busy``
+    (the engine was not idle: nothing ran) or ``unsupported`` (no calibrated step-time model
+    to probe against)."""
+
+    report: StepReport
+    batch: int
+    outcome: ProbeOutcome

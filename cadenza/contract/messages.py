@@ -5,11 +5,13 @@ Each message travels as one msgpack map; its ``type`` key names the kind::
 
     edge -> engine   add       AddRequest(request)          start a stream
                      abort     AbortRequest(request_id)     stop it (no-op if it ended)
+                     probe     Probe(batch, max_ms)         measure idle steps (if idle)
                      shutdown  Shutdown()                   finish the loop
     engine -> edge   ready     Ready(info)                  once, after loading and calibrating
                      output    Output(...)                  a stream's next audio; its last one
                                                             says why it finished
                      stats     Stats(stats, report)         every 0.5 s; also the heartbeat
+                     probed    Probed(report, batch, ...)   a probe's steps, once it ran
                      fatal     Fatal(message)               the engine cannot go on
 
 Decoding validates every field (types, shapes, enums) against these dataclasses, so a garbled
@@ -26,7 +28,7 @@ import numpy as np
 from pydantic import Field, TypeAdapter, ValidationError
 
 from cadenza.contract.engine_info import EngineInfo
-from cadenza.contract.engine_stats import EngineStats, StepReport
+from cadenza.contract.engine_stats import EngineStats, ProbeOutcome, StepReport
 from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
 
 
@@ -49,6 +51,16 @@ class AddRequest:
 class AbortRequest:
     request_id: str
     type: Literal["abort"] = field(default="abort", kw_only=True)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Run ``batch`` synthetic streams for at most ``max_ms`` if the engine is idle, and say
+    how fast they ran (:mod:`cadenza.engine.realtime.probe`)."""
+
+    batch: Annotated[int, Field(ge=1, le=4096)]
+    max_ms: Annotated[float, Field(gt=0, le=10_000)]
+    type: Literal["probe"] = field(default="probe", kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -131,22 +143,33 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class Probed:
+    """What a probe ran (:class:`ProbeResult`): its steps, its batch (0: nothing ran) and
+    how it ended."""
+
+    report: StepReport
+    batch: int
+    outcome: ProbeOutcome
+    type: Literal["probed"] = field(default="probed", kw_only=True)
+
+
+@dataclass(frozen=True)
 class Fatal:
     message: str
     type: Literal["fatal"] = field(default="fatal", kw_only=True)
 
 
-EdgeMessage = AddRequest | AbortRequest | Shutdown
+EdgeMessage = AddRequest | AbortRequest | Probe | Shutdown
 """What the edge sends to the engine."""
 
-EngineMessage = Ready | Output | Stats | Fatal
+EngineMessage = Ready | Output | Stats | Probed | Fatal
 """What the engine sends to the edge."""
 
 Message = EdgeMessage | EngineMessage
 
 _ADAPTER: TypeAdapter[Message] = TypeAdapter(
     Annotated[
-        AddRequest | AbortRequest | Shutdown | Ready | Output | Stats | Fatal,
+        AddRequest | AbortRequest | Probe | Shutdown | Ready | Output | Stats | Probed | Fatal,
         Field(discriminator="type"),
     ]
 )

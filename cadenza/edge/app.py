@@ -139,11 +139,12 @@ def create_app(config: CadenzaConfig) -> FastAPI:
     async def capacity(request: Request) -> JSONResponse:
         """What this server can hold now (see docs/capacity.md)."""
         state: EdgeState = request.app.state.edge
-        body = state.default.snapshot()
+        body = state.default.snapshot().to_json()
         if state.lifecycle.draining:
             body["admission_open"] = False
+            body["available_now"] = 0
         if len(state.services) > 1:
-            body["models"] = {name: s.snapshot() for name, s in state.services.items()}
+            body["models"] = {name: s.snapshot().to_json() for name, s in state.services.items()}
         return JSONResponse(body)
 
     @app.get("/metrics")
@@ -172,13 +173,15 @@ def _log_ready(service: ModelService) -> None:
     )
     capacity = service.gate.snapshot()
     log.info(
-        "capacity of %s: %d real-time streams (real-time limit %d, KV limit %d), "
-        "step budget %.2f ms",
+        "capacity of %s: %d real-time streams (real-time limit %d, KV limit %d, %d arriving "
+        "at once), step budget %.2f ms, realtime factor %.2f",
         info.model_name,
-        capacity["max_streams"],
-        capacity["limits"]["realtime"],
-        capacity["limits"]["kv_memory"],
-        capacity["step_budget_ms"],
+        capacity.max_streams,
+        capacity.limits.realtime,
+        capacity.limits.kv_memory,
+        capacity.limits.prefill_burst,
+        capacity.step_budget_ms,
+        capacity.realtime_factor,
     )
 
 

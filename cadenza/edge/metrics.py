@@ -250,6 +250,42 @@ class Metrics:
             labelnames=["model"],
             registry=r,
         )
+        self.claim_streams = Gauge(
+            "cadenza_capacity_claim_streams",
+            "nominal streams claimed at the realtime factor in use (basis=held), at what the "
+            "windows alone say (evidence: where the claim is heading) and at the serving floor "
+            "(calibrated: what it can climb back to)",
+            labelnames=["model", "basis"],
+            registry=r,
+        )
+        self.prefill_burst = Gauge(
+            "cadenza_capacity_prefill_burst",
+            "nominal streams that arriving together now would all have their prompts "
+            "prefilled by their deadlines",
+            labelnames=["model"],
+            registry=r,
+        )
+        self.probes = Counter(
+            "cadenza_admission_probes",
+            "probes of idle engines asked for by admission, by how they ended (done, "
+            "interrupted, timed_out, busy, unsupported; uncounted: too little decoding)",
+            labelnames=["model", "outcome"],
+            registry=r,
+        )
+        self.calibration_attempts = Gauge(
+            "cadenza_calibration_attempts",
+            "sweeps the replica's calibration took (more than one: earlier ones contradicted "
+            "themselves; 0: read from the cache)",
+            labelnames=["model", "replica"],
+            registry=r,
+        )
+        self.calibration_consistent = Gauge(
+            "cadenza_calibration_consistent",
+            "1 when the replica's calibration agrees with itself; 0: it serves with a "
+            "conservative one",
+            labelnames=["model", "replica"],
+            registry=r,
+        )
         self.deadline_slack = Histogram(
             "cadenza_chunk_deadline_slack_seconds",
             "time each audio chunk left the engine before its playout deadline (negative: late)",
@@ -315,6 +351,11 @@ class ModelMetrics:
         self.admission_open = metrics.admission_open.labels(model=model)
         self.realtime_factor = metrics.realtime_factor.labels(model=model)
         self.deadline_slack = metrics.deadline_slack.labels(model=model)
+        self.claim_streams = _ForModel(metrics.claim_streams, model)
+        self.prefill_burst = metrics.prefill_burst.labels(model=model)
+        self.probes = _ForModel(metrics.probes, model)
+        self.calibration_attempts = _ForModel(metrics.calibration_attempts, model)
+        self.calibration_consistent = _ForModel(metrics.calibration_consistent, model)
         self.skipped_steps = metrics.skipped_steps.labels(model=model)
         self.step_correction = metrics.step_correction.labels(model=model)
         self.output_delay = metrics.output_delay.labels(model=model)

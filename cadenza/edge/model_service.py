@@ -18,14 +18,16 @@ import asyncio
 import logging
 import math
 import time
+from dataclasses import replace
 from typing import Any
 
 from cadenza.config import CadenzaConfig
 from cadenza.contract.cpu_replicas import core_sharers, replica_count, usable_cores
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.errors import ENGINE_RETRY_AFTER_S, EngineError, EngineUnavailable
-from cadenza.contract.messages import Stats
+from cadenza.contract.messages import Probed, Stats
 from cadenza.edge.admission.capacity import CapacityModel
+from cadenza.edge.admission.capacity_snapshot import CapacitySnapshot, ReplicaCapacity
 from cadenza.edge.admission.factor_memory import FactorMemory, default_dir, measured_under_load
 from cadenza.edge.admission.gate import AdmissionGate
 from cadenza.edge.admission.guard import TextGuard
@@ -68,6 +70,7 @@ class ModelService:
                 index,
                 metrics,
                 on_stats=self._on_stats,
+                on_probe=self._on_probe,
                 on_ready=self._on_ready,
                 on_lost=self._on_lost,
             )
@@ -183,26 +186,32 @@ class ModelService:
 
     def readiness(self) -> dict[str, Any]:
         """``/readyz`` for this model: ready while some replica is; each replica's state and,
-        for one that was lost or gave up, why."""
+        for one that was lost or gave up, why; and whether its calibration agreed with
+        itself (one that did not is served conservatively, and says why)."""
         return {
             "status": "ready" if self.is_ready() else "not ready",
             "replicas": [
                 {"replica": r.index, "status": r.status}
                 | ({"error": r.last_error} if r.last_error else {})
+                | _calibration_state(r.info)
                 for r in self.replicas
             ],
         }
 
-    def snapshot(self) -> dict[str, Any]:
-        """``/v1/capacity`` for this model: the gate's totals and a line per replica."""
+    def snapshot(self) -> CapacitySnapshot:
+        """``/v1/capacity`` for this model: the gate's totals and a line per replica, with
+        its status."""
         body = self.gate.snapshot()
-        by_index = {entry["replica"]: entry for entry in body["replicas"]}
-        body["replicas"] = [
-            {"replica": r.index, "status": r.status, **by_index.get(r.index, {})}
+        by_index = {line.replica: line for line in body.replicas}
+        lines = tuple(
+            replace(by_index[r.index], status=r.status)
+            if r.index in by_index
+            else ReplicaCapacity(r.index, False, 0, 0, 0, 0.0, 0.0, False, 0, 0, r.status)
             for r in self.replicas
-        ]
+        )
+        body = replace(body, replicas=lines)
         if not self.is_ready():
-            body["admission_open"] = False
+            body = replace(body, admission_open=False, available_now=0)
         return body
 
     def update_gauges(self) -> None:
@@ -210,8 +219,20 @@ class ModelService:
         for state in REPLICA_STATES:
             count = sum(1 for r in self.replicas if r.status == state)
             self.metrics.engine_replicas.labels(state=state).set(count)
+        for replica in self.replicas:
+            calibration = None if replica.info is None else replica.info.calibration
+            if calibration is not None:
+                attempts = 0 if calibration.source == "cache" else calibration.attempts
+                label = str(replica.index)
+                self.metrics.calibration_attempts.labels(replica=label).set(attempts)
+                consistent = 1 if calibration.consistent else 0
+                self.metrics.calibration_consistent.labels(replica=label).set(consistent)
         if self._gate is not None:
             self._gate.update_gauges()
+            claim = self._gate.claim_evidence()
+            for basis in ("held", "evidence", "calibrated"):
+                self.metrics.claim_streams.labels(basis=basis).set(getattr(claim, basis))
+            self.metrics.prefill_burst.set(self._gate.snapshot().limits.prefill_burst)
 
     # -- rolling restart ----------------------------------------------------------------------
 
@@ -254,10 +275,9 @@ class ModelService:
         key = self._factor_key(replica)
         capacity = CapacityModel(
             replica.info,
-            self.config.engine,
             self.config.admission,
             core_sharers=sharers,
-            remembered_factor=None if key is None else self._factors.recall(key),
+            remembered=None if key is None else self._factors.recall(key),
         )
         if self._gate is None:
             self._gate = AdmissionGate(self.config.admission, capacity, self.metrics)
@@ -292,15 +312,45 @@ class ModelService:
             return
         self.gate.on_engine_stats(message, replica.index)
         capacity = self.gate.replicas.get(replica.index)
-        key = self._factor_key(replica)
         now = time.monotonic()
+        if capacity is not None and message.stats.num_requests == 0:
+            self._maybe_probe(replica, capacity)
+        key = self._factor_key(replica)
         saved_at = self._factor_saved_at.get(replica.index, -math.inf)
         if capacity is None or key is None or now - saved_at < _FACTOR_SAVE_S:
             return
         loaded = measured_under_load(message.stats.num_running, capacity.realtime_limit())
-        if capacity.has_live_factor() and loaded:
+        if capacity.estimator.has_live_factor() and loaded:
             self._factors.remember_soon(key, capacity.realtime_factor())
             self._factor_saved_at[replica.index] = now
+
+    def _maybe_probe(self, replica: EngineReplica, capacity: CapacityModel) -> None:
+        """Ask ``replica``'s idle engine for a probe when its capacity model wants one
+        (:meth:`RealtimeFactorEstimator.probe_due`), at the batch the claim would hold at the
+        serving floor (docs/capacity.md, "Recovery")."""
+        if replica.client is None or not capacity.estimator.probe_due():
+            return
+        batch = capacity.max_streams(capacity.estimator.serving_floor)
+        capacity.estimator.probe_asked()
+        replica.client.probe(batch, self.config.admission.probe_max_ms)
+
+    def _on_probe(self, replica: EngineReplica, message: Probed) -> None:
+        """A probe ran: its steps go to the replica's capacity model (which may raise the
+        claim, and admit whoever waits)."""
+        counted = False
+        if self._gate is not None and message.batch > 0:
+            counted = self.gate.on_probe(message.report, replica.index)
+        self.metrics.probes.labels(
+            outcome=message.outcome if counted or message.batch == 0 else "empty"
+        ).inc()
+        log.debug(
+            "probe of replica %d of %s: %s at %d streams, %d steps",
+            replica.index,
+            self.name,
+            message.outcome,
+            message.batch,
+            len(message.report.steps),
+        )
 
     def _factor_key(self, replica: EngineReplica) -> str | None:
         """What a remembered realtime factor is kept under: the replica's calibration (model,
@@ -309,3 +359,19 @@ class ModelService:
         if info is None or info.calibration is None:
             return None
         return f"{info.calibration.identity}/{len(self.replicas)}/{replica.index}"
+
+
+def _calibration_state(info: EngineInfo | None) -> dict[str, Any]:
+    """What ``/readyz`` says of a replica's calibration (nothing without one)."""
+    calibration = None if info is None else info.calibration
+    if calibration is None:
+        return {}
+    state: dict[str, Any] = {
+        "consistent": calibration.consistent,
+        "source": calibration.source,
+        "attempts": calibration.attempts,
+    }
+    if not calibration.consistent:
+        state["problems"] = list(calibration.problems)
+        state["note"] = "serving with a conservative calibration (not cached)"
+    return {"calibration": state}

@@ -30,7 +30,7 @@ from typing import Literal
 
 from cadenza.config import CadenzaConfig
 from cadenza.contract.engine_info import EngineInfo
-from cadenza.contract.messages import Stats
+from cadenza.contract.messages import Probed, Stats
 from cadenza.edge.metrics import ModelMetrics
 from cadenza.edge.restart_policy import RestartPolicy
 from cadenza.ipc.engine_client import EngineClient
@@ -49,9 +49,10 @@ REPLICA_STATES: tuple[ReplicaStatus, ...] = (
 
 
 class EngineReplica:
-    """``on_stats(replica, message)``: each engine report; ``on_ready(replica)``: it can take
-    streams (first start and every restart); ``on_lost(replica, reason)``: its engine is gone
-    and its streams with it (called once per loss, before any restart)."""
+    """``on_stats(replica, message)``: each engine report; ``on_probe(replica, message)``:
+    each probe its engine ran; ``on_ready(replica)``: it can take streams (first start and
+    every restart); ``on_lost(replica, reason)``: its engine is gone and its streams with it
+    (called once per loss, before any restart)."""
 
     def __init__(
         self,
@@ -60,6 +61,7 @@ class EngineReplica:
         metrics: ModelMetrics,
         *,
         on_stats: Callable[[EngineReplica, Stats], None],
+        on_probe: Callable[[EngineReplica, Probed], None],
         on_ready: Callable[[EngineReplica], None],
         on_lost: Callable[[EngineReplica, str], None],
     ) -> None:
@@ -67,6 +69,7 @@ class EngineReplica:
         self.index = index
         self.metrics = metrics
         self.on_stats = on_stats
+        self.on_probe = on_probe
         self.on_ready = on_ready
         self.on_lost = on_lost
         self.status: ReplicaStatus = "starting"
@@ -182,6 +185,7 @@ class EngineReplica:
     def _new_client(self) -> EngineClient:
         client = EngineClient(self.config, replica=self.index)
         client.on_stats = lambda message: self._stats(client, message)
+        client.on_probe = lambda message: self._probed(client, message)
         client.on_failure = lambda reason: self._failed(client, reason)
         client.on_output_delay = self.metrics.output_delay.observe
         return client
@@ -236,6 +240,10 @@ class EngineReplica:
     def _stats(self, client: EngineClient, message: Stats) -> None:
         if client is self.client:
             self.on_stats(self, message)
+
+    def _probed(self, client: EngineClient, message: Probed) -> None:
+        if client is self.client:
+            self.on_probe(self, message)
 
     def _failed(self, client: EngineClient, reason: str) -> None:
         """The engine client lost its engine (called from its reader, or from its close,

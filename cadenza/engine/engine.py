@@ -16,6 +16,8 @@ reports). Requests come in through :class:`RequestIntake`; the parts are built b
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -23,18 +25,20 @@ import numpy as np
 from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
 from cadenza.contract.calibration import Calibration
 from cadenza.contract.engine_info import EngineInfo
-from cadenza.contract.engine_stats import EngineStats, StepReport
+from cadenza.contract.engine_stats import EngineStats, ProbeResult, StepReport
 from cadenza.contract.errors import RequestRejected
+from cadenza.contract.realtime_plan import RealtimePlan
 from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine import offline
 from cadenza.engine.audio_stage import AudioStage, TokenOutputs, ending
-from cadenza.engine.identity import describe
+from cadenza.engine.identity import describe, plan_of
 from cadenza.engine.kv.kv_cache_manager import KVCacheManager
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache
 from cadenza.engine.model_runner import ModelRunner
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.realtime.deadline_policy import DeadlinePolicy
+from cadenza.engine.realtime.probe import run_probe
 from cadenza.engine.realtime.step_telemetry import StepTelemetry
 from cadenza.engine.request_intake import RequestIntake
 from cadenza.engine.scheduler import Scheduler
@@ -78,6 +82,7 @@ class Engine:
         self._outputs: list[StreamOutput] = []
         self._last_step_end: float | None = None
         self._resting = False  # idle_s() said to wait since the last step
+        intake.first_chunk_due_after_s = self.first_chunk_due_after_s
 
     @classmethod
     def from_pretrained(cls, name_or_path: str = "cadenza-tiny", **options: Any) -> Engine:
@@ -102,6 +107,17 @@ class Engine:
         """What the edge needs to know about this engine (sent once, in ``ready``)."""
         return describe(self)
 
+    @cached_property
+    def realtime_plan(self) -> RealtimePlan:
+        """The chunk plan and real-time targets this engine runs its streams by."""
+        return plan_of(self)
+
+    def first_chunk_due_after_s(self, prompt_rows: int) -> float:
+        """How long after its arrival a stream with ``prompt_rows`` prompt rows has its first
+        chunk due (:meth:`RealtimePlan.first_chunk_due_after_s`, at the calibration)."""
+        step_model = None if self.policy is None else self.policy.step_model
+        return self.realtime_plan.first_chunk_due_after_s(prompt_rows, step_model)
+
     @property
     def voices(self) -> tuple[str, ...]:
         return self.model.voices
@@ -113,6 +129,11 @@ class Engine:
     @property
     def frame_rate(self) -> float:
         return self._audio_stage().codec.frame_rate
+
+    @property
+    def codec_lookahead_frames(self) -> int:
+        """Frames after a frame that its streamed audio waits for (in the first chunk too)."""
+        return self._audio_stage().codec.lookahead_frames
 
     @property
     def identity_keys(self) -> tuple[str, ...]:
@@ -220,6 +241,10 @@ class Engine:
 
     def take_report(self) -> StepReport:
         return self.telemetry.take_report()
+
+    def run_probe(self, batch: int, max_ms: float, interrupted: Callable[[], bool]) -> ProbeResult:
+        """See :func:`cadenza.engine.realtime.probe.run_probe`."""
+        return run_probe(self, batch, max_ms, interrupted)
 
     def apply_calibration(self, calibration: Calibration | None) -> None:
         """Let the deadline policy (and, through :attr:`info`, admission) use a measured

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -25,14 +26,16 @@ import torch
 from cadenza.codecs import load_codec
 from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
 from cadenza.contract.engine_info import EngineInfo
-from cadenza.contract.engine_stats import EngineStats, StepReport
+from cadenza.contract.engine_stats import EngineStats, ProbeResult, StepReport
 from cadenza.contract.errors import RequestRejected
 from cadenza.contract.kv_memory import StreamShape
+from cadenza.contract.realtime_plan import NOMINAL_TEXT_CHARS
 from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
 from cadenza.contract.stream_length import frames_for_duration, request_duration_s
 from cadenza.engine.identity import prompt_overhead_tokens
 from cadenza.engine.layouts.token_layout import layout_steps_for_frames
 from cadenza.engine.models.cadenza_tiny import MODEL_NAME, CadenzaTinyModel
+from cadenza.engine.realtime.plan import realtime_plan
 from cadenza.engine.sampler import sample_rows
 from cadenza.engine.sequence import Sequence
 
@@ -118,20 +121,28 @@ class NaiveEngine:
 
     @property
     def info(self) -> EngineInfo:
+        shape = StreamShape(
+            page_size=self.config.page_size,
+            steps_per_frame=self.layout.steps_per_frame,
+            tail_steps=self.layout.tail_steps,
+            prompt_overhead_tokens=prompt_overhead_tokens(self.model),
+        )
         return EngineInfo(
             model_name=self.model_name,
             voices=self.voices,
             sample_rate=self.sample_rate,
             frame_rate=self.frame_rate,
             device="cpu",
-            shape=StreamShape(
-                page_size=self.config.page_size,
-                steps_per_frame=self.layout.steps_per_frame,
-                tail_steps=self.layout.tail_steps,
-                prompt_overhead_tokens=prompt_overhead_tokens(self.model),
-            ),
+            shape=shape,
             kv_pages_total=2**31 - 1,  # no page pool: memory is not accounted
             max_num_seqs=self.config.max_pending_requests,
+            realtime=realtime_plan(
+                self.config,
+                self.layout,
+                self.frame_rate,
+                self.codec.lookahead_frames,
+                shape.max_prompt_tokens("x" * NOMINAL_TEXT_CHARS),
+            ),
             calibration=None,
         )
 
@@ -195,6 +206,10 @@ class NaiveEngine:
             skipped_steps=0,
             step_correction=1.0,
         )
+
+    def run_probe(self, batch: int, max_ms: float, interrupted: Callable[[], bool]) -> ProbeResult:
+        """Nothing to probe: the baseline admits by memory and slots only."""
+        return ProbeResult(StepReport(), 0, "unsupported")
 
     def take_report(self) -> StepReport:
         """No batched steps, no playout clocks: nothing to report."""

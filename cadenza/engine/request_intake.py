@@ -56,6 +56,12 @@ class RequestIntake:
         self.extra_keys = extra_keys
         self.config = config
         self.limits = limits
+        # How long after its arrival a stream with this many prompt rows has its first chunk
+        # due (the engine's RealtimePlan, which knows the calibration); the TTFA target until
+        # the engine sets it.
+        self.first_chunk_due_after_s: Callable[[int], float] = lambda rows: (
+            config.ttfa_target_ms / 1000.0
+        )
         self._encoded: OrderedDict[bytes, list[list[int]]] = OrderedDict()
 
     def speech(self, request: SynthesisRequest) -> Sequence:
@@ -92,7 +98,7 @@ class RequestIntake:
         seq.audio = AudioProgress(
             PlayoutClock(
                 arrival_s=time.monotonic(),
-                ttfa_target_s=self.config.ttfa_target_ms / 1000.0,
+                ttfa_target_s=self.first_chunk_due_after_s(len(prompt)),
                 frame_period_s=1.0 / self.codec.frame_rate,
                 reserve_s=self.config.playout_reserve_ms / 1000.0,
             )

@@ -5,9 +5,10 @@ One rule covers prefill, chunked prefill, decode and prefix hits: bring every ru
 sequence's ``num_computed_tokens`` up to its ``num_tokens``, spending at most
 ``max_num_batched_tokens`` per step, with at most ``max_num_seqs`` sequences running.
 Decoding sequences go first (one token each), so a long prompt delays running streams by at
-most one chunk; then sequences still prefilling; then waiting sequences are admitted in arrival
-order while their pages (see :class:`KVCacheManager`) and the budget allow. A prefix hit simply
-starts a sequence with ``num_computed_tokens > 0``::
+most one chunk; then sequences still prefilling; then waiting sequences are admitted (both in
+arrival order, or by first-chunk deadline with a deadline policy) while their pages (see
+:class:`KVCacheManager`) and the budget allow. A prefix hit simply starts a sequence with
+``num_computed_tokens > 0``::
 
     running   A [#######|.]        decode: 1 token          budget 8
               B [####.......]      prefill chunk: 4 tokens  (what is left: 3)
@@ -119,6 +120,9 @@ class Scheduler:
                 batch.decodes.append(seq)
                 budget -= 1
         if self.policy is not None:
+            # Prompts by first-chunk deadline (a short prompt's is sooner than a long one's)
+            prefilling = self.policy.prefill_order(prefilling)
+            self.waiting = deque(self.policy.prefill_order(list(self.waiting)))
             # The next prompt rows continue the first prefilling sequence (or start a new one)
             before = prefilling[0].num_computed_tokens if prefilling else 0
             budget = self.policy.prefill_limit(batch.decodes, budget, before)

@@ -45,6 +45,9 @@ StatsCallback = Callable[[messages.Stats], None]
 FailureCallback = Callable[[str], None]
 """Called once with the reason when the engine is lost (it exited, or reported ``fatal``)."""
 
+ProbeCallback = Callable[[messages.Probed], None]
+"""Called with each probe the engine ran (:meth:`EngineClient.probe`)."""
+
 DelayCallback = Callable[[float], None]
 """Seconds from the engine sending an output to this client reading it (``on_output_delay``)."""
 
@@ -64,6 +67,7 @@ class EngineClient:
         self.on_stats = on_stats
         self.on_failure = on_failure
         self.on_output_delay: DelayCallback | None = None
+        self.on_probe: ProbeCallback | None = None
         self.info: EngineInfo | None = None
         self.last_stats: messages.Stats | None = None
         self._context = zmq.asyncio.Context()
@@ -248,6 +252,13 @@ class EngineClient:
             with contextlib.suppress(zmq.ZMQError, EngineError):
                 self._send(messages.AbortRequest(request_id))
 
+    def probe(self, batch: int, max_ms: float) -> None:
+        """Ask the engine to measure ``batch`` synthetic streams while it is idle; what it
+        ran comes to :attr:`on_probe` (nothing is sent to an engine that is gone)."""
+        if not self._closed:
+            with contextlib.suppress(zmq.ZMQError, EngineError):
+                self._send(messages.Probe(batch, max_ms))
+
     # -- internals --------------------------------------------------------------------------
 
     def _bind(self) -> tuple[str, str]:
@@ -322,6 +333,12 @@ class EngineClient:
                         self.on_stats(message)
                     except Exception:
                         log.exception("engine stats callback failed")
+            elif isinstance(message, messages.Probed):
+                if self.on_probe is not None:
+                    try:
+                        self.on_probe(message)
+                    except Exception:
+                        log.exception("engine probe callback failed")
             elif isinstance(message, messages.Fatal):
                 self._lose_engine(message.message)
 

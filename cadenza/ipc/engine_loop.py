@@ -104,7 +104,11 @@ def _serve(
         timeout_ms = _wait_ms(engine)
         while inbound.poll(timeout_ms):
             timeout_ms = 0
-            if not _handle(engine, inbound.recv(), outbound):
+            message = _decode(inbound.recv(), outbound)
+            if isinstance(message, messages.Probe):
+                _probe(engine, message, inbound, outbound)
+                last_stats = time.monotonic()
+            elif message is not None and not _handle(engine, message, outbound):
                 return
         if engine.has_unfinished_requests() and engine.idle_s() <= 0:
             for output in engine.step():
@@ -129,15 +133,34 @@ def _wait_ms(engine: ServingEngine) -> int:
     return 0 if idle_s <= 0 else min(math.ceil(1000 * idle_s), MAX_LEAD_POLL_MS, IDLE_POLL_MS)
 
 
-def _handle(engine: ServingEngine, data: bytes, outbound: zmq.Socket[bytes]) -> bool:
-    """Apply one message from the edge; ``False`` once it says ``shutdown``."""
+def _decode(data: bytes, outbound: zmq.Socket[bytes]) -> messages.Message | None:
+    """One message from the edge (``None``: garbled, dropped, its stream refused)."""
     try:
-        message = messages.decode(data)
+        return messages.decode(data)
     except messages.WireError as exc:
         log.error("dropping an engine message: %s", exc)
         if exc.request_id is not None:
             _reject(exc.request_id, str(exc), outbound)
-        return True
+        return None
+
+
+def _probe(
+    engine: ServingEngine,
+    message: messages.Probe,
+    inbound: zmq.Socket[bytes],
+    outbound: zmq.Socket[bytes],
+) -> None:
+    """Run a probe if the engine is idle: what it reported until now goes out first as
+    ``stats``, the probe's steps apart in ``probed``; anything arriving ends the probe."""
+    if not engine.has_unfinished_requests():
+        outbound.send(messages.encode(messages.Stats(engine.stats(), engine.take_report())))
+    result = engine.run_probe(message.batch, message.max_ms, lambda: inbound.poll(0) > 0)
+    probed = messages.Probed(result.report, result.batch, result.outcome)
+    outbound.send(messages.encode(probed))
+
+
+def _handle(engine: ServingEngine, message: messages.Message, outbound: zmq.Socket[bytes]) -> bool:
+    """Apply one message from the edge; ``False`` once it says ``shutdown``."""
     if isinstance(message, messages.Shutdown):
         return False
     if isinstance(message, messages.AddRequest):

@@ -3,10 +3,11 @@ implement it, and the loop reads nothing else."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from cadenza.contract.engine_info import EngineInfo
-from cadenza.contract.engine_stats import EngineStats, StepReport
+from cadenza.contract.engine_stats import EngineStats, ProbeResult, StepReport
 from cadenza.contract.request import StreamOutput, SynthesisRequest
 
 
@@ -39,6 +40,12 @@ class ServingEngine(Protocol):
         ...
 
     def stats(self) -> EngineStats: ...
+
+    def run_probe(self, batch: int, max_ms: float, interrupted: Callable[[], bool]) -> ProbeResult:
+        """Measure ``batch`` synthetic streams' steps if idle (see
+        :mod:`cadenza.engine.realtime.probe`); the engine's report until then is taken and
+        dropped: send it first."""
+        ...
 
     def take_report(self) -> StepReport:
         """Every step and delivered chunk since the last call (and forget them)."""

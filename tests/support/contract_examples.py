@@ -8,12 +8,28 @@ from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.engine_stats import EngineStats, StepRecord, StepReport
 from cadenza.contract.kv_memory import StreamShape
 from cadenza.contract.messages import Stats
+from cadenza.contract.realtime_plan import RealtimePlan
 from cadenza.contract.step_time_model import StepSample, StepTimeModel
 
 # 1 ms per decoding stream (+ nothing for context): 13.33 ms * 0.9 = 12 ms -> 12 streams.
 STEP_MODEL = StepTimeModel(0.0, 1.0, 0.0, ((1, 400, 1.0), (32, 12800, 32.0)))
 
 TINY_SHAPE = StreamShape(page_size=16, steps_per_frame=1, tail_steps=7, prompt_overhead_tokens=2)
+
+# cadenza-tiny's plan at the default settings: 75 Hz, 8 + 7 steps to the first chunk.
+TINY_PLAN = RealtimePlan(
+    step_period_s=1 / 75,
+    headroom=0.1,
+    ttfa_target_s=0.3,
+    playout_reserve_s=0.1,
+    first_chunk_frames=8,
+    first_chunk_steps=15,
+    chunk_frames=15,
+    lookahead_frames=0,
+    max_lead_s=1.5,
+    nominal_prompt_rows=66,
+    prompt_ttfa_multiple=8.0,
+)
 
 
 def engine_info(
@@ -31,6 +47,7 @@ def engine_info(
         shape=TINY_SHAPE,
         kv_pages_total=kv_pages,
         max_num_seqs=max_num_seqs,
+        realtime=TINY_PLAN,
         calibration=calibration if calibrated else None,
     )
 

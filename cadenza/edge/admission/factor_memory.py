@@ -15,9 +15,17 @@ light spell) would promise the next one more than it holds once loaded (a restar
 claimed 20 streams before a sweep that held 16: docs/benchmarks.md, "The audio's way out
 watched").
 
+A remembered factor is a hint, not a verdict: it comes back with its age
+(:class:`RememberedFactor`), and admission lets it fade towards the unmeasured default as it
+ages and bounds it (``admission.remembered_factor_half_life_s``,
+``admission.max_remembered_factor``); a probe on the idle engine overrules it at once
+(:mod:`cadenza.edge.admission.realtime_factor`).
+
 One small JSON file beside the calibrations (``engine.calibration_cache_dir``, default
-``~/.cache/cadenza``), ``{key: factor}``, written atomically; unreadable or foreign content
-counts as nothing remembered. A server reads it once, when its memory is made (at start-up),
+``~/.cache/cadenza``), ``{key: {"factor": f, "at": unix seconds}}``, written atomically;
+unreadable content counts as nothing remembered, and an entry that is not one this code
+writes (a factor outside 1-20, a time in the future, a bare number) is ignored with a
+warning. A server reads it once, when its memory is made (at start-up),
 and writes it from the memory's own thread (:meth:`FactorMemory.remember_soon`), never from
 its event loop: under load one write and rename held the edge's loop for up to 430 ms, and
 every stream's audio with it. A replica that (re)starts while others serve recalls from memory.
@@ -27,9 +35,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import tempfile
+import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -38,6 +50,14 @@ FILE_NAME = "realtime-factors.json"
 _LIMITS = (1.0, 20.0)  # a remembered factor outside these is not one this code wrote
 _KEPT = 64  # keys kept in the file (the most recently written)
 LOADED_SHARE = 0.5  # the share of its own claim a replica runs while its factor is remembered
+
+
+@dataclass(frozen=True)
+class RememberedFactor:
+    """A factor an earlier server measured under load, ``age_s`` seconds ago."""
+
+    factor: float
+    age_s: float
 
 
 def measured_under_load(running: int, claimed: int) -> bool:
@@ -57,55 +77,87 @@ def default_dir(calibration_cache_dir: str | None) -> Path:
 
 class FactorMemory:
     """The file's factors, read once here; :meth:`recall` answers from memory, kept up to date
-    by this memory's own writes (another server's later writes are seen by the next start)."""
+    by this memory's own writes (another server's later writes are seen by the next start).
+    ``clock``: wall-clock seconds (the file outlives the process)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, clock: Callable[[], float] = time.time) -> None:
         self.path = directory / FILE_NAME
+        self.clock = clock
         # one writer, so that writes land in the order they were asked for, never interleaved
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cadenza-factors")
-        self._known = self._read()
+        self._known = self._read(warn=True)
 
-    def _read(self) -> dict[str, float]:
+    def _read(self, warn: bool = False) -> dict[str, tuple[float, float]]:
+        """``{key: (factor, measured at)}`` from the file; with ``warn``, what is ignored is
+        logged."""
         try:
             raw = json.loads(self.path.read_text())
-        except (OSError, ValueError):
+        except OSError:
+            return {}
+        except ValueError:
+            if warn:
+                log.warning("ignoring %s: not JSON", self.path)
             return {}
         if not isinstance(raw, dict):
+            if warn:
+                log.warning("ignoring %s: not a map of remembered factors", self.path)
             return {}
-        return {
-            str(key): float(value)
-            for key, value in raw.items()
-            if isinstance(value, int | float) and _LIMITS[0] <= value <= _LIMITS[1]
-        }
+        known: dict[str, tuple[float, float]] = {}
+        for key, entry in raw.items():
+            parsed = self._entry(entry)
+            if parsed is None:
+                if warn:
+                    log.warning(
+                        "ignoring the remembered factor %r in %s: %r", key, self.path, entry
+                    )
+                continue
+            known[str(key)] = parsed
+        return known
 
-    def recall(self, key: str) -> float | None:
-        """The factor last remembered for ``key`` (``None``: none, or nothing readable);
-        never touches the disk."""
-        return self._known.get(key)
+    def _entry(self, entry: object) -> tuple[float, float] | None:
+        if not isinstance(entry, dict):
+            return None
+        factor, at = entry.get("factor"), entry.get("at")
+        if not isinstance(factor, int | float) or not isinstance(at, int | float):
+            return None
+        if not _LIMITS[0] <= factor <= _LIMITS[1] or not math.isfinite(at):
+            return None
+        if at > self.clock() + 60.0:  # measured in the future: a clock or a file not ours
+            return None
+        return float(factor), float(at)
+
+    def recall(self, key: str) -> RememberedFactor | None:
+        """The factor last remembered for ``key`` and its age (``None``: none, or nothing
+        readable); never touches the disk."""
+        known = self._known.get(key)
+        if known is None:
+            return None
+        factor, at = known
+        return RememberedFactor(factor, max(self.clock() - at, 0.0))
 
     def remember_soon(self, key: str, factor: float) -> Future[None]:
         """Keep ``factor`` for ``key`` now; the file is written on the memory's own thread (one
         write at a time, in order): what an event loop calls, so that it never waits for the
         disk."""
-        factor = self._keep(key, factor)
-        return self._writer.submit(self._write, key, factor)
+        entry = self._keep(key, factor)
+        return self._writer.submit(self._write, key, entry)
 
     def remember(self, key: str, factor: float) -> None:
         """Keep ``factor`` for ``key`` (clamped to the plausible range) and write the file
         here; a failed write is logged, never raised."""
         self._write(key, self._keep(key, factor))
 
-    def _keep(self, key: str, factor: float) -> float:
-        factor = min(max(factor, _LIMITS[0]), _LIMITS[1])
-        self._known[key] = factor
-        return factor
+    def _keep(self, key: str, factor: float) -> tuple[float, float]:
+        entry = (min(max(factor, _LIMITS[0]), _LIMITS[1]), self.clock())
+        self._known[key] = entry
+        return entry
 
-    def _write(self, key: str, factor: float) -> None:
+    def _write(self, key: str, entry: tuple[float, float]) -> None:
         """Merge ``key`` into the file as it is now (another server may share it)."""
-        factors = self._read()
-        factors.pop(key, None)
-        factors[key] = factor
-        kept = dict(list(factors.items())[-_KEPT:])
+        entries = self._read()
+        entries.pop(key, None)
+        entries[key] = entry
+        kept = {k: {"factor": f, "at": at} for k, (f, at) in list(entries.items())[-_KEPT:]}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, partial = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")

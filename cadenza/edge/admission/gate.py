@@ -28,10 +28,9 @@ import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from cadenza.config import AdmissionConfig
-from cadenza.contract.calibration import CALIBRATION_ADAPTER
+from cadenza.contract.engine_stats import StepReport
 from cadenza.contract.errors import ENGINE_RETRY_AFTER_S
 from cadenza.contract.messages import Stats
 from cadenza.edge.admission.capacity import (
@@ -39,6 +38,14 @@ from cadenza.edge.admission.capacity import (
     CapacityModel,
     RunningStream,
     StreamCost,
+)
+from cadenza.edge.admission.capacity_snapshot import (
+    CapacityLimits,
+    CapacitySnapshot,
+    ClaimEvidence,
+    MachineBounds,
+    QueueState,
+    ReplicaCapacity,
 )
 from cadenza.edge.admission.priority_queues import PRIORITIES, Priority, PriorityQueues, Waiter
 from cadenza.edge.metrics import ModelMetrics
@@ -93,6 +100,7 @@ class AdmissionGate:
         self._granted: dict[Waiter, Ticket] = {}  # admitted waiters that have not resumed yet
         self._resuming: deque[tuple[Ticket, asyncio.Future[None]]] = deque()
         self._prefixes: dict[int, OrderedDict[str, None]] = {}
+        self._recheck: asyncio.TimerHandle | None = None  # a dispatch once prompts are done
         self._max_wait = {
             "realtime": config.realtime_max_wait_s,
             "standard": config.standard_max_wait_s,
@@ -119,8 +127,9 @@ class AdmissionGate:
                 0.0,
             )
         now = self.clock()
-        replica, cause = self._placement(cost, prefix)
-        if not self.queues and not self._resuming and replica is not None:
+        placement = self._placement(cost, prefix)
+        replica, cause = placement.replica, placement.reason
+        if replica is not None and not self._resuming and self._may_overtake_queue():
             self._count(priority, "admitted", "immediate")
             return self._admit(priority, cost, None, replica, prefix)
         self.metrics.admission_holds.labels(reason=cause or "behind_others").inc()
@@ -131,9 +140,9 @@ class AdmissionGate:
                 "queue_full", f"server at capacity and the {priority} queue is full", retry
             )
         expected_wait = self._expected_wait_s(len(self.queues) + 1)
-        prefill_hold = cause == "prefill_budget" and not self.queues
-        if prefill_hold:  # held by the prompts just admitted: their prefill, not a stream's end
-            expected_wait = min(expected_wait, self._prefill_wait_s())
+        prefill_hold = cause == "prefill_budget"
+        if prefill_hold:  # held by the prompts admitted before it: their prefill, no stream's end
+            expected_wait = min(expected_wait, placement.prefill_wait_s)
         if expected_wait > self._max_wait[priority]:
             cause = cause or "behind_others"
             self._count(priority, "refused", "queue_timeout")
@@ -143,14 +152,10 @@ class AdmissionGate:
                 f"{self._max_wait[priority]:g} s",
                 max(expected_wait, 1.0),
             )
-        waiter = Waiter(priority, cost, now, prefix)
+        waiter = Waiter(priority, cost, now, prefix, held_by=cause)
         self.queues.push(waiter)
         self._count(priority, "queued", cause or "behind_others")
         self._dispatch()
-        if prefill_hold and not waiter.admitted.done():
-            # Nothing else may happen by then (no stream ends, no report): look again.
-            recheck_s = expected_wait + _PREFILL_RECHECK_S
-            asyncio.get_running_loop().call_later(recheck_s, self._dispatch)
         try:
             if not waiter.admitted.done() and on_queued is not None:
                 position = self.queues.position(waiter, now)
@@ -267,60 +272,86 @@ class AdmissionGate:
             capacity.observe(message)
         self._dispatch()
 
-    def snapshot(self) -> dict[str, Any]:
-        """The body of ``GET /v1/capacity``: the placeable replicas' totals, the first one's
+    def on_probe(self, report: StepReport, replica: int) -> bool:
+        """Fold a replica's probe into its capacity model, then admit whoever now fits;
+        ``False`` when the probe said nothing (too little decoding)."""
+        capacity = self.replicas.get(replica)
+        counted = capacity is not None and capacity.observe_probe(report)
+        self._dispatch()
+        return counted
+
+    def snapshot(self) -> CapacitySnapshot:
+        """What ``GET /v1/capacity`` says: the placeable replicas' totals, the first one's
         step numbers, and a line per replica."""
-        active = len(self.active)
         now = self.clock()
         placeable = sorted(self.placeable)
         capacities = [self.replicas[i] for i in placeable]
         first = capacities[0] if capacities else self.capacity
-        first_active = self.streams_on(placeable[0]) if placeable else active
-        return {
-            "max_streams": self.max_streams(),
-            "active": active,
-            "queued": len(self.queues),
-            "resuming": len(self._resuming),
-            "kv_pages_total": sum(c.info.kv_pages_total for c in capacities),
-            "kv_pages_free": sum(c.kv_pages_free for c in capacities),
-            "step_ms_p50": round(first.step_ms_p50(first_active), 3),
-            "rtf_headroom": round(first.rtf_headroom(first_active), 4),
-            "admission_open": any(c.admission_open for c in capacities),
-            "queues": {
-                p: {
-                    "depth": self.queues.depth(p),
-                    "oldest_wait_s": round(self.queues.oldest_age_s(p, now), 3),
-                }
+        first_active = self.streams_on(placeable[0]) if placeable else len(self.active)
+        lines = tuple(self._replica_snapshot(i) for i in sorted(self.replicas))
+        placed = [line for line in lines if line.placeable]
+        available = sum(
+            min(line.max_streams - line.active, line.prefill_burst)
+            for line in placed
+            if line.admission_open
+        )
+        return CapacitySnapshot(
+            max_streams=self.max_streams(),
+            available_now=max(available, 0) if not self.queues else 0,
+            active=len(self.active),
+            queued=len(self.queues),
+            resuming=len(self._resuming),
+            kv_pages_total=sum(c.info.kv_pages_total for c in capacities),
+            kv_pages_free=sum(c.kv_pages_free for c in capacities),
+            step_ms_p50=round(first.step_ms_p50(first_active), 3),
+            rtf_headroom=round(first.rtf_headroom(first_active), 4),
+            admission_open=any(line.admission_open for line in placed),
+            queues={
+                p: QueueState(self.queues.depth(p), round(self.queues.oldest_age_s(p, now), 3))
                 for p in PRIORITIES
             },
-            "limits": {
-                "realtime": sum(c.realtime_limit() for c in capacities),
-                "kv_memory": sum(c.kv_limit() for c in capacities),
-                "max_num_seqs": sum(c.info.max_num_seqs for c in capacities),
-            },
-            "bounds": _machine_bounds([c.bounds() for c in capacities]),
-            "step_budget_ms": round(first.step_budget_ms, 3),
-            "step_correction": round(first.correction, 4),
-            "realtime_factor": round(first.realtime_factor(), 4),
-            "calibration": None
-            if first.info.calibration is None
-            else CALIBRATION_ADAPTER.dump_python(first.info.calibration, mode="json"),
-            "replicas": [self._replica_snapshot(i) for i in sorted(self.replicas)],
-        }
+            limits=CapacityLimits(
+                realtime=sum(c.realtime_limit() for c in capacities),
+                kv_memory=sum(c.kv_limit() for c in capacities),
+                max_num_seqs=sum(c.info.max_num_seqs for c in capacities),
+                prefill_burst=sum(line.prefill_burst for line in placed),
+            ),
+            claim=self.claim_evidence(),
+            bounds=_machine_bounds([c.bounds() for c in capacities]),
+            step_budget_ms=round(first.step_budget_ms, 3),
+            step_correction=round(first.correction, 4),
+            realtime_factor=round(first.realtime_factor(), 4),
+            probes=sum(c.estimator.probes for c in capacities),
+            calibration=first.info.calibration,
+            replicas=lines,
+        )
 
-    def _replica_snapshot(self, index: int) -> dict[str, Any]:
+    def claim_evidence(self) -> ClaimEvidence:
+        """The claim at the factor in use, at the windows' evidence alone, and at the
+        serving floor, summed over the placeable replicas."""
+        capacities = [self.replicas[i] for i in self.placeable]
+        return ClaimEvidence(
+            held=sum(c.max_streams() for c in capacities),
+            evidence=sum(c.max_streams(c.estimator.evidence()) for c in capacities),
+            calibrated=sum(c.max_streams(c.estimator.serving_floor) for c in capacities),
+        )
+
+    def _replica_snapshot(self, index: int) -> ReplicaCapacity:
         capacity = self.replicas[index]
         active = self.streams_on(index)
-        return {
-            "replica": index,
-            "placeable": index in self.placeable,
-            "max_streams": capacity.max_streams() if index in self.placeable else 0,
-            "active": active,
-            "kv_pages_free": capacity.kv_pages_free,
-            "step_ms_p50": round(capacity.step_ms_p50(active), 3),
-            "realtime_factor": round(capacity.realtime_factor(), 4),
-            "admission_open": index in self.placeable and capacity.admission_open,
-        }
+        placeable = index in self.placeable
+        return ReplicaCapacity(
+            replica=index,
+            placeable=placeable,
+            max_streams=capacity.max_streams() if placeable else 0,
+            active=active,
+            kv_pages_free=capacity.kv_pages_free,
+            step_ms_p50=round(capacity.step_ms_p50(active), 3),
+            realtime_factor=round(capacity.realtime_factor(), 4),
+            admission_open=placeable and capacity.admission_open,
+            prefill_burst=capacity.prefill_burst(self._load(index)) if placeable else 0,
+            probes=capacity.estimator.probes,
+        )
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -329,26 +360,17 @@ class AdmissionGate:
         each stream's shape and how long it has run at the frame rate)."""
         now = self.clock()
         tickets = [t for t in self.active if t.replica == replica]
-        info = self.capacity.info
-        rate = info.frame_rate * info.shape.steps_per_frame  # decode steps per second
-        ttfa_s = self.capacity.engine_config.ttfa_target_ms / 1000.0
+        plan = self.capacity.plan
         contexts_now = [
             min(
                 t.cost.final_context,
-                t.cost.prompt_tokens + int((now - t.admitted_at) * rate),
+                t.cost.prompt_tokens + int((now - t.admitted_at) / plan.step_period_s),
             )
             for t in tickets
-        ]
-        recent = [
-            ticket
-            for ticket, done in self._prefills_done(replica)
-            if done > now and ticket.admitted_at >= now - ttfa_s
         ]
         return AdmittedLoad(
             streams=len(tickets),
             kv_pages=sum(t.cost.kv_pages for t in tickets),
-            prefilling_tokens=sum(t.cost.prompt_tokens for t in recent),
-            prefilling_streams=len(recent),
             longest_final_context=max((t.cost.final_context for t in tickets), default=0),
             longest_context_now=max(contexts_now, default=0),
             running=tuple(
@@ -357,43 +379,23 @@ class AdmissionGate:
             ),
         )
 
-    def _prefills_done(self, replica: int) -> list[tuple[Ticket, float]]:
-        """When each stream on ``replica`` is expected to have its prompt prefilled: after
-        those admitted before it, its rows at the live factor plus the step it lands in
-        (:meth:`CapacityModel.prefill_s`)."""
-        capacity = self.replicas.get(replica, self.capacity)
-        tickets = [t for t in self.active if t.replica == replica]
-        tickets.sort(key=lambda t: t.admitted_at)
-        done, result = 0.0, []
-        for ticket in tickets:
-            done = max(done, ticket.admitted_at) + capacity.prefill_s(ticket.cost.prompt_tokens)
-            result.append((ticket, done))
-        return result
-
-    def _prefill_wait_s(self) -> float:
-        """How soon some placeable replica is expected to have prefilled every prompt it
-        holds (0 when one has none pending)."""
-        now = self.clock()
-        waits = [
-            max((done for _, done in self._prefills_done(i)), default=now) - now
-            for i in self.placeable
-        ]
-        return max(min(waits, default=0.0), 0.0)
-
-    def _placement(
-        self, cost: StreamCost, prefix: str | None = None
-    ) -> tuple[int | None, str | None]:
+    def _placement(self, cost: StreamCost, prefix: str | None = None) -> _Placement:
         """The replica a stream of ``cost`` should start on, or ``None`` and why none can
-        take it now: the most real-time headroom, then one that served ``prefix`` lately,
-        then the fewest streams, then the lowest index."""
+        take it now (and, held only by prompts, how soon one could): the most real-time
+        headroom, then one that served ``prefix`` lately, then the fewest streams, then the
+        lowest index."""
         best: int | None = None
         best_key: tuple[int, bool, int, int] | None = None
         reason: str | None = None if self.placeable else "engine_unavailable"
+        prefill_wait_s = math.inf
         for index in sorted(self.placeable):
             capacity, load = self.replicas[index], self._load(index)
             why = capacity.refusal(load, cost)
             if why is not None:
                 reason = reason or why
+                if why == "prefill_budget":
+                    wait = capacity.prefill_lateness_s(load, cost)
+                    prefill_wait_s = min(prefill_wait_s, max(wait, 0.0))
                 continue
             final = max(load.longest_final_context or 0, cost.final_context)
             headroom = capacity.realtime_limit(final) - load.streams
@@ -401,7 +403,17 @@ class AdmissionGate:
             key = (headroom, served, -load.streams, -index)
             if best_key is None or key > best_key:
                 best, best_key = index, key
-        return (best, None) if best is not None else (None, reason)
+        if best is not None:
+            return _Placement(best)
+        if math.isfinite(prefill_wait_s):
+            reason = "prefill_budget"  # some replica only waits for prompts to be prefilled
+        return _Placement(None, reason, prefill_wait_s)
+
+    def _may_overtake_queue(self) -> bool:
+        """Whether a stream that fits now may start ahead of the waiters: when none waits, or
+        every waiter is held only by the prompts being prefilled (a stream that fits now
+        takes nothing they wait for: prompts go by deadline in the engine)."""
+        return all(waiter.held_by == "prefill_budget" for waiter in self.queues)
 
     def _admit(
         self,
@@ -415,7 +427,7 @@ class AdmissionGate:
         waiting, if it did)."""
         now = self.clock()
         waited = 0.0 if enqueued_at is None else now - enqueued_at
-        rate = 1.0 - self.capacity.engine_config.realtime_headroom
+        rate = 1.0 - self.capacity.plan.headroom
         ticket = Ticket(priority, cost, now, waited, now + cost.audio_s * rate, replica)
         self.active.add(ticket)
         if prefix is not None:
@@ -431,7 +443,7 @@ class AdmissionGate:
         """Place streams to resume, then admit waiters in queue order, while the next fits."""
         while self._resuming:
             ticket, future = self._resuming[0]
-            replica = None if future.done() else self._placement(ticket.cost)[0]
+            replica = None if future.done() else self._placement(ticket.cost).replica
             if not future.done() and replica is None:
                 break
             self._resuming.popleft()
@@ -444,17 +456,47 @@ class AdmissionGate:
             waiter = self.queues.peek(now, active, self.max_streams())
             if waiter is None:
                 break
-            replica, _ = self._placement(waiter.cost, waiter.prefix)
-            if replica is None:
+            placement = self._placement(waiter.cost, waiter.prefix)
+            waiter.held_by = placement.reason
+            if placement.replica is None and placement.reason == "prefill_budget":
+                # Held by prompts alone: a waiter behind it that fits may go first; and as
+                # nothing else may happen by the time they are prefilled (no stream ends, no
+                # report), look again then.
+                self._recheck_after(placement.prefill_wait_s)
+                waiter, placement = self._first_fitting_waiter()
+            if waiter is None or placement.replica is None:
                 break
             self.queues.remove(waiter)
             ticket = self._admit(
-                waiter.priority, waiter.cost, waiter.enqueued_at, replica, waiter.prefix
+                waiter.priority, waiter.cost, waiter.enqueued_at, placement.replica, waiter.prefix
             )
             self._granted[waiter] = ticket
             waiter.admitted.set_result(None)
             self._count(waiter.priority, "admitted", "after_wait")
         self.update_gauges()
+
+    def _recheck_after(self, wait_s: float) -> None:
+        """Dispatch again in ``wait_s`` (once: a later call moves the one pending)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # waiters exist only on the loop; none is running here
+        if self._recheck is not None:
+            self._recheck.cancel()
+        delay_s = min(wait_s, self._max_wait["batch"]) + _PREFILL_RECHECK_S
+        self._recheck = loop.call_later(delay_s, self._dispatch)
+
+    def _first_fitting_waiter(self) -> tuple[Waiter | None, _Placement]:
+        """The first waiter (in queue order) that fits now, while those before it are held
+        only by prompts; ``(None, ...)`` when none does."""
+        for waiter in self.queues:
+            placement = self._placement(waiter.cost, waiter.prefix)
+            if placement.replica is not None:
+                return waiter, placement
+            waiter.held_by = placement.reason
+            if placement.reason != "prefill_budget":
+                break
+        return None, _Placement(None)
 
     def _release_waiter(self, waiter: Waiter) -> None:
         ticket = self._granted.pop(waiter, None)
@@ -500,13 +542,25 @@ class AdmissionGate:
         self.metrics.realtime_factor.set(max(factors, default=self.capacity.realtime_factor()))
 
 
-def _machine_bounds(shares: list[dict[str, float] | None]) -> dict[str, float | int] | None:
+def _machine_bounds(shares: list[dict[str, float] | None]) -> MachineBounds | None:
     """The replicas' bounds added up (``None`` unless every one is calibrated): throughputs
     to two decimals, real-time bounds in whole streams."""
     if not shares or any(share is None for share in shares):
         return None
     total = {key: sum(share[key] for share in shares if share) for key in shares[0] or {}}
-    return {
-        key: int(value + 1e-9) if key.startswith("realtime") else round(value, 2)
-        for key, value in total.items()
-    }
+    return MachineBounds(
+        throughput_streams=round(total["throughput_streams"], 2),
+        long_context_throughput_streams=round(total["long_context_throughput_streams"], 2),
+        realtime_streams=int(total["realtime_streams"] + 1e-9),
+        realtime_short_context_streams=int(total["realtime_short_context_streams"] + 1e-9),
+    )
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """Where a stream goes (``replica``), or why it cannot start now (``reason``) and, when
+    only prompts being prefilled hold it, about how soon it could (``prefill_wait_s``)."""
+
+    replica: int | None
+    reason: str | None = None
+    prefill_wait_s: float = math.inf

@@ -32,6 +32,7 @@ class Waiter:
     cost: StreamCost
     enqueued_at: float
     prefix: str | None = None  # the prompt-prefix key placement prefers a replica by
+    held_by: str | None = None  # why it could not start when last looked at (a refusal code)
     admitted: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )

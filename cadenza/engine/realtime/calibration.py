@@ -38,7 +38,6 @@ import hashlib
 import json
 import logging
 import os
-import secrets
 import statistics
 import time
 from dataclasses import dataclass, replace
@@ -49,9 +48,7 @@ import numpy as np
 import torch
 from pydantic import ValidationError
 
-from cadenza.contract.calibration import CALIBRATION_ADAPTER, Calibration
-from cadenza.contract.request import SynthesisRequest
-from cadenza.contract.sampling import SamplingParams
+from cadenza.contract.calibration import CALIBRATION_ADAPTER, Calibration, StepRepeat
 from cadenza.contract.step_time_model import (
     StepSample,
     StepTimeModel,
@@ -59,7 +56,13 @@ from cadenza.contract.step_time_model import (
     step_budget_s,
 )
 from cadenza.engine.device import device_name
-from cadenza.engine.layouts.token_layout import layout_steps_for_frames
+from cadenza.engine.realtime.calibration_checks import calibration_problems, conservative
+from cadenza.engine.realtime.synthetic_streams import (
+    SHORT_PROMPT_CHARS,
+    steps_to_measure,
+    synthetic_request,
+    synthetic_streams_fit,
+)
 from cadenza.kernels import (
     cpu_linear,
     cpu_lstm,
@@ -74,12 +77,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_FORMAT = 12  # part of the cache key: bump when the measurement changes
-_SHORT_PROMPT_CHARS = 32
+CALIBRATION_FORMAT = 13  # part of the cache key: bump when the measurement changes
 # Prompts whose prefill gives a prompt row's cost (:func:`_measure_prefill`): a short, a
 # typical and a long utterance, each prefilled in one step.
 _PREFILL_PROMPT_CHARS = (48, 192, 448)
-_WORDS = ("calibrate", "measure", "steady", "tempo", "voice", "step", "time", "frame")
 
 
 def calibration_identity(engine: Engine, seed: int, neighbours: int = 0) -> str:
@@ -135,21 +136,11 @@ def load_or_calibrate(engine: Engine, seed: int = 0, neighbours: int = 0) -> Cal
     path = cache_path(engine, identity)
     calibration: Calibration | None = None
     if mode == "auto" and path.is_file():
-        try:
-            calibration = replace(
-                CALIBRATION_ADAPTER.validate_json(path.read_bytes()), source="cache"
-            )
-        except (OSError, ValidationError) as exc:
-            log.warning("ignoring unreadable calibration cache %s: %s", path, exc)
+        calibration = _read_cache(path, engine.config.calibration_tolerance)
     if calibration is None:
-        calibration = run_sweep(engine, identity)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_bytes(CALIBRATION_ADAPTER.dump_json(calibration, indent=1))
-            tmp.replace(path)
-        except OSError as exc:
-            log.warning("cannot cache the calibration at %s: %s", path, exc)
+        calibration = _measure_consistent(engine, identity)
+        if calibration.consistent:
+            _write_cache(path, calibration)
     else:
         warm_up(engine, calibration)
     log.info(
@@ -168,6 +159,60 @@ def load_or_calibrate(engine: Engine, seed: int = 0, neighbours: int = 0) -> Cal
         calibration.throughput_streams,
     )
     return calibration
+
+
+def _measure_consistent(engine: Engine, identity: str) -> Calibration:
+    """Sweeps until one agrees with itself (``engine.calibration_attempts`` at most); if none
+    does, :func:`conservative` of them all, which is served but never cached."""
+    attempts: list[Calibration] = []
+    limit = engine.config.calibration_attempts
+    for number in range(1, limit + 1):
+        attempt = run_sweep(engine, identity)
+        attempts.append(attempt)
+        if attempt.consistent:
+            return replace(attempt, attempts=number)
+        log.warning(
+            "calibration attempt %d of %d contradicts itself (was the machine busy?): %s",
+            number,
+            limit,
+            "; ".join(attempt.problems),
+        )
+    combined = conservative(attempts)
+    log.warning(
+        "no calibration agreed with itself in %d attempts: serving with a conservative one "
+        "(each point at its fastest, jitter x%.2f), not cached; restart on a quiet machine "
+        '(or with engine.calibration = "refresh") to measure again',
+        limit,
+        combined.jitter,
+    )
+    return combined
+
+
+def _read_cache(path: Path, tolerance: float) -> Calibration | None:
+    """The cached calibration at ``path`` (``None``: unreadable, or one that contradicts
+    itself, which a start then measures again)."""
+    try:
+        cached = replace(CALIBRATION_ADAPTER.validate_json(path.read_bytes()), source="cache")
+    except (OSError, ValidationError) as exc:
+        log.warning("ignoring unreadable calibration cache %s: %s", path, exc)
+        return None
+    problems = calibration_problems(cached, tolerance)
+    if problems:
+        log.warning(
+            "ignoring a cached calibration that contradicts itself (%s)", "; ".join(problems)
+        )
+        return None
+    return cached
+
+
+def _write_cache(path: Path, calibration: Calibration) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(CALIBRATION_ADAPTER.dump_json(calibration, indent=1))
+        tmp.replace(path)
+    except OSError as exc:
+        log.warning("cannot cache the calibration at %s: %s", path, exc)
 
 
 def warm_up(engine: Engine, calibration: Calibration) -> list[int]:
@@ -193,11 +238,11 @@ def warm_up(engine: Engine, calibration: Calibration) -> list[int]:
     batches = [
         b
         for b in batches
-        if b <= engine.config.max_num_seqs and _fits(engine, b, _SHORT_PROMPT_CHARS)
+        if b <= engine.config.max_num_seqs and synthetic_streams_fit(engine, b, SHORT_PROMPT_CHARS)
     ]
     started = time.perf_counter()
     for batch in batches:
-        _measure(engine, batch, _SHORT_PROMPT_CHARS)
+        _measure(engine, batch, SHORT_PROMPT_CHARS)
     log.info(
         "warmed up at %s streams in %.1f s",
         ", ".join(str(b) for b in batches),
@@ -224,21 +269,28 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
     # see again: measured, they would inflate the smallest batch's point (and, the points
     # being monotone, the next ones too).
     smallest = min(config.calibration_batch_sizes)
-    if smallest <= config.max_num_seqs and _fits(engine, smallest, _SHORT_PROMPT_CHARS):
-        _measure(engine, smallest, _SHORT_PROMPT_CHARS)
+    if smallest <= config.max_num_seqs and synthetic_streams_fit(
+        engine, smallest, SHORT_PROMPT_CHARS
+    ):
+        _measure(engine, smallest, SHORT_PROMPT_CHARS)
     points: dict[int, _Point] = {}
     for batch in sorted(set(config.calibration_batch_sizes)):
-        if batch > config.max_num_seqs or not _fits(engine, batch, _SHORT_PROMPT_CHARS):
+        if batch > config.max_num_seqs or not synthetic_streams_fit(
+            engine, batch, SHORT_PROMPT_CHARS
+        ):
             break
-        points[batch] = _measure(engine, batch, _SHORT_PROMPT_CHARS)
+        points[batch] = _measure(engine, batch, SHORT_PROMPT_CHARS)
         if points[batch].sample.ms > 2 * budget_ms and len(points) >= 2:
             break
     # A neighbour's noise only ever slows a step down: each batch is measured once more, in
     # the opposite order (so a slow spell does not hit the same points twice), and keeps the
     # faster of its two measurements.
+    repeats: list[StepRepeat] = []
     for batch in sorted(points, reverse=True):
-        again = _measure(engine, batch, _SHORT_PROMPT_CHARS)
-        if again.sample.ms < points[batch].sample.ms:
+        again = _measure(engine, batch, SHORT_PROMPT_CHARS)
+        first = points[batch].sample
+        repeats.append(StepRepeat(batch, first.context_tokens, first.ms, again.sample.ms))
+        if again.sample.ms < first.ms:
             points[batch] = again
     for batch, point in sorted(points.items()):
         samples.append(point.sample)
@@ -248,11 +300,14 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
     prefill_ms_per_token = 0.0
     if config.calibration_long_context > 0 and samples:
         batch = max(1, min(8, largest))
-        if _fits(engine, batch, config.calibration_long_context):
+        if synthetic_streams_fit(engine, batch, config.calibration_long_context):
             # Measured twice as well, keeping the faster: this one point sets what every
             # position a step reads costs, and so the claim at long contexts.
             point = _measure(engine, batch, config.calibration_long_context)
             again = _measure(engine, batch, config.calibration_long_context)
+            repeats.append(
+                StepRepeat(batch, point.sample.context_tokens, point.sample.ms, again.sample.ms)
+            )
             if again.sample.ms < point.sample.ms:
                 point = again
             long_sample, prefill_ms_per_token = point.sample, point.prefill_ms_per_token
@@ -273,7 +328,7 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
         long_throughput = (
             long_sample.tokens * frames_per_step * info.frame_period_s * 1000.0 / long_sample.ms
         )
-    return Calibration(
+    calibration = Calibration(
         model=model,
         samples=tuple(samples),
         codec_ms_per_frame=codec_ms,
@@ -283,7 +338,10 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
         jitter=max(_percentile(spreads, 0.9), 1.0) if spreads else 1.0,
         throughput_streams=round(throughput, 2),
         long_context_throughput_streams=round(long_throughput, 2),
+        repeats=tuple(repeats),
     )
+    problems = calibration_problems(calibration, config.calibration_tolerance)
+    return replace(calibration, problems=tuple(problems))
 
 
 @dataclass(frozen=True)
@@ -299,41 +357,6 @@ def _percentile(values: list[float], share: float) -> float:
     return ordered[min(int(share * len(ordered)), len(ordered) - 1)]
 
 
-def _steps_needed(engine: Engine) -> int:
-    config = engine.config
-    first_chunk = layout_steps_for_frames(engine.layout, config.first_chunk_frames)
-    return first_chunk + config.calibration_steps + 2
-
-
-def _request(engine: Engine, prompt_chars: int) -> SynthesisRequest:
-    info = engine.info
-    frames = _steps_needed(engine) // info.shape.steps_per_frame + 2 * engine.config.chunk_frames
-    # Distinct texts: a prefix-cache hit would skip the prefill this measures.
-    words = [secrets.choice(_WORDS) for _ in range(prompt_chars // 4 + 1)]
-    text = " ".join(words)[:prompt_chars]
-    return SynthesisRequest(
-        request_id=f"calibration-{secrets.token_hex(6)}",
-        text=text,
-        voice=info.voices[0],
-        max_duration_s=(frames + 8) / info.frame_rate,
-        sampling=SamplingParams(seed=0),
-    )
-
-
-def _fits(engine: Engine, batch: int, prompt_chars: int) -> bool:
-    """Whether ``batch`` synthetic streams fit in the KV cache and the engine's limits."""
-    if batch > engine.config.max_pending_requests:
-        return False
-    if prompt_chars > engine.limits.max_input_chars:
-        return False
-    request = _request(engine, prompt_chars)
-    info = engine.info
-    assert request.max_duration_s is not None
-    frames = round(request.max_duration_s * info.frame_rate)
-    pages = info.shape.pages(info.shape.max_prompt_tokens(request.text), frames)
-    return batch * pages <= info.kv_pages_total
-
-
 def _measure_prefill(engine: Engine) -> tuple[float, float] | None:
     """What a prompt row costs, from single prompts of ``_PREFILL_PROMPT_CHARS`` prefilled
     alone in one step each (twice, keeping the faster): ``ms = fixed + per_row * rows +
@@ -341,9 +364,9 @@ def _measure_prefill(engine: Engine) -> tuple[float, float] | None:
     ``(per_row, per_position)``, or ``None`` where fewer than three lengths fit one step."""
     fastest: dict[tuple[int, int], float] = {}  # (rows, positions before them) -> ms
     for chars in _PREFILL_PROMPT_CHARS * 2:
-        if chars > engine.limits.max_input_chars or not _fits(engine, 1, chars):
+        if chars > engine.limits.max_input_chars or not synthetic_streams_fit(engine, 1, chars):
             continue
-        request = _request(engine, chars)
+        request = synthetic_request(engine, chars, "calibration")
         rows_at_most = engine.info.shape.max_prompt_tokens(request.text)
         if rows_at_most > engine.config.max_num_batched_tokens:
             continue  # more than one step's rows
@@ -378,7 +401,7 @@ def _measure_prefill(engine: Engine) -> tuple[float, float] | None:
 def _measure(engine: Engine, batch: int, prompt_chars: int) -> _Point:
     """Mean time of pure decode steps with ``batch`` streams; codec ms per stream-frame; and
     what a prompt row cost in the pure prefill steps on the way."""
-    requests = [_request(engine, prompt_chars) for _ in range(batch)]
+    requests = [synthetic_request(engine, prompt_chars, "calibration") for _ in range(batch)]
     window = engine.config.chunk_frames * engine.info.shape.steps_per_frame
     heard: set[str] = set()
     try:
@@ -388,7 +411,7 @@ def _measure(engine: Engine, batch: int, prompt_chars: int) -> _Point:
             for request in group:
                 engine.add_request(request)
             heard.update(o.request_id for o in engine.step() if o.audio.size)
-        for _ in range(_steps_needed(engine) * 4):
+        for _ in range(steps_to_measure(engine) * 4):
             if len(heard) == batch:
                 break
             heard.update(o.request_id for o in engine.step() if o.audio.size)

@@ -20,6 +20,10 @@ The scheduler asks three questions each step:
   stream can wait, so a new stream's prompt never makes a running one late. At least
   ``min_prefill_tokens`` are allowed, so a prompt always progresses.
 
+* **Prompt order**: prompts are prefilled by their first chunk's deadline, which is later for
+  a prompt longer than the nominal one (by a multiple of its extra rows' prefill time), so a
+  short prompt arriving with long ones is not kept waiting behind them.
+
 * **Lead**: a stream at most ``max_lead_s`` ahead of its listener is enough; when every
   running stream is further ahead than that, the engine rests (:meth:`DeadlinePolicy.idle_s`)
   instead of racing ahead, and leaves the CPU to the rest of the machine (on a small CPU, the
@@ -136,6 +140,23 @@ class DeadlinePolicy:
         kept = [seq for seq in ordered if laxity[seq] <= URGENT_SKIP_LAXITY_S]
         skipped = [seq for seq in ordered if laxity[seq] > URGENT_SKIP_LAXITY_S]
         return kept, skipped
+
+    def prefill_order(self, prompts: list[Sequence]) -> list[Sequence]:
+        """``prompts`` (sequences prefilling or waiting to) in the order their rows are
+        prefilled: earliest first-chunk deadline first, then fewest rows left (a long prompt's
+        first chunk is due later, :meth:`RealtimePlan.first_chunk_due_after_s`, so shorter
+        ones go ahead of it while it can still make its own deadline); sequences without a
+        playout clock last, in their order."""
+
+        def key(seq: Sequence) -> tuple[float, int]:
+            if seq.audio is None:
+                return (math.inf, 0)
+            return (
+                seq.audio.playout.due_s(seq.frames_sent),
+                seq.num_tokens - seq.num_computed_tokens,
+            )
+
+        return sorted(prompts, key=key)
 
     def idle_s(self, running: list[Sequence]) -> float:
         """How long the engine may rest before its next step (0: step now). Resting starts

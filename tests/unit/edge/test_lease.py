@@ -120,7 +120,7 @@ def build(
     engine = engine or FakeEngine()
     engine.info = engine_info(kv_pages=kv_pages, max_num_seqs=max_num_seqs, calibrated=False)
     metrics = Metrics()
-    capacity = CapacityModel(engine.info, config.engine, config.admission)
+    capacity = CapacityModel(engine.info, config.admission)
     gate = AdmissionGate(config.admission, capacity, ModelMetrics(metrics, "cadenza-tiny"))
     limiter = RateLimiter(requests_per_minute, audio_seconds_per_minute, clock=lambda: 0.0)
     return Admission(config, engine, gate, limiter, guard, metrics)  # type: ignore[arg-type]

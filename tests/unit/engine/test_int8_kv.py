@@ -87,8 +87,5 @@ def test_int8_holds_about_twice_the_sequences_of_fp16_per_byte() -> None:
     # Head width 64: 2 * 64 bytes of fp16 against 64 bytes of int8 + a 2-byte fp16 scale.
     ratio = infos["int8"].kv_pages_total / infos["fp16"].kv_pages_total
     assert 1.9 <= ratio <= 2.0
-    limits = {
-        kv: CapacityModel(info, EngineConfig(), AdmissionConfig()).kv_limit()
-        for kv, info in infos.items()
-    }
+    limits = {kv: CapacityModel(info, AdmissionConfig()).kv_limit() for kv, info in infos.items()}
     assert limits["int8"] >= 1.9 * limits["fp16"] - 1

@@ -192,3 +192,26 @@ def test_a_resumed_stream_goes_on_with_the_same_tokens_and_audio(
     np.testing.assert_array_equal(np.concatenate([_codes(head), _codes(tail)]), _codes(whole))
     joined = np.concatenate([_audio(head), _audio(tail)])
     np.testing.assert_allclose(joined, _audio(whole), atol=1e-5)
+
+
+def test_admission_reads_the_first_chunk_with_snac_s_lookahead_from_the_engine(
+    checkpoint, snac_dir
+) -> None:
+    """The engine announces its first chunk as its deadline policy runs it, SNAC's look-ahead
+    included; the edge's capacity model computes with exactly that, never the configured
+    75 Hz frames."""
+    from cadenza.config import AdmissionConfig
+    from cadenza.edge.admission.capacity import CapacityModel
+    from cadenza.engine.layouts.token_layout import layout_steps_for_frames
+
+    engine = _engine(checkpoint[0], snac_dir[0])
+    plan = engine.info.realtime
+    policy = engine.policy
+    assert policy is not None
+    assert plan.lookahead_frames == 3
+    assert plan.first_chunk_frames == policy.first_chunk_frames == 4  # 1 of audio + 3 ahead
+    assert plan.first_chunk_steps == layout_steps_for_frames(engine.layout, 4) == 28
+    assert plan.step_budget_s == pytest.approx(policy.step_budget_s)
+    capacity = CapacityModel(engine.info, AdmissionConfig())
+    assert capacity.plan == plan
+    assert capacity.step_budget_ms == pytest.approx(1000 * policy.step_budget_s)

@@ -9,6 +9,7 @@ import zmq
 
 from cadenza.config import load_config
 from cadenza.contract import cpu_replicas, messages
+from cadenza.contract.engine_stats import ProbeResult, StepReport
 from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
 from cadenza.ipc import engine_loop
 from tests.support.contract_examples import engine_info
@@ -38,7 +39,7 @@ def test_a_request_that_fails_to_add_is_rejected_and_the_loop_goes_on() -> None:
     engine = _BrokenIntake()
     outbound = _Outbound()
     for request_id, text in [("bad", "boom"), ("good", "hello")]:
-        add = messages.encode(messages.AddRequest(SynthesisRequest(request_id, text)))
+        add = messages.AddRequest(SynthesisRequest(request_id, text))
         assert engine_loop._handle(engine, add, outbound)  # type: ignore[arg-type]
     assert engine.added == ["good"]
     (rejected,) = outbound.sent
@@ -116,3 +117,48 @@ def test_a_placed_replica_knows_how_many_replicas_share_the_machine(monkeypatch)
     assert placed.engine.replicas == 2
     assert pinned == [{1}]
     assert placed.model.torch_threads == 1
+
+
+class _Probed:
+    """An engine that records the probe asked of it."""
+
+    def __init__(self, busy: bool) -> None:
+        self.busy = busy
+        self.asked: list[tuple[int, float, bool]] = []
+
+    def has_unfinished_requests(self) -> bool:
+        return self.busy
+
+    def stats(self) -> object:
+        from tests.support.contract_examples import engine_stats
+
+        return engine_stats()
+
+    def take_report(self) -> StepReport:
+        return StepReport()
+
+    def run_probe(self, batch, max_ms, interrupted) -> ProbeResult:
+        self.asked.append((batch, max_ms, interrupted()))
+        outcome = "busy" if self.busy else "done"
+        return ProbeResult(StepReport(), 0 if self.busy else batch, outcome)
+
+
+class _Inbound:
+    def __init__(self, waiting: int) -> None:
+        self.waiting = waiting
+
+    def poll(self, timeout_ms: int) -> int:
+        return self.waiting
+
+
+def test_a_probe_sends_the_reports_before_it_then_its_own_steps() -> None:
+    idle, outbound = _Probed(busy=False), _Outbound()
+    engine_loop._probe(idle, messages.Probe(6, 250.0), _Inbound(1), outbound)  # type: ignore[arg-type]
+    stats, probed = outbound.sent
+    assert isinstance(stats, messages.Stats) and isinstance(probed, messages.Probed)
+    assert (probed.batch, probed.outcome) == (6, "done")
+    assert idle.asked == [(6, 250.0, True)]  # a waiting message interrupts it
+    busy, outbound = _Probed(busy=True), _Outbound()
+    engine_loop._probe(busy, messages.Probe(6, 250.0), _Inbound(0), outbound)  # type: ignore[arg-type]
+    (probed,) = outbound.sent
+    assert isinstance(probed, messages.Probed) and probed.outcome == "busy"

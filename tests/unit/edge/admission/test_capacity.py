@@ -6,9 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from cadenza.config import AdmissionConfig, EngineConfig
+from cadenza.config import AdmissionConfig
 from cadenza.edge.admission.capacity import AdmittedLoad as Load
-from cadenza.edge.admission.capacity import CapacityModel, StreamCost
+from cadenza.edge.admission.capacity import CapacityModel, RunningStream, StreamCost
+from cadenza.edge.admission.factor_memory import RememberedFactor
 from tests.support.contract_examples import engine_info as info
 from tests.support.contract_examples import engine_stats, timed_stats
 from tests.support.contract_examples import stats_message as stats
@@ -26,7 +27,7 @@ def test_realtime_limit_follows_the_model_and_the_90th_percentile_of_live_steps(
     # (the percentile alone here; how slowly a faster verdict is believed: the next test)
     # (the percentile alone here, no prior for an unmeasured CPU: the test after the next)
     admission = AdmissionConfig(factor_recovery_s=0.0, unmeasured_factor=1.0)
-    model = CapacityModel(info(), EngineConfig(), admission, clock=clock)
+    model = CapacityModel(info(), admission, clock=clock)
     assert model.step_budget_ms == pytest.approx(1000 / 75 * 0.9)
     assert model.realtime_limit() == 12
     assert model.max_streams() == 12
@@ -40,7 +41,7 @@ def test_realtime_limit_follows_the_model_and_the_90th_percentile_of_live_steps(
     assert model.refusal(Load(5, 0), StreamCost(10, 3.0)) is None
     # A percentile over windows of the engine's lead (1.5 s: three reports), not a mean: one
     # slow window in ten is enough to count...
-    assert model.ratio_window_s == pytest.approx(1.5)
+    assert model.estimator.window_s == pytest.approx(1.5)
     clock.now = 31.0  # (the reports above have left the 30 s window)
     for _ in range(27):
         model.observe(timed_stats(1.0))
@@ -70,7 +71,7 @@ def test_realtime_limit_follows_the_model_and_the_90th_percentile_of_live_steps(
 def test_a_slower_verdict_counts_at_once_and_a_faster_one_only_once_it_has_held() -> None:
     clock = Clock()
     admission = AdmissionConfig()
-    model = CapacityModel(info(), EngineConfig(), admission, clock=clock)
+    model = CapacityModel(info(), admission, clock=clock)
 
     def run(seconds: float, ratio: float) -> None:
         for _ in range(round(seconds / 0.5)):  # a report every 0.5 s
@@ -81,7 +82,7 @@ def test_a_slower_verdict_counts_at_once_and_a_faster_one_only_once_it_has_held(
     assert model.realtime_factor() == pytest.approx(1.0) and model.realtime_limit() == 12
     run(15.0, 2.0)  # a slow spell counts as soon as its windows are the percentile
     assert model.realtime_factor() == pytest.approx(2.0) and model.realtime_limit() == 6
-    while model._percentile_factor(clock.now) > 1.0:  # full speed until the windows say so
+    while model.estimator.evidence() > 1.0:  # full speed until the windows say so
         run(0.5, 1.0)
     faster_since = clock.now
     assert model.realtime_factor() == pytest.approx(2.0)  # the slow verdict still stands...
@@ -95,7 +96,7 @@ def test_a_slower_verdict_counts_at_once_and_a_faster_one_only_once_it_has_held(
 def test_each_window_weighs_the_decode_work_it_measured() -> None:
     clock = Clock()
     admission = AdmissionConfig(factor_recovery_s=0.0, unmeasured_factor=1.0)
-    model = CapacityModel(info(), EngineConfig(), admission, clock=clock)
+    model = CapacityModel(info(), admission, clock=clock)
     for _ in range(27):  # nine full windows at the calibrated speed
         model.observe(timed_stats(1.0))
     # A window in which the engine barely decoded (a fifth of the others' work), twice as
@@ -103,14 +104,14 @@ def test_each_window_weighs_the_decode_work_it_measured() -> None:
     # the work: the percentile stays where the full batches ran.
     for _ in range(3):
         model.observe(timed_stats(2.0, steps=3))
-    assert len(model._ratios) == 10
+    assert len(model.estimator.windows) == 10
     assert model.realtime_factor() == pytest.approx(1.0)
     # A full window as slow too: more than a tenth of the work ran twice as slow, at once.
     for _ in range(3):
         model.observe(timed_stats(2.0))
     assert model.realtime_factor() == pytest.approx(2.0)
     # The window being filled weighs what it has measured so far, too.
-    fresh = CapacityModel(info(), EngineConfig(), admission, clock=clock)
+    fresh = CapacityModel(info(), admission, clock=clock)
     for _ in range(30):
         fresh.observe(timed_stats(1.0))
     fresh.observe(timed_stats(3.0, steps=5))
@@ -118,14 +119,14 @@ def test_each_window_weighs_the_decode_work_it_measured() -> None:
 
 
 def test_an_unmeasured_cpu_engine_is_assumed_slower_than_calibrated_until_live_steps_say() -> None:
-    on_cpu = CapacityModel(info(), EngineConfig(), AdmissionConfig())
-    on_gpu = CapacityModel(replace(info(), device="cuda:0"), EngineConfig(), AdmissionConfig())
+    on_cpu = CapacityModel(info(), AdmissionConfig())
+    on_gpu = CapacityModel(replace(info(), device="cuda:0"), AdmissionConfig())
     assert on_cpu.realtime_factor() == pytest.approx(1.4)  # the edge shares its cores
     assert on_gpu.realtime_factor() == pytest.approx(1.0)  # the calibration's jitter alone
     assert on_cpu.max_streams() < on_gpu.max_streams() == 12
     configured = AdmissionConfig(unmeasured_factor=2.0)
-    assert CapacityModel(info(), EngineConfig(), configured).realtime_factor() == 2.0
-    remembered = CapacityModel(info(), EngineConfig(), AdmissionConfig(), remembered_factor=1.2)
+    assert CapacityModel(info(), configured).realtime_factor() == 2.0
+    remembered = CapacityModel(info(), AdmissionConfig(), remembered=RememberedFactor(1.2, 0.0))
     assert remembered.realtime_factor() == pytest.approx(1.2)  # measured beats assumed
     for _ in range(9):  # three windows of live reports at the calibrated speed
         on_cpu.observe(timed_stats(1.0))
@@ -135,7 +136,7 @@ def test_an_unmeasured_cpu_engine_is_assumed_slower_than_calibrated_until_live_s
 
 def test_the_realtime_bound_is_the_calibrated_engine_alone_without_margins() -> None:
     # 1 ms per stream: 13 streams fit a 13.3 ms frame, 12 the 12 ms budget (10 % headroom).
-    model = CapacityModel(info(max_num_seqs=4), EngineConfig(), AdmissionConfig())
+    model = CapacityModel(info(max_num_seqs=4), AdmissionConfig())
     assert model.realtime_bound() == 13
     assert model.realtime_limit() == 4  # max_num_seqs caps the limit, not the bound
     for _ in range(10):
@@ -146,25 +147,25 @@ def test_the_realtime_bound_is_the_calibrated_engine_alone_without_margins() -> 
     costly = CapacityModel(
         replace(info(), calibration=replace(info().calibration, model=replace(
             info().calibration.model, per_kilocontext_ms=1.0))),
-        EngineConfig(), AdmissionConfig(),
+        AdmissionConfig(),
     )  # fmt: skip
     # 1 ms more per 1,000 positions past the points' 400 per stream: the nominal stream's
     # 823 positions cost 1.42 ms a stream (9 fit), the short streams' 400 still 1 ms (13).
     assert costly.realtime_bound() == 9
     assert costly.realtime_bound(costly.short_context_tokens) == 13
-    uncalibrated = CapacityModel(info(calibrated=False), EngineConfig(), AdmissionConfig())
+    uncalibrated = CapacityModel(info(calibrated=False), AdmissionConfig())
     assert uncalibrated.realtime_bound() == 0 and uncalibrated.short_context_tokens == 0
     assert uncalibrated.bounds() is None
 
 
 def test_replicas_sharing_every_core_share_the_bounds_one_measured() -> None:
     calibrated = replace(info(), calibration=replace(info().calibration, throughput_streams=9.0))
-    alone = CapacityModel(calibrated, EngineConfig(), AdmissionConfig())
+    alone = CapacityModel(calibrated, AdmissionConfig())
     assert alone.bounds() == {
         "throughput_streams": 9.0, "long_context_throughput_streams": 0.0,
         "realtime_streams": 13, "realtime_short_context_streams": 13,
     }  # fmt: skip
-    sharing = CapacityModel(calibrated, EngineConfig(), AdmissionConfig(), core_sharers=2)
+    sharing = CapacityModel(calibrated, AdmissionConfig(), core_sharers=2)
     halves = sharing.bounds()
     assert halves is not None
     assert halves["throughput_streams"] == 4.5 and halves["realtime_streams"] == 6.5
@@ -174,12 +175,12 @@ def test_the_calibrations_jitter_counts_before_live_steps_do() -> None:
     calibrated = info()
     assert calibrated.calibration is not None
     jittery = replace(calibrated, calibration=replace(calibrated.calibration, jitter=1.5))
-    model = CapacityModel(jittery, EngineConfig(), AdmissionConfig())
+    model = CapacityModel(jittery, AdmissionConfig())
     assert model.realtime_limit() == 8  # 12 ms / 1.5
 
 
 def test_replicas_sharing_the_cores_count_each_step_as_slow_as_all_busy() -> None:
-    model = CapacityModel(info(), EngineConfig(), AdmissionConfig(), core_sharers=2)
+    model = CapacityModel(info(), AdmissionConfig(), core_sharers=2)
     assert model.realtime_factor() == pytest.approx(2.0)
     assert model.realtime_limit() == 6  # 12 ms / 2
     for _ in range(5):  # fast live steps (the other replica idle) do not lift the floor
@@ -187,37 +188,81 @@ def test_replicas_sharing_the_cores_count_each_step_as_slow_as_all_busy() -> Non
     assert model.realtime_factor() == pytest.approx(2.0)
 
 
-def test_a_prompt_is_admitted_only_if_the_spare_step_time_can_prefill_it() -> None:
+def _with_prompt_rows(ms_per_row: float, multiple: float = 8.0) -> CapacityModel:
+    """The example engine with prompt rows of ``ms_per_row``, no prior slower than calibrated."""
     calibrated = info()
     assert calibrated.calibration is not None
-    step_model = replace(calibrated.calibration.model, prefill_ms_per_token=0.01)
-    with_prefill = replace(
-        calibrated, calibration=replace(calibrated.calibration, model=step_model)
+    step_model = replace(calibrated.calibration.model, prefill_ms_per_token=ms_per_row)
+    plan = replace(calibrated.realtime, prompt_ttfa_multiple=multiple)
+    engine = replace(
+        calibrated, calibration=replace(calibrated.calibration, model=step_model), realtime=plan
     )
-    model = CapacityModel(with_prefill, EngineConfig(), AdmissionConfig(unmeasured_factor=1.0))
-    # 5 streams decoding: 7 ms of 12 spare per step; the window is the TTFA target (300 ms)
-    # less the first chunk's 8 frames at the budget (96 ms): 204 ms, 15.3 steps, 107 ms of
-    # prompt rows, 10,700 tokens at 0.01 ms.
-    assert model.prefill_window_ms == pytest.approx(204.0)
-    assert model.refusal(Load(5, 0), StreamCost(10, 3.0, prompt_tokens=2000)) is None
-    wave = Load(5, prefilling_tokens=9000)
-    assert model.refusal(wave, StreamCost(10, 3.0, prompt_tokens=2000)) == "prefill_budget"
-    assert model.refusal(Load(11, 0), StreamCost(10, 3.0, prompt_tokens=2000)) == "prefill_budget"
-    assert model.refusal(Load(0, 0), StreamCost(10, 3.0, prompt_tokens=10**6)) is None  # idle
-    # Running streams well ahead of their listeners lend their lead (up to the window): the
-    # engine reports it, and 11,000 rows (110 ms) fit in 107 ms + 50 ms lent.
-    model.observe(replace(stats(), stats=engine_stats(spare_lead_s=0.05)))
-    assert model.refusal(wave, StreamCost(10, 3.0, prompt_tokens=2000)) is None
-    assert model.refusal(wave, StreamCost(10, 3.0, prompt_tokens=7000)) == "prefill_budget"
-    model.observe(replace(stats(), stats=engine_stats(spare_lead_s=30.0)))
-    big = StreamCost(10, 3.0, prompt_tokens=25_000)  # 340 ms: more than 107 + 204 lent
-    assert model.refusal(wave, big) == "prefill_budget"
-    model.observe(stats())  # no running audio streams reported: nothing lent
-    assert model.refusal(wave, StreamCost(10, 3.0, prompt_tokens=2000)) == "prefill_budget"
+    return CapacityModel(engine, AdmissionConfig(unmeasured_factor=1.0))
+
+
+def _decoding(streams: int, prompt: int = 67) -> Load:
+    """``streams`` streams admitted a while ago (their prompts long done, all decoding)."""
+    running = tuple(RunningStream(5.0, prompt, 823) for _ in range(streams))
+    return Load(streams, 0, 823, 400, running)
+
+
+def test_a_prompt_is_admitted_only_if_it_can_be_prefilled_by_its_deadline() -> None:
+    model = _with_prompt_rows(0.1)
+    # 5 streams decoding: 5 ms of the 12 ms budget a step, so 7 ms of each 13.3 ms period
+    # goes to prompts (0.525 of the engine). A nominal prompt (66 rows, 6.6 ms) is due by the
+    # TTFA target (300 ms) less its first chunk's 15 steps (at 6 streams' 6 ms: 90 ms).
+    assert model.prefill_lateness_s(_decoding(5), StreamCost(10, 3.0, 66)) < 0
+    assert model.refusal(_decoding(5), StreamCost(10, 3.0, prompt_tokens=66)) is None
+    # A 2,000-row prompt takes 200 ms alone, 381 ms at that share; it is due 8 x 193 ms
+    # later than a nominal one (prompt_ttfa_multiple): it fits too.
+    assert model.refusal(_decoding(5), StreamCost(10, 3.0, prompt_tokens=2000)) is None
+    # Without that allowance, a long prompt must start within the TTFA target like any other.
+    strict = _with_prompt_rows(0.1, multiple=0.0)
+    long = StreamCost(10, 3.0, prompt_tokens=2000)
+    assert strict.refusal(_decoding(5), long) == "prefill_budget"
+    assert strict.prefill_lateness_s(_decoding(5), long) == pytest.approx(0.381 - 0.210, abs=0.01)
+    # An idle replica always admits one, however long its prompt.
+    assert strict.refusal(Load(0, 0), StreamCost(10, 3.0, prompt_tokens=10**6)) is None
+    # Running streams well ahead of their listeners lend their lead at once.
+    strict.observe(replace(stats(), stats=engine_stats(spare_lead_s=0.2)))
+    assert strict.refusal(_decoding(5), long) is None
+    strict.observe(stats())  # no playing streams reported: nothing lent
+    assert strict.refusal(_decoding(5), long) == "prefill_budget"
+
+
+def test_prompts_admitted_just_before_count_until_they_are_expected_done() -> None:
+    model = _with_prompt_rows(1.0, multiple=0.0)  # a nominal prompt: 66 ms
+    just_now = tuple(RunningStream(0.0, 66, 823) for _ in range(3))
+    wave = Load(3, 0, 823, 66, just_now)
+    # Nothing decodes yet: the engine prefills back to back, 66 ms a prompt, the fourth done
+    # at 264 ms, after its deadline (300 ms less four streams' first chunk: 60 ms).
+    assert model.refusal(wave, StreamCost(10, 3.0, 66)) == "prefill_budget"
+    later = Load(3, 0, 823, 66, tuple(replace(s, age_s=0.1) for s in just_now))
+    assert model.refusal(later, StreamCost(10, 3.0, 66)) is None  # 100 ms of them done since
+
+
+def test_a_short_prompt_goes_ahead_of_long_ones_due_later() -> None:
+    model = _with_prompt_rows(0.1)
+    # Six 1,000-row prompts just admitted (100 ms each alone, due 8 x 93 ms later than the
+    # TTFA target): the engine prefills a short prompt first, by its sooner deadline.
+    longs = tuple(RunningStream(0.0, 1000, 1800) for _ in range(6))
+    wave = Load(6, 0, 1800, 1000, longs)
+    assert model.refusal(wave, StreamCost(10, 3.0, prompt_tokens=40)) is None
+    assert model.prefill_burst(wave) > 0
+
+    # About prompt_ttfa_multiple of them arriving together all start on time: beside eight,
+    # a ninth still does; beside nine, a tenth would finish after its own deadline and waits
+    # (or is refused) instead.
+    def pending(count: int) -> Load:
+        return Load(count, 0, 1800, 1000, (RunningStream(0.0, 1000, 1800),) * count)
+
+    assert model.refusal(pending(8), StreamCost(10, 3.0, prompt_tokens=1000)) is None
+    crowded = pending(9)
+    assert model.refusal(crowded, StreamCost(10, 3.0, prompt_tokens=1000)) == "prefill_budget"
 
 
 def test_kv_memory_and_max_num_seqs_limit_too() -> None:
-    model = CapacityModel(info(kv_pages=200, max_num_seqs=3), EngineConfig(), AdmissionConfig())
+    model = CapacityModel(info(kv_pages=200, max_num_seqs=3), AdmissionConfig())
     nominal = model.stream_cost("x" * 64, 10.0)
     assert model.kv_limit() == 200 // nominal.kv_pages
     assert model.max_streams() == min(model.kv_limit(), 3)
@@ -226,7 +271,7 @@ def test_kv_memory_and_max_num_seqs_limit_too() -> None:
 
 
 def test_stream_cost_counts_prompt_and_output_pages() -> None:
-    model = CapacityModel(info(), EngineConfig(), AdmissionConfig())
+    model = CapacityModel(info(), AdmissionConfig())
     cost = model.stream_cost("a" * 100, 2.0)
     # 100 text bytes + 2 overhead + (150 frames + 7 delay) steps = 259 tokens -> 17 pages of 16,
     # exactly what the engine reserves for cadenza-tiny (tests/unit/engine/test_engine.py).
@@ -238,7 +283,7 @@ def test_stream_cost_counts_prompt_and_output_pages() -> None:
 def test_slipping_deadlines_close_admission_until_slack_recovers() -> None:
     clock = Clock()
     config = AdmissionConfig(slack_close_ms=30.0, slack_reopen_s=2.0)
-    model = CapacityModel(info(), EngineConfig(), config, clock=clock)
+    model = CapacityModel(info(), config, clock=clock)
     model.observe(stats(slack_ms=[120.0, 80.0]))
     assert model.admission_open
     model.observe(stats(slack_ms=[120.0, 10.0]))  # one chunk nearly late
@@ -253,7 +298,7 @@ def test_slipping_deadlines_close_admission_until_slack_recovers() -> None:
 
 
 def test_uncalibrated_engines_admit_by_memory_and_slots_only() -> None:
-    model = CapacityModel(info(calibrated=False, max_num_seqs=7), EngineConfig(), AdmissionConfig())
+    model = CapacityModel(info(calibrated=False, max_num_seqs=7), AdmissionConfig())
     assert model.realtime_limit() == 7
     assert model.max_streams() == 7
     assert model.rtf_headroom(0) == pytest.approx(1.0)
@@ -267,7 +312,7 @@ def _costly(decodes_padded: bool) -> CapacityModel:
     step_model = replace(base.calibration.model, per_kilocontext_ms=1.0, prefill_ms_per_token=0.01)
     calibration = replace(base.calibration, model=step_model)
     engine = replace(base, calibration=calibration, decodes_padded=decodes_padded)
-    return CapacityModel(engine, EngineConfig(), AdmissionConfig(unmeasured_factor=1.0))
+    return CapacityModel(engine, AdmissionConfig(unmeasured_factor=1.0))
 
 
 def test_an_engine_that_reads_each_streams_own_context_is_claimed_on_staggered_streams() -> None:
@@ -319,7 +364,7 @@ def test_steps_right_after_the_engine_rested_do_not_count_against_the_model() ->
     from cadenza.contract.messages import Stats
     from tests.support.contract_examples import engine_stats
 
-    model = CapacityModel(info(), EngineConfig(), AdmissionConfig())
+    model = CapacityModel(info(), AdmissionConfig())
     cold = StepRecord(0.004 * 3.0, 4, 4, 400, rested_s=0.5)  # 3x the model, after a rest
     warm = StepRecord(0.004, 4, 4, 400)
     for _ in range(10):
@@ -335,7 +380,7 @@ def test_the_codecs_chunks_are_spread_over_the_steps_whose_frames_they_decoded()
     from cadenza.contract.messages import Stats
     from tests.support.contract_examples import engine_stats
 
-    model = CapacityModel(info(), EngineConfig(), AdmissionConfig())
+    model = CapacityModel(info(), AdmissionConfig())
     # 4 streams, 4 ms a step as calibrated, of which the codec's share is 1 ms (0.25 ms a
     # frame): the engine decodes it in one 10-step chunk, so one step in ten takes 13 ms.
     plain = StepRecord(0.003, 4, 4, 400)
@@ -350,7 +395,7 @@ def test_the_codecs_chunks_are_spread_over_the_steps_whose_frames_they_decoded()
 
 def test_an_uncalibrated_engine_that_does_not_pad_admits_by_memory_and_slots() -> None:
     engine = replace(info(calibrated=False, max_num_seqs=3), decodes_padded=False)
-    model = CapacityModel(engine, EngineConfig(), AdmissionConfig())
+    model = CapacityModel(engine, AdmissionConfig())
     cost = StreamCost(10, 3.0, prompt_tokens=67, final_context=823)
     assert model.refusal(Load(2, 0, running=_running([0.0, 1.0])), cost) is None
     assert model.refusal(Load(3, 0, running=_running([0.0, 1.0, 2.0])), cost) == "max_streams"

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from cadenza.config import AdmissionConfig, EngineConfig
+from cadenza.config import AdmissionConfig
 from cadenza.edge.admission.capacity import CapacityModel, StreamCost
 from cadenza.edge.admission.gate import AdmissionGate, AdmissionRefused
 from cadenza.edge.admission.priority_queues import PriorityQueues, Waiter
@@ -23,7 +23,7 @@ def gate(max_streams: int = 2, metrics: Metrics | None = None, **admission: floa
     tests of queueing need waits longer than a stream)."""
     admission = {"realtime_max_wait_s": 30.0, **admission}
     config = AdmissionConfig(**admission)  # type: ignore[arg-type]
-    capacity = CapacityModel(info(max_num_seqs=max_streams), EngineConfig(), config)
+    capacity = CapacityModel(info(max_num_seqs=max_streams), config)
     return AdmissionGate(config, capacity, ModelMetrics(metrics or Metrics(), "cadenza-tiny"))
 
 
@@ -40,14 +40,14 @@ def test_admits_at_once_while_capacity_lasts_then_queues() -> None:
 
         third = asyncio.create_task(g.acquire("realtime", COST, on_queued))
         await asyncio.sleep(0.01)
-        assert not third.done() and g.snapshot()["queued"] == 1
+        assert not third.done() and g.snapshot().queued == 1
         assert notices and notices[0][0] == 1 and notices[0][1] >= 1.0
         g.release(first)
         ticket = await asyncio.wait_for(third, 1)
         assert ticket.waited_s > 0
         g.release(second)
         g.release(ticket)
-        assert not g.active and g.snapshot()["queued"] == 0
+        assert not g.active and g.snapshot().queued == 0
 
     asyncio.run(scenario())
 
@@ -87,7 +87,7 @@ def test_a_wait_expected_longer_than_the_class_allows_is_refused_at_once() -> No
         assert 3.0 <= refused.value.retry_after_s <= 4.0
         standard = asyncio.create_task(g.acquire("standard", COST))
         await asyncio.sleep(0.01)
-        assert not standard.done() and g.snapshot()["queued"] == 1
+        assert not standard.done() and g.snapshot().queued == 1
         # What held each stream that could not start at once is counted by reason.
         labels = {"model": "cadenza-tiny", "reason": "realtime_budget"}
         assert metrics.registry.get_sample_value("cadenza_admission_holds_total", labels) == 2
@@ -198,19 +198,19 @@ def test_the_realtime_factor_is_exported_as_it_changes() -> None:
 
     metrics = Metrics()
     config = AdmissionConfig()
-    capacity = CapacityModel(info(), EngineConfig(), config)
+    capacity = CapacityModel(info(), config)
     g = AdmissionGate(config, capacity, ModelMetrics(metrics, "cadenza-tiny"))
     g.on_engine_stats(timed_stats(2.0))
     value = metrics.registry.get_sample_value(
         "cadenza_admission_realtime_factor", {"model": "cadenza-tiny"}
     )
-    assert value == pytest.approx(2.0) and g.snapshot()["realtime_factor"] == pytest.approx(2.0)
+    assert value == pytest.approx(2.0) and g.snapshot().realtime_factor == pytest.approx(2.0)
 
 
 def two_replicas(max_streams: int = 2) -> AdmissionGate:
     g = gate(max_streams=max_streams)
     config = g.config
-    g.set_replica(1, CapacityModel(info(max_num_seqs=max_streams), EngineConfig(), config))
+    g.set_replica(1, CapacityModel(info(max_num_seqs=max_streams), config))
     return g
 
 
@@ -220,10 +220,11 @@ def test_streams_are_placed_on_the_replica_with_the_most_headroom() -> None:
         tickets = [await g.acquire("realtime", COST) for _ in range(4)]
         assert sorted(t.replica for t in tickets) == [0, 0, 1, 1]
         snapshot = g.snapshot()
-        assert snapshot["max_streams"] == 4 and snapshot["active"] == 4
-        assert [r["active"] for r in snapshot["replicas"]] == [2, 2]
+        assert snapshot.max_streams == 4 and snapshot.active == 4
+        assert [r.active for r in snapshot.replicas] == [2, 2]
+        assert snapshot.available_now == 0
         # bounds add up over replicas on their own cores (13 streams of 1 ms fit 13.3 ms)
-        assert snapshot["bounds"]["realtime_streams"] == 26
+        assert snapshot.bounds is not None and snapshot.bounds.realtime_streams == 26
         for ticket in tickets:
             g.release(ticket)
         # equal headroom: the replica that served the prompt prefix lately wins
@@ -244,7 +245,7 @@ def test_a_lost_replica_s_streams_resume_before_any_waiter_and_draining_takes_no
         assert {on_0.replica, on_1.replica} == {0, 1}
         lost = on_0.replica
         assert g.replica_lost(lost) == [on_0] and on_0.replica is None
-        assert g.snapshot()["max_streams"] == 1
+        assert g.snapshot().max_streams == 1
         waiter = asyncio.create_task(g.acquire("standard", COST))
         resumed = asyncio.create_task(g.relocate(on_0, timeout_s=5))
         await asyncio.sleep(0.01)
@@ -252,7 +253,7 @@ def test_a_lost_replica_s_streams_resume_before_any_waiter_and_draining_takes_no
         g.release(on_1)  # room on the live replica: the orphan goes first
         assert await asyncio.wait_for(resumed, 1) == on_1.replica
         assert not waiter.done()
-        g.set_replica(lost, CapacityModel(info(max_num_seqs=1), EngineConfig(), g.config))
+        g.set_replica(lost, CapacityModel(info(max_num_seqs=1), g.config))
         ticket = await asyncio.wait_for(waiter, 1)
         assert ticket.replica == lost
         g.hold_replica(lost)  # draining: its stream runs on, nothing new goes there
@@ -272,34 +273,32 @@ def test_a_stream_no_replica_can_take_in_time_is_refused() -> None:
         with pytest.raises(AdmissionRefused) as refused:
             await g.relocate(ticket, timeout_s=0.05)
         assert refused.value.code == "engine_unavailable"
-        assert g.snapshot()["resuming"] == 0 and g.snapshot()["max_streams"] == 0
+        assert g.snapshot().resuming == 0 and g.snapshot().max_streams == 0
         g.release(ticket)
 
     asyncio.run(scenario())
 
 
 def test_a_prompt_holds_prefill_time_until_its_rows_are_expected_done() -> None:
-    """Prompts admitted back to back queue for prefill: each counts as prefilling until the
-    ones before it and its own rows are expected done (not for a whole TTFA target)."""
+    """Prompts admitted back to back queue for prefill: a third nominal prompt does not fit
+    beside two just admitted (1 ms a row in the example engine), and fits once their rows are
+    expected done."""
     now = [100.0]
     config = AdmissionConfig(realtime_max_wait_s=30.0)
-    capacity = CapacityModel(info(max_num_seqs=8), EngineConfig(), config, clock=lambda: now[0])
+    capacity = CapacityModel(info(max_num_seqs=8), config, clock=lambda: now[0])
     g = AdmissionGate(config, capacity, ModelMetrics(Metrics(), "cadenza-tiny"), lambda: now[0])
-    prompt = StreamCost(10, 4.0, prompt_tokens=20)
-    each_s = capacity.prefill_s(20)
-    assert each_s > 0.0
+    prompt = StreamCost(10, 4.0, prompt_tokens=66)
 
     async def scenario() -> None:
         await g.acquire("realtime", prompt)
         await g.acquire("realtime", prompt)
 
     asyncio.run(scenario())
-    load = g._load(0)
-    assert (load.prefilling_streams, load.prefilling_tokens) == (2, 40)
-    now[0] += 1.5 * each_s  # the first is done, the second (queued behind it) is not
-    assert g._load(0).prefilling_streams == 1
-    now[0] += each_s
-    assert g._load(0).prefilling_tokens == 0
+    assert capacity.refusal(g._load(0), prompt) == "prefill_budget"
+    late_s = capacity.prefill_lateness_s(g._load(0), prompt)
+    assert 0 < late_s < 0.1
+    now[0] += late_s + 0.001  # what waiting that long does: the prompts ahead progress
+    assert capacity.refusal(g._load(0), prompt) is None
 
 
 def test_a_stream_held_by_prompts_just_admitted_waits_for_their_prefill_not_a_stream_end() -> None:
@@ -310,18 +309,15 @@ def test_a_stream_held_by_prompts_just_admitted_waits_for_their_prefill_not_a_st
 
     async def scenario() -> None:
         g = gate(max_streams=8, metrics=metrics, realtime_max_wait_s=0.25)
-        capacity = g.capacity
-        assert capacity.step_model is not None
-        # A prompt of ~100 ms: one fits the spare step time of the TTFA window, two do not.
-        rows = int(0.1 / (capacity.prefill_s(1000) - capacity.prefill_s(0)) * 1000)
-        prompt = StreamCost(10, 4.0, prompt_tokens=rows)
+        prompt = StreamCost(10, 4.0, prompt_tokens=66)  # 92 ms at the unmeasured CPU's 1.4
         first = await g.acquire("realtime", prompt)
+        second = await g.acquire("realtime", prompt)
         started = time.monotonic()
-        second = await asyncio.wait_for(g.acquire("realtime", prompt), 1.0)
+        third = await asyncio.wait_for(g.acquire("realtime", prompt), 1.0)
         waited = time.monotonic() - started
-        assert 0.05 < waited < 0.25 and second.waited_s > 0
-        g.release(first)
-        g.release(second)
+        assert 0.01 < waited < 0.25 and third.waited_s > 0
+        for ticket in (first, second, third):
+            g.release(ticket)
 
     asyncio.run(scenario())
     queued = {"model": "cadenza-tiny", "priority": "realtime", "decision": "queued"}
@@ -329,3 +325,26 @@ def test_a_stream_held_by_prompts_just_admitted_waits_for_their_prefill_not_a_st
         "cadenza_admission_decisions_total", {**queued, "reason": "prefill_budget"}
     )
     assert held == 1
+
+
+def test_a_short_prompt_is_not_kept_waiting_behind_long_ones_held_by_their_prefill() -> None:
+    """Long prompts waiting for the prompts ahead of them to be prefilled hold nothing a short
+    prompt needs: one that fits now starts at once, ahead of them."""
+
+    async def scenario() -> None:
+        g = gate(max_streams=16, realtime_max_wait_s=2.0, unmeasured_factor=1.0)
+        long = StreamCost(10, 4.0, prompt_tokens=200)  # 200 ms each in the example engine
+        admitted = []
+        while g.capacity.refusal(g._load(0), long) is None:
+            admitted.append(await g.acquire("realtime", long))
+        assert len(admitted) >= 4  # due later than a short prompt: several fit together
+        waiting = asyncio.create_task(g.acquire("realtime", long))
+        await asyncio.sleep(0.01)
+        assert not waiting.done() and len(g.queues) == 1
+        short = await asyncio.wait_for(g.acquire("realtime", StreamCost(10, 4.0, 20)), 0.05)
+        assert short.waited_s == 0 and len(g.queues) == 1
+        for ticket in [*admitted, short, await waiting]:
+            g.release(ticket)
+        assert not g.active and not g.queues
+
+    asyncio.run(scenario())

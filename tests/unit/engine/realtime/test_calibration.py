@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -18,16 +20,22 @@ from cadenza.engine.realtime.calibration import (
     load_or_calibrate,
     warm_up,
 )
+from cadenza.engine.realtime.synthetic_streams import SHORT_PROMPT_CHARS
 
 
 def _engine(cache: Path, **overrides: object) -> Engine:
+    """A small sweep; its consistency checks off unless asked for (a short sweep on a machine
+    running the test suite is noisy: the checks have tests of their own, with noise injected)."""
     config = EngineConfig(
-        calibration_batch_sizes=(1, 2),
-        calibration_steps=15,
-        calibration_long_context=64,
-        calibration_cache_dir=str(cache),
-        kv_cache_memory_bytes=32 << 20,
-        **overrides,  # type: ignore[arg-type]
+        **{
+            "calibration_batch_sizes": (1, 2),
+            "calibration_steps": 15,
+            "calibration_long_context": 64,
+            "calibration_cache_dir": str(cache),
+            "kv_cache_memory_bytes": 32 << 20,
+            "calibration_tolerance": 100.0,
+            **overrides,
+        }  # type: ignore[arg-type]
     )
     return Engine.from_pretrained("cadenza-tiny", engine_config=config)
 
@@ -142,3 +150,51 @@ def test_a_prompt_row_is_measured_on_prompts_of_three_lengths(tmp_path: Path) ->
     assert engine.kv.pool.num_free_pages == engine.kv.pool.num_pages
     # Where fewer than three lengths fit one step, the long prompts' flat cost stands.
     assert _measure_prefill(_engine(tmp_path, max_num_batched_tokens=128)) is None
+
+
+def test_a_sweep_that_contradicts_itself_is_measured_again_and_never_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Noise injected into every sweep's second pass at one point (as a busy neighbour
+    would): each attempt is retried, the server serves a conservative calibration, says so,
+    and caches nothing; a quiet sweep afterwards is cached."""
+    engine = _engine(tmp_path, calibration_tolerance=0.35, calibration_attempts=2)
+    measure = calibration_module._measure
+    calls: list[int] = []
+
+    def noisy(engine: Engine, batch: int, prompt_chars: int) -> object:
+        point = measure(engine, batch, prompt_chars)
+        if prompt_chars != SHORT_PROMPT_CHARS:
+            return point
+        calls.append(batch)
+        if batch == 2 and calls.count(2) % 2 == 0:  # every second measurement of batch 2
+            slowed = dataclasses.replace(point.sample, ms=point.sample.ms * 3)
+            return dataclasses.replace(point, sample=slowed)
+        return point
+
+    monkeypatch.setattr(calibration_module, "_measure", noisy)
+    with caplog.at_level(logging.WARNING):
+        calibration = load_or_calibrate(engine)
+    assert calibration is not None and not calibration.consistent
+    assert calibration.attempts == 2 and calls.count(2) == 4
+    assert any("2 streams measured" in problem for problem in calibration.problems)
+    assert calibration.jitter >= 1.5  # conservative
+    assert "contradicts itself" in caplog.text and "conservative" in caplog.text
+    assert not list(tmp_path.glob("calibration-*.json"))  # never cached
+    engine.check_integrity()
+
+    monkeypatch.setattr(calibration_module, "_measure", measure)
+    quiet = load_or_calibrate(_engine(tmp_path, calibration_tolerance=100.0))
+    assert quiet is not None and quiet.consistent and quiet.attempts == 1
+    assert list(tmp_path.glob("calibration-*.json"))
+
+
+def test_a_cached_calibration_that_contradicts_itself_is_measured_again(tmp_path: Path) -> None:
+    calibration = load_or_calibrate(_engine(tmp_path))
+    assert calibration is not None
+    (path,) = tmp_path.glob("calibration-*.json")
+    raw = json.loads(path.read_bytes())
+    raw["repeats"][0]["again_ms"] = raw["repeats"][0]["first_ms"] * 5
+    path.write_text(json.dumps(raw))
+    strict = _engine(tmp_path, calibration_tolerance=0.35)
+    assert calibration_module._read_cache(path, strict.config.calibration_tolerance) is None
