@@ -17,8 +17,12 @@ server would have kept them.
   burst admitted in full, counted from the end of the load.
 * ``restart``: the factor file says ``--remembered`` (20) for every replica; the server
   starts from it, and a burst of a quarter of the claim it shows arrives every ``--every``
-  seconds for ``--quiet-s`` seconds. Reports when the claim reaches 0.7 of the idle claim
-  (the same server's, with nothing remembered), counted from ready.
+  seconds for ``--quiet-s`` seconds, then as many at once as ``available_now`` says. Reports
+  when the claim reaches 0.7 of the idle claim (the same server's, with nothing remembered),
+  counted from ready.
+* ``calibrate``: a server's first start (an empty calibration cache) on a quiet machine, then
+  again while ``--busy-procs`` busy loops run: whether the busy one agreed with itself, how
+  many sweeps it took, whether it was cached, and each point against the quiet one.
 * ``mix``: on an idle server, nine listeners at once (three short prompts, six of about
   1,000 characters), then the three short ones with ``--misbehaving`` clients' 4,000-character
   prompts arriving alongside; ``--rounds`` times each.
@@ -54,6 +58,7 @@ from cadenza.loadtest.workload import LoadOptions
 
 SHORT = "Short words arrive and leave again."  # about 2.5 s of audio
 BUSY_LOOP = "while True: pass"
+MAX_AUDIO_S = 4.0  # a long prompt asks for its prefill, not minutes of audio
 
 
 def _free_port() -> int:
@@ -104,7 +109,7 @@ class Server:
 
 
 async def _one(url: str, text: str, seed: int, start: float) -> StreamResult:
-    options = LoadOptions(url=url)
+    options = LoadOptions(url=url, max_duration_s=MAX_AUDIO_S)
     try:
         async with connect(options.ws_url) as session:
             return await ws_stream(session, text, options, start, seed)
@@ -221,6 +226,7 @@ async def hiccup(server: Server, args: argparse.Namespace) -> dict[str, Any]:
         "c100_min": min((b["c100"] for b in admitted if b["c100"] is not None), default=None),
         "bursts": bursts,
         "timeline": timeline,
+        **_holds(server),
     }
 
 
@@ -239,6 +245,12 @@ async def restart(server: Server, args: argparse.Namespace, idle_claim: int) -> 
             results = await _burst(server.url, [SHORT] * size, start)
             bursts.append({**_burst_row(at_s, "after ready", results), "claimed": claimed})
             at_s += args.every
+        # Admits what it claims: as many at once as /v1/capacity says would start now.
+        await asyncio.sleep(3.0)
+        available = server.capacity()["available_now"]
+        results = await _burst(server.url, [SHORT] * available, start)
+        row = _burst_row(time.monotonic() - start, "available_now at once", results)
+        bursts.append({**row, "claimed": available})
     finally:
         stop.set()
         await poller
@@ -257,25 +269,71 @@ async def restart(server: Server, args: argparse.Namespace, idle_claim: int) -> 
 async def mix(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     start = time.monotonic()
     rounds = []
-    short = [f"{SHORT} Number {k}." for k in range(3)]
-    long = [(f"Round {k}: " + "a long paragraph of words to speak " * 30)[:1000] for k in range(6)]
-    hostile = [("Misbehaving " + "x" * 4100)[:4000] for _ in range(args.misbehaving)]
     for number in range(args.rounds):
+        # every text its own from its first word: no prefix-cache hit across rounds or clients
+        short = [f"{number}-{k}. {SHORT}" for k in range(3)]
+        long = [
+            (f"{number}-{k}. " + "a long paragraph of words to speak " * 30)[:1000]
+            for k in range(6)
+        ]
+        hostile = [
+            (f"{number}-{k}. Misbehaving " + "x" * 4100)[:4000] for k in range(args.misbehaving)
+        ]
         await asyncio.sleep(3.0)
-        texts = [f"{t} ({number})" for t in short + long]
-        rounds.append(
-            _burst_row(
-                time.monotonic() - start, "3 short + 6 long", await _burst(server.url, texts, start)
-            )
-        )
+        before = server.capacity()
+        results = await _burst(server.url, short + long, start)
+        row = _burst_row(time.monotonic() - start, "3 short + 6 long", results)
+        rounds.append({**row, "claim": before["max_streams"], "factor": before["realtime_factor"]})
         await asyncio.sleep(3.0)
-        results = await _burst(server.url, [f"{t} ({number})" for t in short] + hostile, start)
-        shorts = results[:3]
+        short = [f"{number}-{k}. again {SHORT}" for k in range(3)]
+        before = server.capacity()
+        results = await _burst(server.url, short + hostile, start)
         row = _burst_row(time.monotonic() - start, f"3 short + {args.misbehaving} x 4000", results)
-        row["short_admitted"] = sum(r.admitted for r in shorts)
-        row["short_ttfa_p95_ms"] = _p95([r.ttfa_s for r in shorts if r.ttfa_s is not None])
+        row.update(claim=before["max_streams"], factor=before["realtime_factor"])
+        row["short_admitted"] = sum(r.admitted for r in results[:3])
+        row["short_ttfa_p95_ms"] = _p95([r.ttfa_s for r in results[:3] if r.ttfa_s is not None])
         rounds.append(row)
-    return {"scenario": "mix", "replicas": args.replicas, "rounds": rounds}
+    return {"scenario": "mix", "replicas": args.replicas, "rounds": rounds, **_holds(server)}
+
+
+def calibrate(args: argparse.Namespace) -> dict[str, Any]:
+    runs = {}
+    for phase in ("quiet", "busy"):
+        cache = Path(tempfile.mkdtemp(prefix="cadenza-calibrate-"))
+        busy = []
+        if phase == "busy":
+            busy = [
+                subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(args.busy_procs)
+            ]
+        try:
+            server = Server(args.replicas, cache, args.out / f"server-{phase}.log")
+            ready = httpx.get(f"{server.url}/readyz", timeout=5).json()
+            calibration = server.capacity()["calibration"]
+            server.stop()
+        finally:
+            for process in busy:
+                process.kill()
+        runs[phase] = {
+            "points": {str(t): round(ms, 3) for t, _, ms in calibration["model"]["decode_points"]},
+            "attempts": calibration["attempts"],
+            "problems": calibration["problems"],
+            "cached": bool(list(cache.glob("calibration-*.json"))),
+            "readyz": ready["models"],
+        }
+        shutil.rmtree(cache, ignore_errors=True)
+    quiet, busy_run = runs["quiet"]["points"], runs["busy"]["points"]
+    runs["busy_over_quiet"] = {t: round(busy_run[t] / quiet[t], 3) for t in quiet if t in busy_run}
+    return {"scenario": "calibrate", "replicas": args.replicas, **runs}
+
+
+def _holds(server: Server) -> dict[str, Any]:
+    """What held streams that could not start at once, by reason (the server's metrics)."""
+    holds: dict[str, float] = {}
+    for line in httpx.get(f"{server.url}/metrics", timeout=5).text.splitlines():
+        if line.startswith("cadenza_admission_holds_total{"):
+            reason = line.split('reason="')[1].split('"')[0]
+            holds[reason] = holds.get(reason, 0.0) + float(line.rsplit(" ", 1)[1])
+    return {"holds": holds}
 
 
 def _remember(cache: Path, server: Server, replicas: int, factor: float) -> None:
@@ -288,7 +346,7 @@ def _remember(cache: Path, server: Server, replicas: int, factor: float) -> None
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("scenario", choices=("hiccup", "restart", "mix"))
+    parser.add_argument("scenario", choices=("hiccup", "restart", "mix", "calibrate"))
     parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--busy-s", type=float, default=20.0)
     parser.add_argument("--quiet-s", type=float, default=40.0)
@@ -307,6 +365,11 @@ def main() -> None:
     for calibration in user_cache.glob("calibration-*.json"):
         shutil.copy(calibration, cache)
     log = args.out / "server.log"
+    if args.scenario == "calibrate":
+        result = calibrate(args)
+        (args.out / "result.json").write_text(json.dumps(result, indent=1))
+        print(json.dumps(result))
+        return
     try:
         server = Server(args.replicas, cache, log)
         try:

@@ -279,7 +279,7 @@ class EngineConfig(_Section):
         description="audio a listener buffers before playing; later chunks are due against it",
     )
     prompt_ttfa_multiple: float = Field(
-        8.0,
+        12.0,
         ge=0,
         description="a prompt longer than the nominal (64-character) one has its first chunk "
         "due later than ttfa_target_ms by this many times what its extra rows take to prefill "
@@ -334,12 +334,13 @@ class EngineConfig(_Section):
         "one, never cached (/readyz and the log say so)",
     )
     calibration_tolerance: float = Field(
-        0.35,
+        0.5,
         gt=0,
         description="how far a sweep's two measurements of a point (and a larger batch's "
         "step below a smaller one's) may disagree, as a share, before the sweep counts as "
-        "taken on a busy machine and is measured again (its segments' slopes are held to "
-        "3 x (1 + this) their median)",
+        "taken on a busy machine and is measured again; its segments' slopes are held to "
+        "3 x (1 + this) their median, and the engine must have had 1 - 0.7 x this of its "
+        "cores' time while it measured",
     )
     calibration_cache_dir: str | None = Field(
         None, description="where calibrations are cached (unset: ~/.cache/cadenza)"
@@ -464,12 +465,14 @@ class AdmissionConfig(_Section):
         description="a factor remembered from an earlier server is a hint that ages: its "
         "distance from unmeasured_factor halves every this many seconds since it was measured",
     )
-    max_remembered_factor: float = Field(
-        3.0,
+    remembered_factor_cap: float = Field(
+        1.25,
         ge=1.0,
-        le=20.0,
-        description="a remembered factor above this is taken as this (a machine that busy "
-        "is measured by a probe, not assumed); above 20 or unreadable, it is ignored",
+        le=10.0,
+        description="a remembered factor counts at most this many times unmeasured_factor "
+        "(served steps ran 1.1-1.7x their calibration on the 2-core development machine; a "
+        "machine busier than that is for probes and live windows to measure, not for a "
+        "restart to assume); above 20 or unreadable, it is ignored",
     )
     unmeasured_factor: float | None = Field(
         None,

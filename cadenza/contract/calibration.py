@@ -19,12 +19,15 @@ from cadenza.contract.step_time_model import StepSample, StepTimeModel
 class StepRepeat:
     """One calibration point measured twice (ms per step each time): ``tokens`` streams at
     ``context_tokens`` positions in all. Noise only ever slows a step, so the faster counts;
-    two that disagree by much say the machine was busy while it was measured."""
+    two that disagree by much say the machine was busy while it was measured. ``cpu_share``:
+    the least share of its cores' time the engine got while timing it (its CPU time over the
+    wall time times its threads; well below 1, something else ran on its cores)."""
 
     tokens: int
     context_tokens: int
     first_ms: float
     again_ms: float
+    cpu_share: float = 1.0
 
     @property
     def spread(self) -> float:

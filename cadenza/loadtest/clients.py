@@ -48,6 +48,7 @@ async def ws_stream(
             seed=seed,
             model=options.model,
             voice=options.voice or "default",
+            max_duration_s=options.max_duration_s,
         ):
             now = time.monotonic()
             rate = chunk.sample_rate

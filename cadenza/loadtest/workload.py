@@ -108,6 +108,8 @@ class LoadOptions:
     back_to_back: bool = False
     # closed: the users' first requests spread evenly over this many seconds
     ramp_s: float = 0.25
+    # the audio each utterance asks for at most (None: what its text takes to say)
+    max_duration_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):

@@ -17,9 +17,8 @@ watched").
 
 A remembered factor is a hint, not a verdict: it comes back with its age
 (:class:`RememberedFactor`), and admission lets it fade towards the unmeasured default as it
-ages and bounds it (``admission.remembered_factor_half_life_s``,
-``admission.max_remembered_factor``); a probe on the idle engine overrules it at once
-(:mod:`cadenza.edge.admission.realtime_factor`).
+ages and caps it (``admission.remembered_factor_half_life_s``,
+``admission.remembered_factor_cap``; :mod:`cadenza.edge.admission.realtime_factor`).
 
 One small JSON file beside the calibrations (``engine.calibration_cache_dir``, default
 ``~/.cache/cadenza``), ``{key: {"factor": f, "at": unix seconds}}``, written atomically;

@@ -8,14 +8,14 @@ Evidence comes in windows, each a sum of measured over predicted decode time:
 * **probe windows**: synthetic decode steps the engine runs on request while it is idle
   (:mod:`cadenza.engine.realtime.probe`), at the batch the claim would like to reach. They
   measure the machine now without the edge and the clients at work, so they count times the
-  *serving floor* (what served steps run over idle ones on this machine: the remembered
-  factor, at most the unmeasured default), and never below it.
+  *serving floor* (what served steps run over idle ones on this machine, below), and never
+  below it.
 
 The factor is the largest of three things::
 
     evidence   90th percentile of the windows, each weighing its predicted decode work, over
                admission.jitter_window_s (and at least the latest ten windows, however old);
-               with fewer than three windows, the largest of them and the prior
+               with fewer than three windows, the largest of them and the prior (below)
     hold       every live verdict (the evidence as each window closed) of the last
                admission.factor_recovery_s: under load a slower verdict counts at once, a
                faster one once it has held that long (the machine's speed swings by more than
@@ -31,11 +31,10 @@ their place, so a hiccup costs its own duration plus about ``factor_climb_s * ln
 floor)``, not minutes. A slowdown still cuts the claim at once: slower windows, live or
 probed, are the evidence.
 
-The prior (before three windows): the larger of the calibration's jitter, the factor the last
-server on this machine measured under load (remembered, aged and bounded:
+The prior (before three windows) is the *serving floor*: the factor the last server on this
+machine measured under load (remembered: a hint that ages and is capped,
 :mod:`cadenza.edge.admission.factor_memory`) or, with none, ``admission.unmeasured_factor``;
-once a probe has measured the machine, the serving floor instead: a remembered factor is a
-hint that a measurement overrules. Never less than the jitter times the replicas sharing this
+at least the calibration's jitter. Never less than the jitter times the replicas sharing this
 one's cores (:mod:`cadenza.contract.cpu_replicas`).
 
 Two kinds of step time are not held against the model: steps right after the engine rested
@@ -218,8 +217,8 @@ class RealtimeFactorEstimator:
         return self._clamp(max(self.evidence(), self._held(now), self._climbing(now)))
 
     def evidence(self) -> float:
-        """The windows' verdict alone, without the hold and the climb (the prior with fewer
-        than three windows)."""
+        """The windows' verdict alone, without the hold and the climb (with fewer than three
+        windows, the largest of them and the serving floor)."""
         now = self.clock()
         while (
             len(self.windows) > _KEEP_WINDOWS
@@ -230,7 +229,7 @@ class RealtimeFactorEstimator:
         if len(windows) >= _MIN_WINDOWS:
             factor = work_percentile([(w.ratio, w.work_ms) for w in windows], 0.9)
         else:
-            factor = max([self.jitter, self.prior, *(w.ratio for w in windows)])
+            factor = max([self.serving_floor, *(w.ratio for w in windows)])
         return self._clamp(max(factor, self.core_sharers * self.jitter))
 
     def _windows_with_filling(self) -> list[Window]:
@@ -286,37 +285,23 @@ class RealtimeFactorEstimator:
 
     @property
     def remembered_factor(self) -> float | None:
-        """The remembered factor as a hint: at most ``admission.max_remembered_factor``, and
-        its distance from the unmeasured default halved every
+        """The remembered factor as a hint: at most ``admission.remembered_factor_cap`` times
+        the unmeasured default, and its distance from that default halved every
         ``admission.remembered_factor_half_life_s`` since it was measured (``None``: none)."""
         if self.remembered is None:
             return None
         default = self.unmeasured_factor
-        factor = min(self.remembered.factor, self.config.max_remembered_factor)
+        factor = min(self.remembered.factor, self.config.remembered_factor_cap * default)
         weight = 0.5 ** (self.remembered.age_s / self.config.remembered_factor_half_life_s)
         return default + (factor - default) * weight
 
     @property
     def serving_floor(self) -> float:
-        """What served steps run over an idle probe's on this machine: the remembered factor
-        where it is lower than the unmeasured default, else that default (a higher remembered
-        factor was measured on a machine busier than a probe now finds it)."""
+        """What served steps are taken to run over idle (calibration, probe) steps on this
+        machine, and what is assumed before three windows: the remembered factor as a hint,
+        else the unmeasured default; at least the calibration's jitter."""
         remembered = self.remembered_factor
-        floor = (
-            self.unmeasured_factor
-            if remembered is None
-            else min(remembered, self.unmeasured_factor)
-        )
-        return max(floor, self.jitter)
-
-    @property
-    def prior(self) -> float:
-        """What is assumed with fewer than three windows: the remembered factor (else the
-        unmeasured default) until a probe has measured the machine, then the serving floor."""
-        if self.probes:
-            return self.serving_floor
-        remembered = self.remembered_factor
-        return self.unmeasured_factor if remembered is None else remembered
+        return max(self.unmeasured_factor if remembered is None else remembered, self.jitter)
 
     def wants_probe(self) -> bool:
         """Whether a probe could raise the claim: the factor is above the serving floor."""

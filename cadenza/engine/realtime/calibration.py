@@ -146,7 +146,8 @@ def load_or_calibrate(engine: Engine, seed: int = 0, neighbours: int = 0) -> Cal
     log.info(
         "step time (%s, %s, beside %d other replica(s)): %s; %.3f ms per 1k context; %.4f ms "
         "per prompt row and %.3f us per position it reads; codec %.3f ms per frame; jitter "
-        "x%.2f; saturated throughput %.1f streams",
+        "x%.2f; saturated throughput %.1f streams; repeats within %.0f%%, at least %.0f%% "
+        "of its cores' time",
         calibration.source,
         calibration.device_name,
         neighbours,
@@ -157,6 +158,8 @@ def load_or_calibrate(engine: Engine, seed: int = 0, neighbours: int = 0) -> Cal
         calibration.codec_ms_per_frame,
         calibration.jitter,
         calibration.throughput_streams,
+        100.0 * max((r.spread for r in calibration.repeats), default=0.0),
+        100.0 * min((r.cpu_share for r in calibration.repeats), default=1.0),
     )
     return calibration
 
@@ -288,9 +291,12 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
     repeats: list[StepRepeat] = []
     for batch in sorted(points, reverse=True):
         again = _measure(engine, batch, SHORT_PROMPT_CHARS)
-        first = points[batch].sample
-        repeats.append(StepRepeat(batch, first.context_tokens, first.ms, again.sample.ms))
-        if again.sample.ms < first.ms:
+        first = points[batch]
+        share = min(first.cpu_share, again.cpu_share)
+        repeats.append(
+            StepRepeat(batch, first.sample.context_tokens, first.sample.ms, again.sample.ms, share)
+        )
+        if again.sample.ms < first.sample.ms:
             points[batch] = again
     for batch, point in sorted(points.items()):
         samples.append(point.sample)
@@ -305,8 +311,11 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
             # position a step reads costs, and so the claim at long contexts.
             point = _measure(engine, batch, config.calibration_long_context)
             again = _measure(engine, batch, config.calibration_long_context)
+            share = min(point.cpu_share, again.cpu_share)
             repeats.append(
-                StepRepeat(batch, point.sample.context_tokens, point.sample.ms, again.sample.ms)
+                StepRepeat(
+                    batch, point.sample.context_tokens, point.sample.ms, again.sample.ms, share
+                )
             )
             if again.sample.ms < point.sample.ms:
                 point = again
@@ -350,6 +359,7 @@ class _Point:
     window_means: list[float]  # ms, one per chunk-period window
     codec_ms_per_frame: float
     prefill_ms_per_token: float  # median over the point's pure prefill steps (0: none)
+    cpu_share: float  # this process's CPU time over wall time x its threads, while timed
 
 
 def _percentile(values: list[float], share: float) -> float:
@@ -422,6 +432,7 @@ def _measure(engine: Engine, batch: int, prompt_chars: int) -> _Point:
         ]
         window_means, contexts = [], []
         codec_s, codec_frames = 0.0, 0
+        cpu_started, wall_started = time.process_time(), time.perf_counter()
         for _ in range(max(engine.config.calibration_steps // window, 1)):
             for _ in range(window):
                 engine.step()
@@ -431,6 +442,8 @@ def _measure(engine: Engine, batch: int, prompt_chars: int) -> _Point:
             if pure:
                 window_means.append(1000.0 * sum(s.seconds for s in pure) / len(pure))
                 contexts += [s.context_tokens for s in pure]
+        wall_s = (time.perf_counter() - wall_started) * torch.get_num_threads()
+        cpu_share = (time.process_time() - cpu_started) / wall_s if wall_s > 0 else 1.0
         if not window_means:
             raise RuntimeError(f"calibration at batch {batch} produced no pure decode steps")
         sample = StepSample(
@@ -444,6 +457,7 @@ def _measure(engine: Engine, batch: int, prompt_chars: int) -> _Point:
             window_means,
             1000.0 * codec_s / codec_frames if codec_frames else 0.0,
             statistics.median(prefill_rates) if prefill_rates else 0.0,
+            min(cpu_share, 1.0),
         )
     finally:
         for request in requests:

@@ -7,6 +7,11 @@ point's two measurements, and a whole sweep's points against each other), all sc
 
 * **repeats**: each point is measured twice (on the way up and on the way down); the slower
   may exceed the faster by at most ``tolerance``;
+* **the cores its own**: while timing each point the engine must have had at least
+  ``1 -`` :data:`SHARE_OF_TOLERANCE` ``* tolerance`` of its cores' time (its CPU time over
+  wall time times its threads: 65 % at the default tolerance; a quiet sweep here got 76-100 %,
+  one beside two busy loops 46-50 %); a busy loop on its core slows every point alike, which
+  the other checks cannot see;
 * **order**: a larger batch's step may be faster than a smaller one's by at most that much
   (the model forces its points monotone; a large correction hides a busy moment);
 * **slopes**: what each further stream adds between neighbouring points may exceed the median
@@ -29,6 +34,7 @@ from dataclasses import replace
 from cadenza.contract.calibration import Calibration, StepRepeat
 from cadenza.contract.step_time_model import StepSample, StepTimeModel
 
+SHARE_OF_TOLERANCE = 0.7
 SLOPE_FACTOR = 3.0
 SLOPE_SLACK_MS = 0.1
 CONSERVATIVE_JITTER = 1.5  # what a calibration that contradicts itself allows for, at least
@@ -41,6 +47,12 @@ def calibration_problems(calibration: Calibration, tolerance: float) -> list[str
         f"({r.spread:.0%} apart)"
         for r in calibration.repeats
         if r.spread > tolerance
+    ]
+    problems += [
+        f"the engine had {r.cpu_share:.0%} of its cores' time while measuring {r.tokens} "
+        "streams (something else ran on them)"
+        for r in calibration.repeats
+        if r.cpu_share < 1 - SHARE_OF_TOLERANCE * tolerance
     ]
     points = sorted(_decode_samples(calibration), key=lambda s: s.tokens)
     for smaller, larger in itertools.pairwise(points):

@@ -1,6 +1,7 @@
 """A stream's playout contract: when each of its audio frames must have reached the listener.
 
-The first chunk is due ``ttfa_target`` after the request arrives. The listener starts playing
+The first chunk is due ``ttfa_target`` after the request arrives (the engine's TTFA target, later
+for a long prompt: :meth:`RealtimePlan.first_chunk_due_after_s`). The listener starts playing
 once it holds ``reserve`` of audio past that first chunk's arrival, so frame ``f`` plays at
 ``playout_start + f * frame_period``. A chunk that arrives after its first frame's play time
 is an underrun; ``slack`` (due minus delivery time) says by how much a chunk beat or missed

@@ -96,9 +96,9 @@ def test_the_directory_is_the_calibrations(tmp_path, monkeypatch):
 def test_admission_starts_from_the_remembered_factor_until_it_has_its_own():
     admission = AdmissionConfig(unmeasured_factor=1.0)  # (no prior for an unmeasured CPU)
     fresh = CapacityModel(info(), admission)
-    remembering = CapacityModel(info(), admission, remembered=RememberedFactor(1.5, 0.0))
+    remembering = CapacityModel(info(), admission, remembered=RememberedFactor(1.2, 0.0))
     assert fresh.realtime_factor() == pytest.approx(1.0)  # the calibration's jitter
-    assert remembering.realtime_factor() == pytest.approx(1.5)
+    assert remembering.realtime_factor() == pytest.approx(1.2)
     assert remembering.max_streams() < fresh.max_streams()
     assert not remembering.estimator.has_live_factor()
     for _ in range(9):  # three windows of live reports at the calibrated speed
@@ -109,7 +109,7 @@ def test_admission_starts_from_the_remembered_factor_until_it_has_its_own():
 
 def test_a_remembered_factor_is_a_hint_that_ages_and_is_bounded():
     admission = AdmissionConfig(
-        unmeasured_factor=1.4, remembered_factor_half_life_s=600.0, max_remembered_factor=3.0
+        unmeasured_factor=1.4, remembered_factor_half_life_s=600.0, remembered_factor_cap=1.25
     )
 
     def prior(factor: float, age_s: float) -> float:
@@ -119,8 +119,10 @@ def test_a_remembered_factor_is_a_hint_that_ages_and_is_bounded():
     assert prior(1.2, 0.0) == pytest.approx(1.2)  # fresh: as measured
     assert prior(1.2, 600.0) == pytest.approx(1.3)  # half way back to the default
     assert prior(1.2, 36_000.0) == pytest.approx(1.4, abs=1e-6)  # long forgotten
-    assert prior(20.0, 0.0) == pytest.approx(3.0)  # bounded: a busy machine is probed, not assumed
-    assert prior(20.0, 1200.0) == pytest.approx(1.4 + 1.6 / 4)
+    assert prior(20.0, 0.0) == pytest.approx(
+        1.75
+    )  # capped: a busy machine is measured, not assumed
+    assert prior(20.0, 1200.0) == pytest.approx(1.4 + 0.35 / 4)
 
 
 @pytest.mark.parametrize(

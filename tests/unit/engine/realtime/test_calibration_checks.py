@@ -66,3 +66,13 @@ def test_the_conservative_calibration_takes_every_point_at_its_fastest() -> None
     assert not combined.consistent
     with pytest.raises(ValueError):
         conservative([])
+
+
+def test_a_busy_loop_on_the_engine_s_core_shows_in_its_share_of_the_core() -> None:
+    # every point alike twice as slow: the repeats agree and the slopes are smooth, but the
+    # engine had half of its core while it measured
+    uniform = sweep([(t, 2 * ms) for t, ms in QUIET])
+    assert calibration_problems(uniform, 0.5) == []
+    halved = replace(uniform, repeats=tuple(replace(r, cpu_share=0.52) for r in uniform.repeats))
+    problems = calibration_problems(halved, 0.5)
+    assert len(problems) == len(QUIET) and "52% of its cores' time" in problems[0]
