@@ -441,7 +441,7 @@ class AdmissionConfig(_Section):
         "machine's speed under load varies by more than one window shows)",
     )
     factor_climb_s: float = Field(
-        10.0,
+        8.0,
         ge=0,
         description="once a probe on an idle engine has shown a slowdown is over, the "
         "realtime factor the load had measured falls e-fold every this many seconds (the "

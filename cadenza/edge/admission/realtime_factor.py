@@ -25,11 +25,11 @@ The factor is the largest of three things::
 
 A probe is what lets the claim heal without load: a claim of one stream can never *serve*
 enough to prove the machine faster. When the engine has nothing to do and the factor is above
-the serving floor, the edge asks for a probe every ``admission.probe_interval_s``; its result
-ends the load's windows and hold (that load is over: the engine was idle), and the climb takes
-their place, so a hiccup costs its own duration plus about ``factor_climb_s * ln(factor /
-floor)``, not minutes. A slowdown still cuts the claim at once: slower windows, live or
-probed, are the evidence.
+the serving floor, the edge asks for a probe every ``admission.probe_interval_s``; a probe
+that finds the machine near its calibration again ends the load's windows and hold (that load
+is over), and the climb takes their place, so a hiccup costs its own duration plus about
+``factor_climb_s * ln(factor / floor)``, not minutes. A slowdown still cuts the claim at once:
+slower windows, live or probed, are the evidence.
 
 The prior (before three windows) is the *serving floor*: the factor the last server on this
 machine measured under load (remembered: a hint that ages and is capped,
@@ -70,8 +70,15 @@ FACTOR_RANGE = (0.5, 20.0)
 # replace it within seconds of load, and a claim that starts low only rises.
 UNMEASURED_CPU_FACTOR = 1.4
 _PROBE_WANTED_ABOVE = 1.05  # probe while the factor is this far above the serving floor
-_PROBE_HELPED_BELOW = 0.95  # a probe that counts below this share of the factor helped
-_PROBE_BACKOFF = 5  # unhelpful probes in a row, at most, that double the wait
+# A probe that runs within this much of the calibration says the machine is itself again: the
+# load the earlier windows measured is over. A slower one is evidence, no more: under ongoing
+# contention an idle engine's probe is a moment, and the served windows know better.
+LOAD_OVER_BELOW = 1.5
+LOAD_EASED_BY = 1.5  # ...as does one that counts this many times below the factor in use
+_PROBE_HELPED_BELOW = 0.95  # a probe that ends a load below this share of the factor helped
+# Unhelpful probes in a row, at most, that double the wait: an idle server probes a machine
+# that stays slow every 8 s rather than every 2, and still sees a load end within 8 s.
+_PROBE_BACKOFF = 2
 
 
 @dataclass(frozen=True)
@@ -143,8 +150,10 @@ class RealtimeFactorEstimator:
 
     def observe_probe(self, report: StepReport) -> bool:
         """Fold in the steps of a probe the engine ran while idle; ``False`` when they held
-        too little decoding to say anything. The load the earlier windows measured is over:
-        they and their hold give way to the climb, from the factor they had set."""
+        too little decoding to say anything. A probe that ran within :data:`LOAD_OVER_BELOW`
+        of the calibration, or counts :data:`LOAD_EASED_BY` times below the factor in use,
+        ends the load the earlier windows measured: they and their hold give way to the
+        climb, from the factor they had set; any other is one more window."""
         frames = report.codec_frames
         codec_ms = 1000.0 * report.codec_s / frames if frames else None
         measured, predicted = self._decode_ms(report, codec_ms)
@@ -154,16 +163,20 @@ class RealtimeFactorEstimator:
         before = self.factor()
         ratio = measured / predicted
         counted = max(ratio, 1.0) * self.serving_floor
-        measured_factor = self._measured_factor(now)
-        self._climb = (measured_factor, now) if measured_factor > counted else None
-        self.windows.clear()
-        self._verdicts.clear()
-        self._filling_measured_ms = self._filling_predicted_ms = 0.0
-        self._filling_reports = 0
+        helped = False  # a probe that finds the load still on raises no claim
+        if ratio <= LOAD_OVER_BELOW or LOAD_EASED_BY * counted <= before:
+            # The machine runs near its calibration again, or far faster than the factor in
+            # use: the load the windows measured is over, and the climb takes their place.
+            measured_factor = self._measured_factor(now)
+            self._climb = (measured_factor, now) if measured_factor > counted else None
+            self.windows.clear()
+            self._verdicts.clear()
+            self._filling_measured_ms = self._filling_predicted_ms = 0.0
+            self._filling_reports = 0
+            helped = counted < _PROBE_HELPED_BELOW * before
         self.windows.append(Window(now, counted, predicted, probe=True))
         self.probes += 1
         self.last_probe_ratio = ratio
-        helped = counted < _PROBE_HELPED_BELOW * before
         self._unhelpful_probes = 0 if helped else min(self._unhelpful_probes + 1, _PROBE_BACKOFF)
         wait_s = self.config.probe_interval_s * 2**self._unhelpful_probes
         self._next_probe_at = now + wait_s
@@ -312,9 +325,8 @@ class RealtimeFactorEstimator:
     def probe_due(self) -> bool:
         """Whether to ask the (idle) engine for a probe now: one could raise the claim, and
         ``admission.probe_interval_s`` has passed since the last one ran (or was asked for),
-        doubled for every probe in a row that did not measure the machine faster than the
-        factor in use (at most :data:`_PROBE_BACKOFF` times: an idle server does not probe
-        a machine that stays slow every few seconds)."""
+        doubled for every probe in a row that did not end a load (at most
+        :data:`_PROBE_BACKOFF` times)."""
         return self.clock() >= self._next_probe_at and self.wants_probe()
 
     def probe_asked(self) -> None:

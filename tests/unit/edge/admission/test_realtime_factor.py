@@ -141,10 +141,19 @@ def test_probes_back_off_while_they_cannot_raise_the_claim() -> None:
             clock.now += 0.5
         raise AssertionError("no probe due any more")
 
-    # (a probe counts times the serving floor, 1.4: 2.0 idle is 2.8 served)
-    assert ask_and_answer(2.0) == pytest.approx(2.0)  # the machine is faster than the windows
-    # ...then it stays as slow: every probe that finds no better doubles the wait
+    # The busy loops go on: a probe that finds the machine at twice its calibration says
+    # the load is not over; it raises no claim, and every one doubles the wait.
     waits = [ask_and_answer(2.0) for _ in range(7)]
-    assert waits[:5] == pytest.approx([4.0, 8.0, 16.0, 32.0, 64.0])
-    assert waits[5:] == pytest.approx([64.0, 64.0])  # at most 32 times the interval
+    assert model.realtime_factor() == pytest.approx(3.0)
+    assert waits == pytest.approx([4.0, 8.0, 8.0, 8.0, 8.0, 8.0, 8.0])  # at most 4x the interval
     assert ask_and_answer(1.0) == pytest.approx(2.0)  # one that helps resets it
+
+
+def test_a_probe_that_finds_the_load_still_on_is_evidence_not_an_end() -> None:
+    clock = Clock()
+    model = CapacityModel(info(), AdmissionConfig(), clock=clock)
+    serve(model, clock, 20.0, 5.0)
+    assert model.observe_probe(probe(3.0))  # idle engine, busy machine
+    assert model.realtime_factor() == pytest.approx(5.0)  # the windows and their hold stand
+    clock.now += 20.0
+    assert model.realtime_factor() == pytest.approx(5.0)  # no climb from it
