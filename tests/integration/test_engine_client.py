@@ -144,3 +144,25 @@ def test_a_failing_stats_callback_does_not_stop_the_reader():
         assert client.is_ready()
 
     _run(scenario, on_stats=broken)
+
+
+def test_a_probe_runs_on_the_idle_engine_and_its_steps_come_back_apart():
+    """The wire of a probe: the edge asks, the idle engine runs synthetic streams, the steps
+    come back in ``probed`` (not in ``stats``), and the engine is idle afterwards."""
+
+    async def scenario(client):
+        probed = asyncio.get_running_loop().create_future()
+        stats = []
+        client.on_probe = lambda message: probed.done() or probed.set_result(message)
+        client.on_stats = stats.append
+        client.probe(3, 2_000.0)
+        message = await asyncio.wait_for(probed, 30)
+        await asyncio.sleep(0.6)  # a report after the probe
+        return message, stats
+
+    message, stats = _run(scenario)
+    assert message.outcome == "done" and message.batch == 3
+    assert any(step.decodes == 3 for step in message.report.steps)
+    after = stats[-1]
+    assert after.stats.num_running == 0 and after.stats.num_waiting == 0
+    assert not any(step.decodes == 3 for s in stats for step in s.report.steps)
