@@ -206,7 +206,19 @@ class ModelService:
         lines = tuple(
             replace(by_index[r.index], status=r.status)
             if r.index in by_index
-            else ReplicaCapacity(r.index, False, 0, 0, 0, 0.0, 0.0, False, 0, 0, r.status)
+            else ReplicaCapacity(
+                replica=r.index,
+                placeable=False,
+                max_streams=0,
+                active=0,
+                kv_pages_free=0,
+                step_ms_p50=0.0,
+                realtime_factor=0.0,
+                admission_open=False,
+                prefill_burst=0,
+                probes=0,
+                status=r.status,
+            )
             for r in self.replicas
         )
         body = replace(body, replicas=lines)
@@ -340,9 +352,8 @@ class ModelService:
         counted = False
         if self._gate is not None and message.batch > 0:
             counted = self.gate.on_probe(message.report, replica.index)
-        self.metrics.probes.labels(
-            outcome=message.outcome if counted or message.batch == 0 else "empty"
-        ).inc()
+        outcome = message.outcome if counted or message.batch == 0 else "uncounted"
+        self.metrics.probes.labels(outcome=outcome).inc()
         log.debug(
             "probe of replica %d of %s: %s at %d streams, %d steps",
             replica.index,
