@@ -38,6 +38,9 @@ EVERY_KIND = [
         engine_stats(1.25, spare_lead_s=0.75),
         StepReport((StepRecord(0.01, 4, 20, 4000), StepRecord(0.02, 8, 8, 800)), (0.12, -0.01)),
     ),
+    messages.Probe(12, 400.0),
+    messages.Probed(StepReport((StepRecord(0.01, 12, 12, 480),), codec_s=0.002), 12, "done"),
+    messages.Probed(StepReport(), 0, "busy"),
     messages.Fatal("engine failed to load: no weights"),
 ]
 
@@ -100,6 +103,10 @@ def test_torn_audio_is_refused() -> None:
         msgpack.packb({"type": "add", "request": {"request_id": "r", "text": 1}}),
         msgpack.packb({"type": "stats", "stats": {}, "report": {}}),
         msgpack.packb({"type": "nope"}),
+        msgpack.packb({"type": "probe", "batch": 0, "max_ms": 100.0}),
+        msgpack.packb({"type": "probe", "batch": 4, "max_ms": -1.0}),
+        msgpack.packb({"type": "probe", "batch": "many", "max_ms": 100.0}),
+        msgpack.packb({"type": "probed", "report": {}, "batch": 1, "outcome": "whatever"}),
     ],
 )
 def test_garbage_is_refused_with_a_wire_error(garbage: bytes) -> None:
