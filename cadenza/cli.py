@@ -404,6 +404,7 @@ def _measured_capacity(config: CadenzaConfig, model: str) -> dict[str, Any]:
     return {
         "device": None if calibration is None else calibration.device_name,
         "calibration": None if calibration is None else calibration.source,
+        "precision": None if info.precision is None else info.precision.describe(),
         "replicas": replicas,
         "step_budget_ms": round(capacity.step_budget_ms, 3),
         "max_streams": replicas * capacity.max_streams(),

@@ -127,7 +127,10 @@ class ModelConfig(_Section):
         "auto", description="auto picks cuda when available, else cpu"
     )
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
-        "auto", description="weight and activation dtype (auto: float32 on cpu, bfloat16 on cuda)"
+        "auto",
+        description="weight and activation dtype (auto: float32 on cpu, bfloat16 on cuda). "
+        "Named, it is the dtype of every product and of the KV cache; auto lets the engine "
+        "lower products, KV cache and codec where measured, and says so (docs/precision.md)",
     )
     seed: int = Field(0, description="seed that builds the weights of built-in random models")
     weights_dtype: Literal["auto", "int8"] = Field(
@@ -227,7 +230,8 @@ class EngineConfig(_Section):
     kv_dtype: Literal["auto", "fp32", "fp16", "bf16", "int8"] = Field(
         "auto",
         description="KV cache dtype (auto: the model's, except bf16 where a float32 model's "
-        "steps run fused on the CPU with bf16 products; int8: per-token-per-head scales, "
+        "steps run fused on the CPU with bf16 products and model.dtype is auto; int8: "
+        "per-token-per-head scales, "
         "about twice the tokens of fp16 per byte)",
     )
     max_num_batched_tokens: int = Field(
@@ -248,8 +252,9 @@ class EngineConfig(_Section):
     cpu_linear_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",
         description="dtype the CPU's prepacked linears multiply in (weights stay fp32): "
-        "auto is bfloat16 where the CPU has native bf16 matrix units (AMX or AVX512-BF16), "
-        "else float32; docs/benchmarks.md states the accuracy cost",
+        "auto is bfloat16 where the CPU has native bf16 matrix units (AMX or AVX512-BF16) and "
+        "model.dtype is auto, else float32; output heads give float32 logits either way "
+        "(docs/precision.md)",
     )
     fused_cpu_decode: bool = Field(
         True,
@@ -260,8 +265,8 @@ class EngineConfig(_Section):
     codec_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",
         description="dtype the streaming codec decoder computes in on the CPU: auto is "
-        "bfloat16 where the CPU has native bf16 matrix units and the codec supports it "
-        "(EnCodec), else float32 (always float32 on a GPU)",
+        "bfloat16 where the CPU has native bf16 matrix units, the codec supports it "
+        "(EnCodec) and model.dtype is auto, else float32 (always float32 on a GPU)",
     )
     kv_cache_memory_fraction: float = Field(
         0.05,

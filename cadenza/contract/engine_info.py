@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from cadenza.contract.calibration import Calibration
 from cadenza.contract.kv_memory import StreamShape
+from cadenza.contract.precision import Precision
 from cadenza.contract.realtime_plan import RealtimePlan
 from cadenza.contract.sampling import SamplingParams
 
@@ -18,7 +19,8 @@ class EngineInfo:
     real-time targets (every duration admission weighs); ``calibration``: its measured step-time
     model, ``None`` when calibration is off (then admission counts only memory and
     ``max_num_seqs``); ``decodes_padded``: whether a decode step's attention costs every
-    stream the longest one's context (else each its own: a step costs their sum)."""
+    stream the longest one's context (else each its own: a step costs their sum); ``precision``:
+    the dtypes it computes in (``None``: an engine that does not say)."""
 
     model_name: str
     voices: tuple[str, ...]
@@ -32,6 +34,7 @@ class EngineInfo:
     calibration: Calibration | None = None
     default_sampling: SamplingParams = field(default_factory=SamplingParams)
     decodes_padded: bool = True
+    precision: Precision | None = None
 
     @property
     def frame_period_s(self) -> float:

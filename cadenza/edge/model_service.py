@@ -15,6 +15,7 @@ ready, the model refuses new streams with 503 and ``Retry-After``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
@@ -194,6 +195,7 @@ class ModelService:
                 {"replica": r.index, "status": r.status}
                 | ({"error": r.last_error} if r.last_error else {})
                 | _calibration_state(r.info)
+                | _precision_state(r.info)
                 for r in self.replicas
             ],
         }
@@ -370,6 +372,14 @@ class ModelService:
         if info is None or info.calibration is None:
             return None
         return f"{info.calibration.identity}/{len(self.replicas)}/{replica.index}"
+
+
+def _precision_state(info: EngineInfo | None) -> dict[str, Any]:
+    """What ``/readyz`` says of the dtypes a replica computes in (nothing while unknown)."""
+    precision = None if info is None else info.precision
+    if precision is None:
+        return {}
+    return {"precision": dataclasses.asdict(precision)}
 
 
 def _calibration_state(info: EngineInfo | None) -> dict[str, Any]:

@@ -5,10 +5,12 @@ together. :func:`build_serving_engine` is what the engine process runs: the conf
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from cadenza.codecs import load_codec
-from cadenza.codecs.codec import AudioCodec, CodecError
+from cadenza.codecs.codec import AudioCodec
 from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
 from cadenza.contract.cpu_replicas import replica_count
 from cadenza.engine.audio_stage import AudioStage, TokenOutputs
@@ -20,19 +22,22 @@ from cadenza.engine.kv.page_pool import PagePool
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache, kv_budget_bytes
 from cadenza.engine.models.llama import fused_cpu_decode_of
 from cadenza.engine.models.registry import checkpoint_identity, load_model
+from cadenza.engine.precision import codec_dtype as resolve_codec_dtype
+from cadenza.engine.precision import precision_of, products_dtype
 from cadenza.engine.realtime.deadline_policy import DeadlinePolicy
 from cadenza.engine.realtime.step_telemetry import StepTelemetry
 from cadenza.engine.request_intake import RequestIntake
 from cadenza.engine.scheduler import Scheduler
 from cadenza.ipc.serving_engine import ServingEngine
-from cadenza.kernels.cpu_linear import native_bf16_matmul, resolve_cpu_linear_dtype
+
+log = logging.getLogger(__name__)
 
 
 def build_engine(
     name_or_path: str = "cadenza-tiny",
     *,
     device: str = "cpu",
-    dtype: str = "float32",
+    dtype: str = "auto",
     seed: int = 0,
     page_size: int | None = None,
     max_num_batched_tokens: int | None = None,
@@ -67,7 +72,8 @@ def build_engine(
     limits = limits or LimitsConfig()
     torch_device = resolve_device(device)
     model_dtype = resolve_dtype(dtype, torch_device)
-    linear_dtype = resolve_cpu_linear_dtype(config.cpu_linear_dtype)
+    named = dtype != "auto"
+    linear_dtype = products_dtype(config.cpu_linear_dtype, model_dtype, named)
     model = load_model(
         name_or_path,
         seed=seed,
@@ -107,7 +113,9 @@ def build_engine(
         if codec_name is None:
             raise ValueError(f"{name_or_path} produces audio but names no codec")
         codec_model = load_codec(codec_name, device=torch_device, seed=seed, noise=codec_noise)
-        codec_dtype = resolve_codec_dtype(config.codec_dtype, codec_model, torch_device)
+        codec_dtype = resolve_codec_dtype(
+            config.codec_dtype, codec_model, torch_device, model_dtype, named
+        )
         config = config.model_copy(
             update={
                 "chunk_frames": codec_chunk_frames(config.chunk_frames, codec_model.frame_rate),
@@ -174,22 +182,14 @@ def build_engine(
         audio=audio,
         policy=policy,
         telemetry=telemetry,
+        precision=precision_of(
+            model,
+            kv_dtype,
+            codec_dtype if codec_model is not None else None,
+            named,
+            int8_weights=weights_dtype == "int8",
+        ),
     )
-
-
-def resolve_codec_dtype(setting: str, codec: AudioCodec, device: torch.device) -> torch.dtype:
-    """``engine.codec_dtype`` for ``codec`` on ``device``: ``auto`` is bf16 on a CPU with native
-    bf16 matrix units when the codec streams in bf16, else fp32 (and fp32 on a GPU). Raises
-    :class:`CodecError` when bf16 is asked of a codec that cannot stream in it."""
-    if setting == "float32":
-        return torch.float32
-    supported = torch.bfloat16 in codec.streaming_dtypes
-    if setting == "bfloat16":
-        if not supported:
-            raise CodecError(f"{type(codec).__name__} streams in float32 only")
-        return torch.bfloat16
-    native = device.type == "cpu" and native_bf16_matmul()
-    return torch.bfloat16 if native and supported else torch.float32
 
 
 def engine_from_config(config: CadenzaConfig) -> Engine:
@@ -225,5 +225,7 @@ def build_serving_engine(config: CadenzaConfig) -> ServingEngine:
     replicas = replica_count(
         config.engine.replicas, config.model.device, config.engine.mode, config.engine.kind
     )
+    if engine.precision is not None:
+        log.info("%s computes in %s", config.model.name, engine.precision.describe())
     engine.apply_calibration(load_or_calibrate(engine, config.model.seed, replicas - 1))
     return engine

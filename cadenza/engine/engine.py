@@ -27,6 +27,7 @@ from cadenza.contract.calibration import Calibration
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.engine_stats import EngineStats, ProbeResult, StepReport
 from cadenza.contract.errors import RequestRejected
+from cadenza.contract.precision import Precision
 from cadenza.contract.realtime_plan import RealtimePlan
 from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
@@ -63,6 +64,7 @@ class Engine:
         audio: AudioStage | TokenOutputs,
         policy: DeadlinePolicy | None,
         telemetry: StepTelemetry,
+        precision: Precision | None = None,
     ) -> None:
         self.model = model
         self.model_name = model_name
@@ -77,6 +79,7 @@ class Engine:
         self.audio = audio
         self.policy = policy
         self.telemetry = telemetry
+        self.precision = precision
         self.calibration: Calibration | None = None
         self._live: dict[str, Sequence] = {}
         self._outputs: list[StreamOutput] = []

@@ -59,4 +59,5 @@ def describe(engine: Engine) -> EngineInfo:
         calibration=engine.calibration,
         default_sampling=engine.model.default_sampling,
         decodes_padded=not engine.runner.fused_decode,
+        precision=engine.precision,
     )

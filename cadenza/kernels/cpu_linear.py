@@ -155,20 +155,29 @@ class PackedLinear(nn.Module):
         weight: torch.Tensor,
         compute_dtype: torch.dtype = torch.float32,
         keep_compute_dtype: bool = False,
+        gives_logits: bool = False,
     ) -> None:
         super().__init__()
         self.out_features, self.in_features = weight.shape
-        self.compute_dtype = compute_dtype
-        self.keep_compute_dtype = keep_compute_dtype
+        self.keep_compute_dtype = keep_compute_dtype and not gives_logits
+        self.gives_logits = gives_logits
         self.weight = nn.Parameter(weight.detach(), requires_grad=False)
-        if (
-            compute_dtype == torch.bfloat16
-            and self.out_features % NATIVE_WIDTHS[0] == 0
-            and self.in_features % NATIVE_WIDTHS[1] == 0
-            and self._native_fits()
-        ):
-            pairs = pack_weight(self.weight, torch.bfloat16, pairs=True)
-            self.register_buffer("pairs", pairs, persistent=False)
+        self.padded_out_features = self.out_features
+        native = compute_dtype == torch.bfloat16 and self._native_fits()
+        if native and gives_logits:
+            # A head's logits must not come back rounded to bf16 (close logits would tie, and
+            # sampling probabilities be quantised): it takes the native product, whose sums
+            # and output are float32, its width padded with zero rows to the product's block.
+            self.padded_out_features = -(-self.out_features // NATIVE_WIDTHS[0]) * NATIVE_WIDTHS[0]
+        elif gives_logits and compute_dtype == torch.bfloat16:
+            compute_dtype = torch.float32  # no native product here: the head stays float32
+        if native and self.padded_out_features % NATIVE_WIDTHS[0] == 0:
+            padded = F.pad(
+                self.weight.detach(), (0, 0, 0, self.padded_out_features - self.out_features)
+            )
+            self.register_buffer(
+                "pairs", pack_weight(padded, torch.bfloat16, pairs=True), persistent=False
+            )
             self.register_buffer("packed", torch.empty(0), persistent=False)
         else:
             self.pairs = None
@@ -177,15 +186,22 @@ class PackedLinear(nn.Module):
                 torch.ops.mkldnn._reorder_linear_weight(self.weight.detach().to(compute_dtype)),
                 persistent=False,
             )
+        self.compute_dtype = compute_dtype
 
     def _native_fits(self) -> bool:
-        """Whether this bf16 layer runs on the native product (see :data:`NATIVE_WIDTHS`,
-        :data:`NATIVE_DOT_MAX_WEIGHTS`)."""
+        """Whether this bf16 layer can run on the native product (see :data:`NATIVE_WIDTHS`,
+        :data:`NATIVE_DOT_MAX_WEIGHTS`): its inputs a multiple of the product's width, and its
+        outputs too unless it gives logits (a head is padded, and takes the native product at
+        any size: float32 logits come first)."""
+        if self.in_features % NATIVE_WIDTHS[1]:
+            return False
+        if not self.gives_logits and self.out_features % NATIVE_WIDTHS[0]:
+            return False
         library = native_linear_library()
         if library is None:
             return False
         small = self.out_features * self.in_features <= NATIVE_DOT_MAX_WEIGHTS
-        return small or tile_products(library)
+        return small or self.gives_logits or tile_products(library)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type != "cpu" or x.dtype not in (torch.float32, self.compute_dtype):
@@ -205,16 +221,18 @@ class PackedLinear(nn.Module):
         library = native_linear_library()
         assert self.pairs is not None and library is not None
         flat = x.reshape(-1, self.in_features).float().contiguous()
-        out = torch.empty(flat.shape[0], self.out_features)
+        out = torch.empty(flat.shape[0], self.padded_out_features)
         if flat.shape[0]:
             library.cadenza_bf16_linear(
                 flat.data_ptr(),
                 flat.shape[0],
                 self.pairs.data_ptr(),
-                self.out_features,
+                self.padded_out_features,
                 self.in_features,
                 out.data_ptr(),
             )
+        if self.padded_out_features != self.out_features:
+            out = out[:, : self.out_features]
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
@@ -222,15 +240,36 @@ class PackedLinear(nn.Module):
 # ops that promote them to fp32 themselves (residual adds, rotary, the KV store, another packed
 # product): those keep the compute dtype (:attr:`PackedLinear.keep_compute_dtype`).
 PROMOTING_CONSUMERS = "linears_with_promoting_consumers"
+# A module lists here the names of its output heads (a linear layer, or a list of them): their
+# outputs are logits, float32 whatever the products run in (:attr:`PackedLinear.gives_logits`).
+LOGIT_HEADS = "linears_giving_logits"
 
 
 def pack_linears(module: nn.Module, compute_dtype: torch.dtype = torch.float32) -> int:
     """Replace every bias-free ``nn.Linear`` under ``module`` in place; returns how many. The
-    ones a module lists in :data:`PROMOTING_CONSUMERS` keep the compute dtype."""
-    count = swap_linears(module, lambda weight: PackedLinear(weight, compute_dtype))
+    ones a module lists in :data:`PROMOTING_CONSUMERS` keep the compute dtype; the heads it
+    lists in :data:`LOGIT_HEADS` give float32 logits."""
+    heads = {id(linear) for linear in logit_heads(module)}
+
+    def pack(weight: torch.Tensor) -> PackedLinear:
+        return PackedLinear(weight, compute_dtype, gives_logits=id(weight) in heads)
+
+    count = swap_linears(module, pack)
     for parent in module.modules():
         for name in getattr(parent, PROMOTING_CONSUMERS, ()):
             child = getattr(parent, name, None)
             if isinstance(child, PackedLinear):
                 child.keep_compute_dtype = True
     return count
+
+
+def logit_heads(module: nn.Module) -> list[torch.Tensor]:
+    """The weights of the output heads every module under ``module`` lists in
+    :data:`LOGIT_HEADS` (a tied head shares its embedding's weight: it is still a head)."""
+    weights = []
+    for parent in module.modules():
+        for name in getattr(parent, LOGIT_HEADS, ()):
+            child = getattr(parent, name, None)
+            layers = child if isinstance(child, nn.ModuleList) else [child]
+            weights += [layer.weight for layer in layers if isinstance(layer, nn.Linear)]
+    return weights

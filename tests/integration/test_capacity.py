@@ -87,6 +87,9 @@ def test_capacity_endpoint_reports_the_model(server) -> None:
     assert bounds["realtime_streams"] >= capacity["limits"]["realtime"]
     assert bounds["throughput_streams"] == capacity["calibration"]["throughput_streams"]
     assert capacity["kv_pages_free"] == capacity["kv_pages_total"] > 0
+    ready = httpx.get(f"{server.url}/readyz", timeout=10).json()
+    precision = ready["models"]["cadenza-tiny"]["replicas"][0]["precision"]
+    assert precision["logits"] == "float32" and precision["chosen_by"] in ("auto", "named")
 
 
 def _promises_real_time(server) -> bool:

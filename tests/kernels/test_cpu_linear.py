@@ -161,3 +161,46 @@ def test_without_tiles_a_large_layer_stays_on_onednn(monkeypatch: pytest.MonkeyP
     assert PackedLinear(torch.randn(48, 64), torch.bfloat16).pairs is not None
     large = PackedLinear(torch.randn(64, 64), torch.bfloat16)
     assert large.pairs is None and large.packed.numel() > 0
+
+
+@needs_native
+@pytest.mark.parametrize("out_features", [2051, 24, 4097])
+def test_a_head_gives_float32_logits_at_any_width(out_features: int) -> None:
+    """A head whose width is no multiple of the product's block (CSM's 2,051) is padded onto the
+    native product: its logits are float32 sums, not rounded to bf16 (close logits don't tie)."""
+    weight = torch.randn(out_features, 64)
+    head = PackedLinear(weight, torch.bfloat16, gives_logits=True)
+    assert head.pairs is not None
+    x = torch.randn(5, 64)
+    logits = head(x)
+    assert logits.shape == (5, out_features) and logits.dtype == torch.float32
+    torch.testing.assert_close(logits, _rounded_product(x, weight), rtol=1e-5, atol=1e-5)
+    assert (logits != logits.bfloat16().float()).any()  # not bf16 values
+
+
+@needs_bf16_packing
+def test_a_head_without_the_native_product_multiplies_in_float32(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("cadenza.kernels.cpu_linear.native_linear_library", lambda: None)
+    weight = torch.randn(2051, 64)
+    head = PackedLinear(weight, torch.bfloat16, gives_logits=True)
+    assert head.pairs is None and head.compute_dtype == torch.float32
+    x = torch.randn(3, 64)
+    torch.testing.assert_close(head(x), F.linear(x, weight))
+
+
+def test_pack_linears_marks_the_heads_a_module_lists() -> None:
+    class Tiny(nn.Module):
+        linears_giving_logits = ("lm_head", "heads")
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(64, 64, bias=False)
+            self.lm_head = nn.Linear(64, 40, bias=False)
+            self.heads = nn.ModuleList([nn.Linear(64, 24, bias=False) for _ in range(2)])
+
+    model = Tiny()
+    assert pack_linears(model, torch.float32) == 4
+    assert not model.proj.gives_logits
+    assert model.lm_head.gives_logits and all(head.gives_logits for head in model.heads)

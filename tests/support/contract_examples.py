@@ -8,6 +8,7 @@ from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.engine_stats import EngineStats, StepRecord, StepReport
 from cadenza.contract.kv_memory import StreamShape
 from cadenza.contract.messages import Stats
+from cadenza.contract.precision import Precision
 from cadenza.contract.realtime_plan import RealtimePlan
 from cadenza.contract.step_time_model import StepSample, StepTimeModel
 
@@ -32,6 +33,16 @@ TINY_PLAN = RealtimePlan(
 )
 
 
+PRECISION = Precision(
+    weights="float32",
+    products="bfloat16",
+    kv_cache="bf16",
+    codec="bfloat16",
+    chosen_by="auto",
+    lowered=("bfloat16 products", "bf16 KV cache", "bfloat16 codec"),
+)
+
+
 def engine_info(
     kv_pages: int = 100_000, max_num_seqs: int = 64, calibrated: bool = True
 ) -> EngineInfo:
@@ -49,6 +60,7 @@ def engine_info(
         max_num_seqs=max_num_seqs,
         realtime=TINY_PLAN,
         calibration=calibration if calibrated else None,
+        precision=PRECISION,
     )
 
 

@@ -116,6 +116,7 @@ def test_cli_with_a_model_measures_its_real_time_capacity_here(tmp_path):
     assert 1 <= realtime["max_streams_per_replica"] <= 64
     assert realtime["max_streams"] == realtime["replicas"] * realtime["max_streams_per_replica"]
     assert realtime["step_budget_ms"] < 1000 / 75
+    assert "float32 logits" in realtime["precision"]  # what it computes in, said
     again = json.loads(
         _plan("--model", "cadenza-tiny", "--context", "100", "--json", env=quick_sweep).stdout
     )

@@ -74,6 +74,8 @@ class CadenzaTinySpec:
 class CadenzaTinyModel(AudioTokenModel):
     """Rows of ``K`` ids in, logits ``[S, K, audio_vocab]`` out."""
 
+    linears_giving_logits = ("heads",)
+
     def __init__(self, spec: CadenzaTinySpec) -> None:
         super().__init__()
         self.spec = spec

@@ -48,6 +48,8 @@ class CsmDepthDecoder(nn.Module):
     """The depth decoder (parameter names as ``transformers``' ``CsmDepthDecoderForCausalLM``
     without its ``model.`` level for the transformer: ``model.layers`` → ``transformer.layers``)."""
 
+    linears_giving_logits = ("heads",)
+
     def __init__(
         self,
         config: LlamaBackboneConfig,
@@ -151,6 +153,8 @@ class CsmModel(AudioTokenModel):
     """Token rows ``[N, 32]`` in; a step's first-codebook logits ``[S, 1, 2051]`` out, the
     rest of each row from :attr:`depth`. Parameter names follow ``transformers``'
     ``CsmForConditionalGeneration`` (the loader maps the embeddings and the depth decoder)."""
+
+    linears_giving_logits = ("lm_head",)
 
     def __init__(
         self,

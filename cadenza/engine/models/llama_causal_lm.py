@@ -26,6 +26,8 @@ class LlamaForCausalLM(AudioTokenModel):
     Face (``model.layers.{i}...``, ``lm_head``) except ``embed_tokens``, which sits at the top
     level (the loader maps ``model.embed_tokens``)."""
 
+    linears_giving_logits = ("lm_head",)
+
     def __init__(
         self,
         config: LlamaBackboneConfig,

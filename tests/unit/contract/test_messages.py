@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgpack
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ from cadenza.contract import messages
 from cadenza.contract.engine_stats import StepRecord, StepReport
 from cadenza.contract.request import FinishReason, ResumePoint, StreamOutput, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
-from tests.support.contract_examples import engine_info, engine_stats
+from tests.support.contract_examples import PRECISION, engine_info, engine_stats
 
 REQUEST = SynthesisRequest(
     "id1",
@@ -110,6 +112,24 @@ def test_torn_audio_is_refused() -> None:
     ],
 )
 def test_garbage_is_refused_with_a_wire_error(garbage: bytes) -> None:
+    with pytest.raises(messages.WireError):
+        messages.decode(garbage)
+
+
+@pytest.mark.parametrize(
+    "precision",
+    [
+        {"weights": "float32", "products": "bfloat16", "kv_cache": "bf16", "codec": "none"},
+        {**dataclasses.asdict(PRECISION), "chosen_by": "maybe"},
+        {**dataclasses.asdict(PRECISION), "lowered": "everything"},
+        {**dataclasses.asdict(PRECISION), "products": 16},
+        "float32",
+    ],
+)
+def test_a_garbled_precision_is_a_wire_error(precision: object) -> None:
+    raw = msgpack.unpackb(messages.encode(messages.Ready(engine_info())))
+    raw["info"]["precision"] = precision
+    garbage = msgpack.packb(raw)
     with pytest.raises(messages.WireError):
         messages.decode(garbage)
 

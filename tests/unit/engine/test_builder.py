@@ -63,7 +63,7 @@ def test_dtype_names() -> None:
 def test_cpu_precisions_follow_the_settings_and_key_the_prefix_cache() -> None:
     from cadenza.codecs import CodecError, load_codec
     from cadenza.config import EngineConfig
-    from cadenza.engine.builder import resolve_codec_dtype
+    from cadenza.engine.precision import codec_dtype
     from cadenza.kernels.cpu_linear import (
         PackedLinear,
         bf16_packing_available,
@@ -74,11 +74,13 @@ def test_cpu_precisions_follow_the_settings_and_key_the_prefix_cache() -> None:
     cpu = torch.device("cpu")
     encodec = load_codec("encodec_24khz", seed=0)
     snac = load_codec("snac_24khz", seed=0, noise=False)
-    assert resolve_codec_dtype("auto", encodec, cpu) == native
-    assert resolve_codec_dtype("auto", snac, cpu) == torch.float32  # SNAC streams in fp32
-    assert resolve_codec_dtype("float32", encodec, cpu) == torch.float32
+    fp32 = torch.float32
+    assert codec_dtype("auto", encodec, cpu, fp32, named=False) == native
+    assert codec_dtype("auto", encodec, cpu, fp32, named=True) == fp32  # the user's float32
+    assert codec_dtype("auto", snac, cpu, fp32, named=False) == fp32  # SNAC streams in fp32
+    assert codec_dtype("float32", encodec, cpu, fp32, named=False) == fp32
     with pytest.raises(CodecError):
-        resolve_codec_dtype("bfloat16", snac, cpu)
+        codec_dtype("bfloat16", snac, cpu, fp32, named=False)
     dtypes = ("float32", "bfloat16") if bf16_packing_available() else ("float32",)
     if not bf16_packing_available():  # bf16 products asked of a CPU without them: said so
         with pytest.raises(ValueError, match="cpu_linear_dtype = 'bfloat16'"):

@@ -18,7 +18,7 @@ from cadenza.engine.engine import Engine
 from cadenza.engine.models import csm
 from cadenza.engine.models.checkpoint import CheckpointError
 from cadenza.engine.models.registry import load_model
-from tests.support.float32_compute import FLOAT32_COMPUTE
+from tests.support.float32_compute import assert_float32_named_with_the_fused_step
 from tests.unit.engine.csm_checkpoints import (
     reference_generate,
     reference_prompt_ids,
@@ -49,9 +49,11 @@ def reference_frames(model, ids: list[int], frames: int = FRAMES, audio=None) ->
 
 
 def _engine(directory, **config) -> Engine:
-    defaults = {"page_size": 8, "kv_cache_memory_bytes": 8 << 20, **FLOAT32_COMPUTE}
+    defaults = {"page_size": 8, "kv_cache_memory_bytes": 8 << 20}
     return Engine.from_pretrained(
-        str(directory), engine_config=EngineConfig(**{**defaults, **config})
+        str(directory),
+        dtype="float32",  # named: float32 products and cache, as transformers computes
+        engine_config=EngineConfig(**{**defaults, **config}),
     )
 
 
@@ -115,6 +117,7 @@ def test_greedy_frames_equal_transformers_batched_staggered_chunked_and_prefix_c
         expected = reference_frames(reference, reference_prompt_ids(directory, text, voice))
         assert got[f"r{i}"] == expected
     assert engine.stats().prefix_hit_tokens > 0
+    assert_float32_named_with_the_fused_step(engine)
 
 
 def test_a_context_turn_with_audio_equals_transformers(checkpoint) -> None:

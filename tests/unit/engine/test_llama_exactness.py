@@ -13,7 +13,6 @@ from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
 from cadenza.engine.kv.paged_kv_cache import KVSpec
 from cadenza.engine.sequence import SequenceStatus
-from tests.support.float32_compute import FLOAT32_COMPUTE
 from tests.unit.engine.llama_checkpoints import CONFIGS, hf_greedy, save_tiny_llama
 
 GREEDY = SamplingParams(temperature=0.0, top_k=0)
@@ -27,9 +26,11 @@ def checkpoint(request, tmp_path_factory):
 
 
 def _engine(directory, **config):
-    defaults = {"page_size": 4, "kv_cache_memory_bytes": 4 << 20, **FLOAT32_COMPUTE}
+    defaults = {"page_size": 4, "kv_cache_memory_bytes": 4 << 20}
     return Engine.from_pretrained(
-        str(directory), engine_config=EngineConfig(**{**defaults, **config})
+        str(directory),
+        dtype="float32",  # named: float32 products and cache, as transformers computes
+        engine_config=EngineConfig(**{**defaults, **config}),
     )
 
 
@@ -133,3 +134,44 @@ def test_stop_ids_end_a_token_request_like_eos(checkpoint):
     got = [row[0] for row in seq.output_rows]
     assert got == expected[: expected.index(stop) + 1]
     _assert_clean(engine)
+
+
+def test_float32_named_is_float32_math_with_the_fused_step(checkpoint):
+    """``dtype="float32"`` as a new user writes it (no other setting): float32 products, KV
+    cache and logits, the fused native step on where a compiler is, and greedy tokens equal to
+    transformers' float32 for every prompt."""
+    from cadenza.kernels.fused_cpu_decode import unsupported_reason
+    from cadenza.kernels.native_library import find_compiler
+
+    directory, reference = checkpoint
+    engine = Engine.from_pretrained(
+        str(directory), dtype="float32", page_size=4, kv_cache_memory_bytes=4 << 20
+    )
+    precision = engine.precision
+    assert precision is not None and precision.chosen_by == "named"
+    assert (precision.products, precision.kv_cache, precision.logits) == (
+        "float32",
+        "fp32",
+        "float32",
+    )
+    assert precision.lowered == ()
+    fits = unsupported_reason(engine.model.model) is None  # the kernel's widths: gqa3's fit
+    assert engine.runner.fused_decode == (fits and find_compiler() is not None)
+    prompts = _prompts(10, seed=11)
+    assert engine.generate_ids(prompts, 24) == [hf_greedy(reference, p, 24) for p in prompts]
+    _assert_clean(engine)
+
+
+def test_auto_says_what_it_lowered(checkpoint):
+    from cadenza.kernels.cpu_linear import native_bf16_matmul
+
+    directory, _ = checkpoint
+    engine = Engine.from_pretrained(str(directory), page_size=4, kv_cache_memory_bytes=4 << 20)
+    precision = engine.precision
+    assert precision is not None and precision.chosen_by == "auto"
+    assert precision.logits == "float32"
+    if native_bf16_matmul():
+        assert "bfloat16 products" in precision.lowered
+        assert "lowered for speed" in precision.describe()
+    else:
+        assert precision.lowered == ()

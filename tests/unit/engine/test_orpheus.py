@@ -18,7 +18,7 @@ from cadenza.engine.engine import Engine
 from cadenza.engine.models import orpheus
 from cadenza.engine.models.checkpoint import CheckpointError
 from cadenza.engine.models.registry import load_model
-from tests.support.float32_compute import FLOAT32_COMPUTE
+from tests.support.float32_compute import assert_float32_named_with_the_fused_step
 from tests.unit.codecs.test_snac import SMALL, _reference, _silence_noise
 from tests.unit.engine.orpheus_checkpoints import (
     reference_frames,
@@ -52,9 +52,10 @@ def snac_dir(tmp_path_factory):
 
 
 def _engine(directory, codec, **config) -> Engine:
-    defaults = {"page_size": 8, "kv_cache_memory_bytes": 8 << 20, **FLOAT32_COMPUTE}
+    defaults = {"page_size": 8, "kv_cache_memory_bytes": 8 << 20}
     return Engine.from_pretrained(
         str(directory),
+        dtype="float32",  # named: float32 products and cache, as transformers computes
         codec=str(codec),
         codec_noise=False,
         engine_config=EngineConfig(**{**defaults, **config}),
@@ -125,6 +126,7 @@ def test_greedy_tokens_equal_transformers_batched_chunked_and_prefix_cached(
         prompt = reference_prompt(tokenizer, voice, text)
         assert got[f"r{i}"] == reference_tokens(reference, prompt, FRAMES * 7, penalty)
     assert engine.stats().prefix_hit_tokens > 0
+    assert_float32_named_with_the_fused_step(engine)
 
 
 def test_text_to_audio_equals_transformers_then_snac(checkpoint, snac_dir) -> None:
