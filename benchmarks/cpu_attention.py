@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from cadenza.kernels import torch_attention
 from cadenza.kernels.attention_backends import TorchAttentionBackend
-from cadenza.kernels.attention_context import AttentionContext, decode_key_slots, decode_keys
+from cadenza.kernels.attention_context import decode_key_slots, decode_keys
 from cadenza.kernels.dense_decode_kv import DenseDecodeKV, DenseDecodeStep
 
 HEADS, KV_HEADS, DIM, BLOCK = 4, 2, 64, 16
@@ -156,10 +156,9 @@ def _dense_step(q, k_cache, v_cache, tables, lens) -> DenseDecodeStep:
 class _LoopBackend(TorchAttentionBackend):
     name = "loop"
 
-    def decode(self, q, k_cache, v_cache, context: AttentionContext, scale, k_scale, v_scale):
-        return _loop(
-            q, k_cache, v_cache, context.decode_page_tables, context.decode_seq_lens, scale
-        )
+    def decode(self, q, k_cache, v_cache, page_tables, seq_lens, scale, *scales, keys=None):
+        """The per-sequence loop (a float cache: no scales; no precomputed keys)."""
+        return _loop(q, k_cache, v_cache, page_tables, seq_lens, scale)
 
 
 def engine_step(streams: int = 16, steps: int = 60) -> dict[str, Any]:

@@ -7,7 +7,8 @@ module              what it defines
 ``sampling``        :class:`SamplingParams`, a request's sampling settings
 ``request``         :class:`SynthesisRequest` (edge -> engine) and :class:`StreamOutput`
                     (engine -> edge), :class:`FinishReason`
-``stream_length``   how long a request's audio may be (from its text and the limits)
+``stream_length``   how long a stream is, in seconds, codec frames and decode steps (from its
+                    text and the limits): the length rule both sides use; the nominal stream
 ``kv_memory``       KV bytes per token, pages per stream: the one formula both sides use
 ``step_time_model`` the real-time model: step time as a function of the step's work
 ``calibration``     a measured step-time model, as the engine sends it and caches it

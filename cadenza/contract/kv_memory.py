@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cadenza.contract.stream_length import NOMINAL_TEXT, steps_for_frames
+
 KV_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1, "fp8": 1}
 INT8_SCALE_BYTES = 2  # float16, one per token, layer, KV head and K/V
 
@@ -36,12 +38,6 @@ def pages_for_tokens(num_tokens: int, page_size: int) -> int:
     return -(-max(num_tokens, 0) // page_size)
 
 
-def steps_for_frames(num_frames: int, steps_per_frame: int, tail_steps: int) -> int:
-    """Decode steps that produce ``num_frames`` codec frames: ``steps_per_frame`` each, plus
-    ``tail_steps`` after the last (the delay pattern's late codebooks); none for no frames."""
-    return num_frames * steps_per_frame + tail_steps if num_frames > 0 else 0
-
-
 @dataclass(frozen=True)
 class StreamShape:
     """How a model's streams use KV memory: what admission needs to cost one.
@@ -56,6 +52,12 @@ class StreamShape:
 
     def steps_for_frames(self, num_frames: int) -> int:
         return steps_for_frames(num_frames, self.steps_per_frame, self.tail_steps)
+
+    @property
+    def nominal_prompt_tokens(self) -> int:
+        """The most tokens the nominal stream's prompt takes (its text:
+        :data:`~cadenza.contract.stream_length.NOMINAL_TEXT`)."""
+        return self.max_prompt_tokens(NOMINAL_TEXT)
 
     def max_prompt_tokens(self, text: str, prompt_audio_frames: int = 0) -> int:
         """The most tokens a prompt for ``text`` (after that many speech-prompt frames) can

@@ -1,8 +1,9 @@
 """The engine's real-time contract with its streams, announced once in ``ready``.
 
 The engine owns every quantity here: it rescales the configured chunk durations to its codec's
-frames, adds the frames the codec looks ahead (SNAC: 3) to the first chunk, and knows how many
-decode steps the first chunk takes after the prompt (its layout's delay pattern included).
+frames, adds the frames the codec looks ahead (SNAC: 3) to the first chunk (the chunk rule,
+``cadenza.engine.chunk_policy.config_in_codec_frames``), and knows how many decode steps the
+first chunk takes after the prompt (its layout's delay pattern included).
 Admission reads them from :attr:`EngineInfo.realtime` and never models them again.
 
 A stream's first chunk is due ``ttfa_target_s`` after it arrives, later for a prompt longer
@@ -18,10 +19,6 @@ from dataclasses import dataclass
 
 from cadenza.contract.step_time_model import StepTimeModel, step_budget_s
 
-NOMINAL_TEXT_CHARS = 64
-"""The text of the nominal stream (capacity is quoted for it; its prompt is the "nominal
-prompt" whose first chunk is due at the TTFA target)."""
-
 
 @dataclass(frozen=True)
 class RealtimePlan:
@@ -30,7 +27,8 @@ class RealtimePlan:
     chunk as the engine cuts them (the first one with ``lookahead_frames`` included);
     ``first_chunk_steps``: decode steps after the prompt until the first chunk can be decoded;
     ``max_lead_s``: how far ahead of its listener the engine runs a stream before it rests;
-    ``nominal_prompt_rows``: the prompt rows of a nominal (64-character) text, at most."""
+    ``nominal_prompt_rows``: the prompt rows of the nominal stream's text, at most
+    (:attr:`~cadenza.contract.kv_memory.StreamShape.nominal_prompt_tokens`)."""
 
     step_period_s: float
     headroom: float

@@ -1,14 +1,49 @@
-"""How long a request's audio may be, in seconds and in codec frames.
+"""How long a stream is: in seconds, in codec frames and in decode steps (the length rule).
 
-Every part of the server takes a request's length from here: the edge (rate limits and the
-KV estimate of admission) and both engines (when to stop). A request gets ``len(text) /
-chars_per_second`` seconds, at least ``min_duration_s``, capped by its own ``max_duration_s``
-(when given) and by the server's limit.
+Every part of the server takes a stream's length from here: the edge (rate limits, and the KV
+and context estimates of admission) and both engines (when to stop). A request gets
+``len(text) / chars_per_second`` seconds, at least ``min_duration_s``, capped by its own
+``max_duration_s`` (when given) and by the server's limit; that duration is the nearest whole
+number of codec frames; a model makes ``n`` frames in ``n * steps_per_frame + tail_steps``
+decode steps (none for no frames)::
+
+    text, max_duration_s --request_duration_s--> seconds --stream_length--> frames, steps
+
+Capacity is quoted for the *nominal stream*: :data:`NOMINAL_TEXT` (its prompt is the "nominal
+prompt" whose first chunk is due at the TTFA target) and ``admission.nominal_stream_s`` of audio.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Protocol
+
 from cadenza.config import LimitsConfig
+
+NOMINAL_TEXT_CHARS = 64
+"""Characters in the text of the nominal stream."""
+NOMINAL_TEXT = "x" * NOMINAL_TEXT_CHARS
+
+
+class FrameSteps(Protocol):
+    """How a model's decode steps make codec frames: a token layout, or the
+    :class:`~cadenza.contract.kv_memory.StreamShape` the engine announces for it."""
+
+    @property
+    def steps_per_frame(self) -> int: ...
+
+    @property
+    def tail_steps(self) -> int:
+        """Steps after the last frame's first (the late codebooks of a delay pattern)."""
+        ...
+
+
+@dataclass(frozen=True)
+class StreamLength:
+    """``frames`` codec frames, made in ``steps`` decode steps."""
+
+    frames: int
+    steps: int
 
 
 def derive_duration_s(
@@ -43,3 +78,17 @@ def request_duration_s(text: str, max_duration_s: float | None, limits: LimitsCo
 def frames_for_duration(duration_s: float, frame_rate: float) -> int:
     """Codec frames in ``duration_s`` seconds (rounded to the nearest frame)."""
     return max(0, round(duration_s * frame_rate))
+
+
+def steps_for_frames(num_frames: int, steps_per_frame: int, tail_steps: int) -> int:
+    """Decode steps that produce ``num_frames`` codec frames: ``steps_per_frame`` each, plus
+    ``tail_steps`` after the last (the delay pattern's late codebooks); none for no frames."""
+    return num_frames * steps_per_frame + tail_steps if num_frames > 0 else 0
+
+
+def stream_length(duration_s: float, frame_rate: float, model: FrameSteps) -> StreamLength:
+    """The frames of ``duration_s`` seconds at ``frame_rate``, and the decode steps ``model``
+    takes to make them: what a stream of that duration gets (the engine stops it there unless
+    the model ends it first; admission reserves and costs exactly that)."""
+    frames = frames_for_duration(duration_s, frame_rate)
+    return StreamLength(frames, steps_for_frames(frames, model.steps_per_frame, model.tail_steps))

@@ -1,5 +1,18 @@
 """When a stream's frames go through the codec: the audio chunking policy (no I/O, no state).
 
+The chunk rule (:func:`config_in_codec_frames`): ``engine.chunk_frames`` and
+``engine.first_chunk_frames`` are configured in 75 Hz frames; a codec gets the same durations
+in its own frames (rounded, at least one), and its first chunk also waits for the frames the
+codec looks ahead, so that it brings its full duration of audio::
+
+    codec                frame rate   look-ahead   first chunk (8)   later chunks (15)
+    EnCodec 24 kHz       75 Hz        0            8                 15
+    Mimi                 12.5 Hz      0            1                 2 (160 ms of 200)
+    SNAC 24 kHz          11.7 Hz      3            1 + 3 = 4         2 (171 ms of 200)
+
+Both engines take their chunk sizes from it, and announce them in their
+:class:`~cadenza.contract.realtime_plan.RealtimePlan` (admission never recomputes them).
+
 A stream's first chunk is small (``first_chunk_frames``, for a fast first audio); later chunks
 are ``chunk_frames``; a stream that just finished decodes what it has left. When any stream's
 chunk is due, streams at least a third of the way to theirs join the same decoder call: the
@@ -13,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from cadenza.config import CHUNK_FRAME_RATE
+from cadenza.config import CHUNK_FRAME_RATE, EngineConfig
 from cadenza.engine.sequence import Sequence
 
 
@@ -21,6 +34,29 @@ def codec_chunk_frames(frames_at_75hz: int, frame_rate: float) -> int:
     """A configured chunk size in the codec's own frames: the same duration, rounded, at
     least one frame (SNAC at 11.7 Hz: 15 -> 2, 8 -> 1)."""
     return max(1, round(frames_at_75hz * frame_rate / CHUNK_FRAME_RATE))
+
+
+def config_in_codec_frames(
+    config: EngineConfig, frame_rate: float, lookahead_frames: int, steps_per_frame: int
+) -> EngineConfig:
+    """``config`` (its chunk sizes and calibration length in 75 Hz frames, as configured) with
+    them in the frames of a codec of ``frame_rate`` frames a second that looks
+    ``lookahead_frames`` ahead: ``chunk_frames`` the same duration in its frames,
+    ``first_chunk_frames`` likewise plus the look-ahead (a codec that looks ahead holds a
+    chunk's last frames back: the first chunk waits for them, so that it brings its full
+    duration of audio), and ``calibration_steps`` the same stretch of audio in the decode steps
+    of a layout of ``steps_per_frame`` (a model of 12.5 frames a second is timed over 20
+    steps, not 120: 10 s of audio). What an engine with that codec runs with."""
+    return config.model_copy(
+        update={
+            "chunk_frames": codec_chunk_frames(config.chunk_frames, frame_rate),
+            "first_chunk_frames": codec_chunk_frames(config.first_chunk_frames, frame_rate)
+            + lookahead_frames,
+            "calibration_steps": max(
+                2, codec_chunk_frames(config.calibration_steps, frame_rate) * steps_per_frame
+            ),
+        }
+    )
 
 
 def streams_to_decode(

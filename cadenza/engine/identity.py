@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.kv_memory import StreamShape
-from cadenza.contract.realtime_plan import NOMINAL_TEXT_CHARS, RealtimePlan
+from cadenza.contract.realtime_plan import RealtimePlan
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.realtime.plan import realtime_plan
 
@@ -40,7 +40,7 @@ def plan_of(engine: Engine) -> RealtimePlan:
         engine.layout,
         engine.frame_rate if audio else 0.0,
         engine.codec_lookahead_frames if audio else 0,
-        shape_of(engine).max_prompt_tokens("x" * NOMINAL_TEXT_CHARS),
+        shape_of(engine).nominal_prompt_tokens,
     )
 
 

@@ -29,11 +29,10 @@ from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.engine_stats import EngineStats, ProbeResult, StepReport
 from cadenza.contract.errors import RequestRejected
 from cadenza.contract.kv_memory import StreamShape
-from cadenza.contract.realtime_plan import NOMINAL_TEXT_CHARS
 from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
-from cadenza.contract.stream_length import frames_for_duration, request_duration_s
+from cadenza.contract.stream_length import request_duration_s, stream_length
+from cadenza.engine.chunk_policy import config_in_codec_frames
 from cadenza.engine.identity import prompt_overhead_tokens
-from cadenza.engine.layouts.token_layout import layout_steps_for_frames
 from cadenza.engine.models.cadenza_tiny import MODEL_NAME, CadenzaTinyModel
 from cadenza.engine.realtime.plan import realtime_plan
 from cadenza.engine.sampler import sample_rows
@@ -60,7 +59,6 @@ class NaiveEngine:
     ) -> None:
         from transformers import LlamaConfig, LlamaModel
 
-        self.config = engine_config or EngineConfig()
         self.limits = limits or LimitsConfig()
         self.model = model
         self.model_name = MODEL_NAME
@@ -88,6 +86,12 @@ class NaiveEngine:
         if unexpected or set(missing) != {"embed_tokens.weight"}:
             raise NaiveEngineError(f"backbone does not map onto LlamaModel: {missing, unexpected}")
         self.codec = load_codec(model.codec_name or "encodec_24khz", seed=seed)
+        self.config = config_in_codec_frames(
+            engine_config or EngineConfig(),
+            self.codec.frame_rate,
+            self.codec.lookahead_frames,
+            self.layout.steps_per_frame,
+        )
         masks = self.layout.sampling_masks()
         self._masks = masks
         self._outputs: queue.Queue[StreamOutput] = queue.Queue()
@@ -141,7 +145,7 @@ class NaiveEngine:
                 self.layout,
                 self.frame_rate,
                 self.codec.lookahead_frames,
-                shape.max_prompt_tokens("x" * NOMINAL_TEXT_CHARS),
+                shape.nominal_prompt_tokens,
             ),
             calibration=None,
         )
@@ -237,17 +241,13 @@ class NaiveEngine:
         from transformers import DynamicCache
 
         duration_s = request_duration_s(request.text, request.max_duration_s, self.limits)
+        length = stream_length(duration_s, self.frame_rate, self.layout)
         generator = torch.Generator().manual_seed(request.sampling.seed or 0)
         prompt = self.model.build_prompt(request.text, request.voice)
         seq = Sequence(
-            request.request_id,
-            prompt,
-            request.sampling,
-            generator,
-            max_new_steps=10**9,
+            request.request_id, prompt, request.sampling, generator, max_new_steps=length.steps
         )
-        seq.target_frames = frames_for_duration(duration_s, self.frame_rate)
-        seq.max_new_steps = layout_steps_for_frames(self.layout, seq.target_frames)
+        seq.target_frames = length.frames
         cache = DynamicCache()
         rows = torch.tensor(prompt)
         frames_sent = 0

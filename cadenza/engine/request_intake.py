@@ -30,7 +30,7 @@ from cadenza.config import EngineConfig, LimitsConfig
 from cadenza.contract.errors import RequestRejected
 from cadenza.contract.request import ResumePoint, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
-from cadenza.contract.stream_length import frames_for_duration, request_duration_s
+from cadenza.contract.stream_length import StreamLength, request_duration_s, stream_length
 from cadenza.engine.layouts.token_layout import layout_steps_for_frames
 from cadenza.engine.models.model import AudioTokenModel, PromptTurn
 from cadenza.engine.realtime.playout_clock import PlayoutClock
@@ -73,7 +73,7 @@ class RequestIntake:
                 f"unknown voice {request.voice!r}; voices: {', '.join(self.model.voices)}"
             )
         duration_s = request_duration_s(request.text, request.max_duration_s, self.limits)
-        target_frames = frames_for_duration(duration_s, self.codec.frame_rate)
+        length = stream_length(duration_s, self.codec.frame_rate, self.layout)
         prompt_codes = self._prompt_codes(request)
         if request.context:
             turns = self._context(request)
@@ -86,15 +86,15 @@ class RequestIntake:
             prompt = self._prompt(
                 lambda: self.model.build_prompt(request.text, request.voice, prompt_codes)
             )
-        target_frames = self._fit_positions(len(prompt), target_frames)
+        length = self._fit_positions(len(prompt), length)
         seq = self._sequence(
             request.request_id,
             prompt,
             request.sampling,
-            max_new_steps=layout_steps_for_frames(self.layout, target_frames),
+            max_new_steps=length.steps,
             conditioning=f"voice={request.voice}",
         )
-        seq.target_frames = target_frames
+        seq.target_frames = length.frames
         seq.audio = AudioProgress(
             PlayoutClock(
                 arrival_s=time.monotonic(),
@@ -127,21 +127,21 @@ class RequestIntake:
         seq.target_frames = frames
         return seq
 
-    def _fit_positions(self, prompt_len: int, target_frames: int) -> int:
-        """``target_frames``, fewer if the model's positions end sooner (the stream then ends
+    def _fit_positions(self, prompt_len: int, length: StreamLength) -> StreamLength:
+        """``length``, fewer frames if the model's positions end sooner (the stream then ends
         with ``length`` there); refused when the prompt leaves no room for a frame."""
         limit = self.model.max_positions
-        if limit is None:
-            return target_frames
-        frames = target_frames
+        if limit is None or prompt_len + length.steps <= limit:
+            return length
+        frames = length.frames
         while frames > 0 and prompt_len + layout_steps_for_frames(self.layout, frames) > limit:
             frames -= 1
-        if frames == 0 and target_frames > 0:
+        if frames == 0 and length.frames > 0:
             raise RequestRejected(
                 f"the prompt takes {prompt_len} of the model's {limit} positions and leaves "
                 "no room to speak; shorten the text or the conversation context"
             )
-        return frames
+        return StreamLength(frames, layout_steps_for_frames(self.layout, frames))
 
     def _resume(self, seq: Sequence, point: ResumePoint) -> None:
         """Bring ``seq`` to where ``point`` says its stream was; :class:`RequestRejected`

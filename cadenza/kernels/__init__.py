@@ -5,9 +5,12 @@ module                      what it holds
 ==========================  ==================================================================
 ``attention_context``       what attention needs to know about one step (slots, page tables)
 ``torch_attention``         paged attention in torch: the reference, and the CPU's path
-``decode_attention``        :func:`paged_decode_attention`: Triton when it can run, else torch
+``attention_backends``      the :class:`AttentionBackend` protocol, torch and Triton backends,
+                            the one choice of a backend for a device
+``decode_attention``        :func:`paged_decode_attention`: the chosen backend's decode
+                            (Triton wherever it can run, its interpreter included; else torch)
 ``triton_decode_attention`` the Triton paged decode kernel (GQA packing, split-K, int8 pages)
-``attention_backends``      what the model layers call: torch (CPU), Triton decode (CUDA)
+``triton_support``          whether Triton is installed and can run on a device
 ``kv_quant``                int8 KV: per-token, per-head float16 scales
 ``linear_swap``             replaces a model's linear layers in place
 ``cpu_linear``              fp32 linears prepacked for oneDNN

@@ -1,34 +1,14 @@
-"""The public paged decode attention: Triton whenever Triton can run, torch otherwise.
-
-Triton can run on a CUDA device, and on the CPU when ``TRITON_INTERPRET=1`` was set before
-Triton was imported (the interpreter: fp16/fp32 only; how CI checks the kernels). The
-engine's CPU backend calls the torch implementation directly (the interpreter is for
-checking, not serving).
-"""
+"""The public paged decode attention: one query token per sequence against its KV pages,
+through the backend :func:`~cadenza.kernels.attention_backends.attention_backend_for` picks
+with Triton's interpreter counted (Triton on CUDA, and on the CPU under ``TRITON_INTERPRET=1``,
+how the tests check the kernel; torch otherwise). The model layers call their backend
+directly, never the interpreter."""
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import os
-
 import torch
 
-from cadenza.kernels import torch_attention
-
-
-@functools.cache
-def triton_installed() -> bool:
-    return importlib.util.find_spec("triton") is not None
-
-
-def triton_can_run(device: torch.device) -> bool:
-    """Whether the Triton kernels can run on tensors on ``device``."""
-    if not triton_installed():
-        return False
-    if device.type == "cuda":
-        return True
-    return device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+from cadenza.kernels.attention_backends import attention_backend_for
 
 
 def paged_decode_attention(
@@ -47,18 +27,12 @@ def paged_decode_attention(
     or int8; ``Hq`` a multiple of ``Hkv``); ``page_tables [B, max_pages]`` int32, -1 padded;
     ``seq_lens [B]`` int32 (keys each query sees, its own included, at least 1); with int8
     caches ``k_scale, v_scale [num_pages, page_size, Hkv]``. Returns ``[B, Hq, D]`` in
-    ``q``'s dtype.
+    ``q``'s dtype. Raises ``ValueError`` for an int8 cache without scales or query heads that
+    do not group over the KV heads.
     """
     if k_cache.dtype == torch.int8 and (k_scale is None or v_scale is None):
         raise ValueError("an int8 KV cache needs k_scale and v_scale")
     if q.shape[1] % k_cache.shape[2]:
         raise ValueError(f"{q.shape[1]} query heads do not group over {k_cache.shape[2]} KV heads")
-    if triton_can_run(q.device) and q.dtype in (torch.float16, torch.float32, torch.bfloat16):
-        from cadenza.kernels.triton_decode_attention import triton_paged_decode_attention
-
-        return triton_paged_decode_attention(
-            q, k_cache, v_cache, page_tables, seq_lens, scale, k_scale, v_scale
-        )
-    return torch_attention.torch_paged_decode_attention(
-        q, k_cache, v_cache, page_tables, seq_lens, scale, k_scale=k_scale, v_scale=v_scale
-    )
+    backend = attention_backend_for(q.device, q.dtype, interpreter=True)
+    return backend.decode(q, k_cache, v_cache, page_tables, seq_lens, scale, k_scale, v_scale)

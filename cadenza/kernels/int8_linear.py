@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from cadenza.kernels.cpu_linear import PackedLinear, packing_available
-from cadenza.kernels.decode_attention import triton_installed
 from cadenza.kernels.linear_swap import swap_linears
+from cadenza.kernels.triton_support import triton_installed
 
 
 def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cadenza.kernels import torch_attention
-from cadenza.kernels.decode_attention import paged_decode_attention, triton_can_run
+from cadenza.kernels.decode_attention import paged_decode_attention
 from cadenza.kernels.kv_quant import dequantize, quantize_per_token
+from cadenza.kernels.triton_support import triton_can_run
 
 pytest.importorskip("triton")
 pytestmark = pytest.mark.skipif(

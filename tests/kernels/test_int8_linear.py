@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from cadenza.config import EngineConfig
 from cadenza.engine.engine import Engine
-from cadenza.kernels.decode_attention import triton_can_run
 from cadenza.kernels.int8_linear import Int8Linear, quantize_linears, quantize_weight
+from cadenza.kernels.triton_support import triton_can_run
 
 
 def _reference(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

@@ -88,7 +88,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     ),
     "cadenza/engine/sequence.py": ("tests/unit/engine/test_scheduler.py", "request state"),
     "cadenza/ipc/serving_engine.py": ("tests/unit/engine/test_naive_engine.py", "a protocol"),
-    "cadenza/kernels/attention_backends.py": ("tests/unit/engine/test_llama_exactness.py", "-"),
     "cadenza/kernels/attention_context.py": ("tests/unit/engine/test_model_runner.py", "-"),
     "cadenza/kernels/linear_swap.py": ("tests/kernels/test_int8_linear.py", "one function"),
     "cadenza/kernels/triton_decode_attention.py": (
@@ -96,6 +95,10 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
         "the public dispatch's Triton half",
     ),
     "cadenza/kernels/triton_int8_linear.py": ("tests/kernels/test_int8_linear.py", "-"),
+    "cadenza/kernels/triton_support.py": (
+        "tests/kernels/test_attention_backends.py",
+        "two predicates, checked through the backend each device gets",
+    ),
     "cadenza/loadtest/clients.py": ("tests/integration/test_loadtest.py", "real clients"),
     "cadenza/loadtest/level_runner.py": ("tests/integration/test_loadtest.py", "-"),
     "cadenza/loadtest/level_summary.py": ("tests/unit/loadtest/test_playout.py", "-"),

@@ -45,13 +45,11 @@ from cadenza.config import AdmissionConfig
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.engine_stats import StepReport
 from cadenza.contract.messages import Stats
-from cadenza.contract.realtime_plan import NOMINAL_TEXT_CHARS
-from cadenza.contract.stream_length import frames_for_duration
+from cadenza.contract.stream_length import NOMINAL_TEXT, stream_length
 from cadenza.edge.admission.factor_memory import RememberedFactor
 from cadenza.edge.admission.prefill_schedule import Prompt, lateness_s
 from cadenza.edge.admission.realtime_factor import RealtimeFactorEstimator
 
-NOMINAL_TEXT = "x" * NOMINAL_TEXT_CHARS  # the text of the nominal stream max_streams is quoted for
 _BOUND_LIMIT = 1024  # streams the real-time bound counts up to
 
 
@@ -153,9 +151,9 @@ class CapacityModel:
         """Context each nominal stream costs a decode step: a full nominal stream (prompt plus
         all its output steps), since a step pads every stream's keys to the batch's longest,
         and with streams at every stage the longest is nearly done."""
-        frames = frames_for_duration(self.config.nominal_stream_s, self.info.frame_rate)
         shape = self.info.shape
-        return shape.max_prompt_tokens(NOMINAL_TEXT) + shape.steps_for_frames(frames)
+        length = stream_length(self.config.nominal_stream_s, self.info.frame_rate, shape)
+        return shape.nominal_prompt_tokens + length.steps
 
     @property
     def steps_per_second(self) -> float:
@@ -175,7 +173,7 @@ class CapacityModel:
         nominal = self.nominal_context_tokens
         if self.info.decodes_padded:
             return streams * nominal
-        prompt = self.info.shape.max_prompt_tokens(NOMINAL_TEXT)
+        prompt = self.info.shape.nominal_prompt_tokens
         steps = nominal - prompt
         return sum(
             min(nominal, prompt + self.lead_steps + round(steps * (1 - k / streams)))
@@ -199,12 +197,12 @@ class CapacityModel:
         shape = self.info.shape
         prompt_frames = math.ceil(prompt_audio_s * self.info.frame_rate)
         prompt_tokens = shape.max_prompt_tokens(text, prompt_frames)
-        frames = frames_for_duration(audio_s, self.info.frame_rate)
+        length = stream_length(audio_s, self.info.frame_rate, shape)
         return StreamCost(
-            shape.pages(prompt_tokens, frames),
+            shape.pages(prompt_tokens, length.frames),
             audio_s,
             prompt_tokens,
-            prompt_tokens + shape.steps_for_frames(frames),
+            prompt_tokens + length.steps,
         )
 
     def realtime_limit(

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from cadenza.contract.kv_memory import steps_for_frames
 from cadenza.contract.request import FinishReason
+from cadenza.contract.stream_length import steps_for_frames
 from cadenza.engine.layouts.token_layout import RowOutcome
 from cadenza.engine.sequence import Sequence
 

@@ -17,8 +17,8 @@ from typing import Protocol
 
 import torch
 
-from cadenza.contract.kv_memory import steps_for_frames
 from cadenza.contract.request import FinishReason
+from cadenza.contract.stream_length import steps_for_frames
 from cadenza.engine.sequence import Sequence
 
 RowOutcome = tuple[int | None, FinishReason | None]

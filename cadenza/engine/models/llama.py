@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from cadenza.engine.kv.paged_kv_cache import KVSpec, PagedKVCache
-from cadenza.kernels.attention_backends import TorchAttentionBackend, attention_backend_for
+from cadenza.kernels.attention_backends import AttentionBackend, attention_backend_for
 from cadenza.kernels.attention_context import AttentionContext
 from cadenza.kernels.fused_cpu_decode import FusedCpuDecode
 
@@ -175,7 +175,7 @@ class LlamaAttention(nn.Module):
         rotary: tuple[torch.Tensor, torch.Tensor],
         kv_cache: PagedKVCache,
         context: AttentionContext,
-        backend: TorchAttentionBackend,
+        backend: AttentionBackend,
     ) -> torch.Tensor:
         num_tokens = x.shape[0]
         heads, kv_heads, head_dim = self.num_heads, self.num_kv_heads, self.head_dim
@@ -249,7 +249,7 @@ class LlamaDecoderLayer(nn.Module):
         rotary: tuple[torch.Tensor, torch.Tensor],
         kv_cache: PagedKVCache,
         context: AttentionContext,
-        backend: TorchAttentionBackend,
+        backend: AttentionBackend,
     ) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rotary, kv_cache, context, backend)
         return x + self.mlp(self.post_attention_layernorm(x))
@@ -264,7 +264,7 @@ class LlamaBackbone(nn.Module):
         super().__init__()
         self.config = config
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_llama3)
-        self._backends: dict[str, TorchAttentionBackend] = {}
+        self._backends: dict[str, AttentionBackend] = {}
         self.layers = nn.ModuleList(
             LlamaDecoderLayer(config, index) for index in range(config.num_layers)
         )

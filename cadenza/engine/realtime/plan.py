@@ -17,9 +17,9 @@ def realtime_plan(
     nominal_prompt_rows: int,
 ) -> RealtimePlan:
     """The plan of an engine whose ``config`` holds its chunk sizes in its codec's own frames
-    (the first with the codec's ``lookahead_frames`` already added, as the builder sets
-    them), for a model whose ``layout`` makes ``frame_rate`` frames a second (0: a text
-    model, whose plan is all zeros)."""
+    (the first with the codec's ``lookahead_frames`` already added:
+    :func:`~cadenza.engine.chunk_policy.config_in_codec_frames`), for a model whose ``layout``
+    makes ``frame_rate`` frames a second (0: a text model, whose plan is all zeros)."""
     if frame_rate <= 0:
         return RealtimePlan(0.0, 0.0, 0.0, 0.0, 0, 0, 0, 0, 0.0, 0)
     return RealtimePlan(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from cadenza.contract.request import SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
+from cadenza.contract.stream_length import frames_for_duration
 from cadenza.engine.layouts.token_layout import layout_steps_for_frames
 
 if TYPE_CHECKING:
@@ -55,6 +56,6 @@ def synthetic_streams_fit(engine: Engine, batch: int, prompt_chars: int) -> bool
     request = synthetic_request(engine, prompt_chars, "fit")
     info = engine.info
     assert request.max_duration_s is not None
-    frames = round(request.max_duration_s * info.frame_rate)
+    frames = frames_for_duration(request.max_duration_s, info.frame_rate)
     pages = info.shape.pages(info.shape.max_prompt_tokens(request.text), frames)
     return batch * pages <= info.kv_pages_total

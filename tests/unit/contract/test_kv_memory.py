@@ -1,4 +1,4 @@
-"""KV arithmetic: the one formula for bytes per token, pages per stream, steps per frame."""
+"""KV arithmetic: the one formula for bytes per token and pages per stream."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from cadenza.contract.kv_memory import (
     StreamShape,
     kv_bytes_per_token,
     pages_for_tokens,
-    steps_for_frames,
 )
 
 
@@ -25,11 +24,8 @@ def test_int8_counts_its_float16_scales() -> None:
     assert set(KV_DTYPE_BYTES) >= {"fp32", "fp16", "bf16", "int8"}
 
 
-def test_pages_and_steps() -> None:
+def test_pages() -> None:
     assert [pages_for_tokens(n, 16) for n in (0, 1, 16, 17, 32)] == [0, 1, 1, 2, 2]
-    assert steps_for_frames(0, 1, 7) == 0  # no frames, no delay tail either
-    assert steps_for_frames(10, 1, 7) == 17  # parallel + delay
-    assert steps_for_frames(10, 7, 0) == 70  # flat, 7 tokens per frame
 
 
 def test_a_stream_shape_costs_prompt_and_output() -> None:
@@ -38,3 +34,4 @@ def test_a_stream_shape_costs_prompt_and_output() -> None:
     assert shape.max_prompt_tokens("é") == 4  # two UTF-8 bytes
     assert shape.max_prompt_tokens("abc", prompt_audio_frames=10) == 15
     assert shape.pages(5, 150) == pages_for_tokens(5 + 157, 16) == 11
+    assert shape.nominal_prompt_tokens == 64 + 2  # the nominal stream's 64 characters

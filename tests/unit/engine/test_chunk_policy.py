@@ -1,17 +1,25 @@
-"""Audio chunking policy: when streams are due, first vs later chunks, finished streams, joiners."""
+"""Audio chunking policy: chunk sizes in a codec's frames; when streams are due, first vs later
+chunks, finished streams, joiners."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cadenza.config import CHUNK_FRAME_RATE, EngineConfig
 from cadenza.contract.sampling import SamplingParams
-from cadenza.engine.chunk_policy import streams_to_decode
+from cadenza.engine.chunk_policy import (
+    codec_chunk_frames,
+    config_in_codec_frames,
+    streams_to_decode,
+)
 from cadenza.engine.realtime.playout_clock import PlayoutClock
 from cadenza.engine.sequence import AudioProgress, Sequence
 
 FIRST, CHUNK = 4, 15  # joiners need CHUNK // 3 = 5 frames
+SNAC_RATE = 24000 / 2048  # SNAC 24 kHz: 11.7 frames a second
 
 
 def stream(name: str, frames_sent: int = 0) -> Sequence:
@@ -111,8 +119,41 @@ def test_the_choice_follows_the_rules(entries, first, chunk) -> None:
 
 
 def test_chunk_sizes_keep_their_duration_at_other_frame_rates() -> None:
-    from cadenza.engine.chunk_policy import codec_chunk_frames
-
     assert codec_chunk_frames(15, 75.0) == 15 and codec_chunk_frames(8, 75.0) == 8
-    assert codec_chunk_frames(15, 24000 / 2048) == 2  # SNAC: 171 ms of 200
-    assert codec_chunk_frames(8, 24000 / 2048) == 1  # never zero
+    assert codec_chunk_frames(15, SNAC_RATE) == 2  # SNAC: 171 ms of 200
+    assert codec_chunk_frames(8, SNAC_RATE) == 1  # never zero
+    assert codec_chunk_frames(15, 12.5) == 2  # Mimi: 2.5 rounds to even, 160 ms of 200
+
+
+@pytest.mark.parametrize(
+    ("frame_rate", "lookahead", "steps_per_frame", "first", "chunk", "calibration_steps"),
+    [
+        (75.0, 0, 1, 8, 15, 120),  # EnCodec 24 kHz (cadenza-tiny): as configured
+        (SNAC_RATE, 3, 7, 1 + 3, 2, 19 * 7),  # SNAC 24 kHz (Orpheus): 3 frames of look-ahead
+        (12.5, 0, 1, 1, 2, 20),  # Mimi (CSM): 20 frames, not 120 (10 s of audio)
+    ],
+)
+def test_the_chunk_rule_in_a_codec_s_frames(
+    frame_rate, lookahead, steps_per_frame, first, chunk, calibration_steps
+) -> None:
+    config = config_in_codec_frames(EngineConfig(), frame_rate, lookahead, steps_per_frame)
+    assert (config.first_chunk_frames, config.chunk_frames) == (first, chunk)
+    assert config.calibration_steps == calibration_steps
+    untouched = {"first_chunk_frames", "chunk_frames", "calibration_steps"}
+    assert config.model_dump(exclude=untouched) == EngineConfig().model_dump(exclude=untouched)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(1, 750),
+    st.integers(1, 750),
+    st.sampled_from([75.0, SNAC_RATE, 12.5, 50.0]),
+    st.integers(0, 4),
+)
+def test_the_first_chunk_waits_for_the_look_ahead(first, chunk, frame_rate, lookahead) -> None:
+    configured = EngineConfig(first_chunk_frames=first, chunk_frames=chunk)
+    config = config_in_codec_frames(configured, frame_rate, lookahead, 1)
+    assert config.first_chunk_frames == codec_chunk_frames(first, frame_rate) + lookahead
+    assert config.chunk_frames == codec_chunk_frames(chunk, frame_rate) >= 1
+    if frame_rate == CHUNK_FRAME_RATE:
+        assert (config.first_chunk_frames, config.chunk_frames) == (first + lookahead, chunk)

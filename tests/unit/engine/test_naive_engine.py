@@ -36,6 +36,8 @@ def test_naive_tokens_equal_the_batching_engines(tiny_engine: Engine) -> None:
     np.testing.assert_array_equal(naive_codes, codes)
     info = naive.info
     assert info.calibration is None and info.max_num_seqs >= 1
+    assert info.realtime == tiny_engine.info.realtime  # the same chunk and length rules
+    assert info.shape == tiny_engine.info.shape
 
 
 def test_naive_engine_refuses_what_it_cannot_serve() -> None:
