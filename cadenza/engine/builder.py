@@ -14,7 +14,7 @@ from cadenza.codecs.codec import AudioCodec
 from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
 from cadenza.contract.cpu_replicas import replica_count
 from cadenza.engine.audio_stage import AudioStage, TokenOutputs
-from cadenza.engine.chunk_policy import codec_chunk_frames
+from cadenza.engine.chunk_policy import config_in_codec_frames
 from cadenza.engine.device import resolve_device, resolve_dtype, resolve_kv_dtype
 from cadenza.engine.engine import Engine
 from cadenza.engine.kv.kv_cache_manager import KVCacheManager
@@ -116,23 +116,8 @@ def build_engine(
         codec_dtype = resolve_codec_dtype(
             config.codec_dtype, codec_model, torch_device, model_dtype, named
         )
-        config = config.model_copy(
-            update={
-                "chunk_frames": codec_chunk_frames(config.chunk_frames, codec_model.frame_rate),
-                # A codec that looks ahead holds a chunk's last frames back: the first chunk
-                # waits for them, so that it brings its full duration of audio.
-                "first_chunk_frames": codec_chunk_frames(
-                    config.first_chunk_frames, codec_model.frame_rate
-                )
-                + codec_model.lookahead_frames,
-                # The same stretch of audio at any frame rate, in the layout's steps: a model
-                # of 12.5 frames a second is timed over 20 steps, not 120 (10 s of audio).
-                "calibration_steps": max(
-                    2,
-                    codec_chunk_frames(config.calibration_steps, codec_model.frame_rate)
-                    * layout.steps_per_frame,
-                ),
-            }
+        config = config_in_codec_frames(
+            config, codec_model.frame_rate, codec_model.lookahead_frames, layout.steps_per_frame
         )
         policy = DeadlinePolicy(
             layout,
