@@ -29,7 +29,6 @@ import torch
 from cadenza.contract.request import SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
-from cadenza.engine.models.llama import fused_cpu_decode_of
 from cadenza.kernels import native_library
 from cadenza.kernels.fused_cpu_decode import SOURCE, FusedCpuDecode
 
@@ -55,7 +54,7 @@ def base_library(base: str, directory: Path) -> ctypes.CDLL:
 def run(streams: int, library: ctypes.CDLL) -> dict[str, list[tuple[int, float]]]:
     engine = Engine.from_pretrained("cadenza-tiny", kv_cache_memory_bytes=256 << 20)
     model: Any = engine.model
-    this = fused_cpu_decode_of(model)
+    this = model.fused_decode
     assert this is not None, "no fused CPU decode on this machine"
     builds = {"this": this, "base": FusedCpuDecode(model.backbone, this.weight_dtype, library)}
     steps: dict[str, list[tuple[int, float]]] = {name: [] for name in builds}

@@ -421,15 +421,12 @@ def _measured_capacity(config: CadenzaConfig, model: str) -> dict[str, Any]:
 
 def _model_shape(name_or_path: str) -> tuple[dict[str, int], int]:
     """Layers, KV heads, head width (and query heads) of a model, without loading weights."""
-    from cadenza.engine.models.cadenza_tiny import MODEL_NAME, CadenzaTinySpec
-    from cadenza.engine.models.checkpoint import read_llama_backbone_config
+    from cadenza.engine.models.registry import UnknownModelError, paged_backbone_config
 
-    if name_or_path == MODEL_NAME:
-        config = CadenzaTinySpec().backbone
-    elif Path(name_or_path).is_dir():
-        config = read_llama_backbone_config(Path(name_or_path))
-    else:
-        raise ValueError(f"unknown model {name_or_path!r}: not cadenza-tiny nor a directory")
+    try:
+        config = paged_backbone_config(name_or_path)
+    except UnknownModelError as exc:
+        raise ValueError(str(exc)) from exc
     shape = {
         "layers": config.num_layers,
         "kv_heads": config.num_kv_heads,

@@ -20,7 +20,6 @@ from cadenza.engine.engine import Engine
 from cadenza.engine.kv.kv_cache_manager import KVCacheManager
 from cadenza.engine.kv.page_pool import PagePool
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache, kv_budget_bytes
-from cadenza.engine.models.llama import fused_cpu_decode_of
 from cadenza.engine.models.registry import checkpoint_identity, load_model
 from cadenza.engine.precision import codec_dtype as resolve_codec_dtype
 from cadenza.engine.precision import precision_of, products_dtype
@@ -85,7 +84,7 @@ def build_engine(
         fused_cpu_decode=config.fused_cpu_decode,
     )
     layout = model.layout
-    fused = fused_cpu_decode_of(model)
+    fused = model.fused_decode
     kv_dtype = resolve_kv_dtype(
         config.kv_dtype,
         model_dtype,

@@ -24,7 +24,6 @@ import torch
 from cadenza.engine.device import available_memory_bytes
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache
 from cadenza.engine.layouts.token_layout import TokenLayout
-from cadenza.engine.models.llama import fused_cpu_decode_of
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.sampler import sample_rows
 from cadenza.engine.scheduler import ScheduledBatch, StepResult
@@ -50,7 +49,7 @@ class ModelRunner:
         # is free now (growing, it briefly holds its old and new tensors).
         # A model whose steps run fused (cadenza.kernels.fused_cpu_decode) reads the pages in
         # place: it needs neither the copy nor the gathered key positions.
-        fused = fused_cpu_decode_of(model)
+        fused = model.fused_decode
         self.fused_decode = fused is not None and fused.supports_cache(kv_cache)
         self.dense_kv: DenseDecodeKV | None = None
         if self.device.type == "cpu" and not self.fused_decode:
@@ -69,7 +68,8 @@ class ModelRunner:
         result = StepResult()
         if batch.is_empty:
             return result
-        logits, hidden, sampling = self._forward_isolated(batch, result)
+        columns_of = self._restricted_masks(batch)
+        logits, hidden, sampling = self._forward_isolated(batch, result, columns_of)
         if not sampling:
             return result
         # A NaN anywhere makes the row's sum NaN (one fast reduction instead of a comparison
@@ -88,7 +88,8 @@ class ModelRunner:
         nan_depth: set[int] = set()
         try:
             if hidden is None:
-                rows = sample_rows(logits[keep], seqs, self.masks, constraints)
+                columns = None if columns_of is None else self.restricted_columns(columns_of)
+                rows = sample_rows(logits[keep], seqs, self.masks, constraints, columns=columns)
             else:
                 rows, nan_depth = self._sample_two_levels(
                     logits[keep], hidden[keep], seqs, constraints
@@ -157,13 +158,27 @@ class ModelRunner:
         rows: list[list[int]] = torch.stack(columns, dim=1).tolist()
         return rows, set(nan.nonzero().flatten().tolist())
 
+    def _restricted_masks(self, batch: ScheduledBatch) -> tuple[int, ...] | None:
+        """The masks the batch's rows are at, when the model's heads are restricted (their
+        logits then cover these masks' ids: :meth:`restricted_columns`); else ``None``."""
+        if self.model.restricted_outputs is None:
+            return None
+        seqs = [*batch.decodes, *(seq for seq, _ in batch.prefills)]
+        return tuple(sorted({self.layout.constraints(seq)[0] for seq in seqs}))
+
+    def restricted_columns(self, masks: tuple[int, ...]) -> torch.Tensor:
+        """The ids a restricted step's logits are over (see :meth:`forward`)."""
+        restricted = self.model.restricted_outputs
+        assert restricted is not None
+        return restricted.columns(masks)
+
     def _forward_isolated(
-        self, batch: ScheduledBatch, result: StepResult
+        self, batch: ScheduledBatch, result: StepResult, masks: tuple[int, ...] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None, list[Sequence]]:
         """Logits (and a two-level model's hidden states) of the batch's samplers; on failure,
         each sequence alone (failures go to ``result``)."""
         try:
-            return self.forward(batch)
+            return self.forward(batch, masks)
         except Exception:
             log.exception("batched forward failed; retrying each sequence alone")
         if self.dense_kv is not None:  # its rows may hold some layers' new tokens, not all
@@ -176,7 +191,7 @@ class ModelRunner:
             else:
                 alone.prefills.append((seq, num_new))
             try:
-                seq_logits, seq_hidden, seq_sampling = self.forward(alone)
+                seq_logits, seq_hidden, seq_sampling = self.forward(alone, masks)
             except Exception as exc:
                 log.error("request %s failed: %s", seq.request_id, exc)
                 result.failed.append((seq, _describe(exc)))
@@ -191,11 +206,12 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(
-        self, batch: ScheduledBatch
+        self, batch: ScheduledBatch, masks: tuple[int, ...] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None, list[Sequence]]:
         """``logits [S, K, V]`` for the sequences whose last token this step computes (they
         sample a row), a two-level model's hidden states ``[S, H]`` there (``None`` for
-        others), and those sequences, in order."""
+        others), and those sequences, in order. With ``masks`` (a model with restricted heads:
+        :meth:`_restricted_masks`), ``logits [S, 1, C]`` over :meth:`restricted_columns`."""
         rows: list[list[int]] = []
         positions: list[int] = []
         slots: list[int] = []
@@ -271,6 +287,11 @@ class ModelRunner:
             self.kv_cache,
             torch.tensor(logits_indices, dtype=torch.long, device=self.device),
         )
+        restricted = self.model.restricted_outputs
+        if restricted is not None and masks is not None:
+            hidden = self.model.hidden_states(*inputs)
+            row_masks = [self.layout.constraints(seq)[0] for seq in sampling]
+            return restricted.logits(hidden, row_masks, masks), None, sampling
         if self.model.depth is None:
             return self.model(*inputs), None, sampling
         hidden = self.model.hidden_states(*inputs)

@@ -13,12 +13,11 @@ start-up log, ``/readyz`` and ``cadenza plan``. A setting named on its own (``cp
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from cadenza.codecs.codec import AudioCodec, CodecError
 from cadenza.contract.precision import Precision
 from cadenza.engine.device import kv_dtype_name
-from cadenza.engine.models.llama import fused_cpu_decode_of
+from cadenza.engine.models.model import AudioTokenModel
 from cadenza.kernels.cpu_linear import PackedLinear, native_bf16_matmul, resolve_cpu_linear_dtype
 
 _NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -57,20 +56,20 @@ def codec_dtype(
     return torch.bfloat16 if native and supported else torch.float32
 
 
-def products_in(model: nn.Module) -> torch.dtype:
+def products_in(model: AudioTokenModel) -> torch.dtype:
     """What ``model``'s linear layers multiply in once it is ready to serve: bf16 when some
     packed linear or fused decode step runs bf16 products, else the model's dtype."""
     for module in model.modules():
         if isinstance(module, PackedLinear) and module.compute_dtype == torch.bfloat16:
             return torch.bfloat16
-    fused = fused_cpu_decode_of(model)
+    fused = model.fused_decode
     if fused is not None and fused.weight_dtype == torch.bfloat16:
         return torch.bfloat16
     return next(model.parameters()).dtype
 
 
 def precision_of(
-    model: nn.Module,
+    model: AudioTokenModel,
     kv: torch.dtype,
     codec: torch.dtype | None,
     named: bool,

@@ -37,6 +37,7 @@ def sample_rows(
     masks: torch.Tensor | None,
     constraints: list[tuple[int, list[int | None] | None]],
     codebook: int = 0,
+    columns: torch.Tensor | None = None,
 ) -> list[list[int]]:
     """``logits [S, K, V]`` -> one row of ``K`` ids per sequence.
 
@@ -45,19 +46,21 @@ def sample_rows(
     masks leave at most half the vocabulary, everything works on the allowed ids only (same
     result: an excluded id can never be drawn). ``codebook``: the row's first codebook, for
     a part of a row (a depth decoder samples a row one codebook at a time); the repetition
-    penalty then looks at the ids seen in those codebooks.
+    penalty then looks at the ids seen in those codebooks. ``columns``: the ids ``logits``
+    are over when a restricted head computed only those
+    (:class:`~cadenza.engine.models.restricted_heads.RestrictedHeads`; ``masks`` required).
     """
     logits = logits.float()
     num_seqs, _, vocab = logits.shape
     device = logits.device
     allowed: torch.Tensor | None = None
-    columns: torch.Tensor | None = None  # the ids sampled over, when masks leave few
-    if masks is not None:
-        which = [c[0] for c in constraints]
-        if len(set(which)) == 1:  # the usual batch: one mask for all, broadcast, not copied
-            allowed = masks[which[0] : which[0] + 1].to(device)
-        else:
-            allowed = masks[torch.tensor(which, device=masks.device)].to(device)
+    if columns is not None:  # logits already over a restricted head's columns
+        assert masks is not None, "restricted logits need the masks they were cut by"
+        vocab = masks.shape[-1]
+        columns = columns.to(device)
+        allowed = _allowed(masks, constraints, device).index_select(-1, columns)
+    elif masks is not None:
+        allowed = _allowed(masks, constraints, device)
         used = allowed.any(dim=1).any(dim=0).nonzero().squeeze(1)
         if used.numel() <= vocab // 2:  # e.g. one frame position's codes out of a text vocab
             columns = used
@@ -98,6 +101,19 @@ def sample_rows(
                     row[k] = token
     assert len(rows) == num_seqs
     return rows
+
+
+def _allowed(
+    masks: torch.Tensor,
+    constraints: list[tuple[int, list[int | None] | None]],
+    device: torch.device,
+) -> torch.Tensor:
+    """Each sequence's mask ``[1 or S, K, V]``: one broadcast mask when the whole batch is at
+    the same one (the usual batch), not copied."""
+    which = [c[0] for c in constraints]
+    if len(set(which)) == 1:
+        return masks[which[0] : which[0] + 1].to(device)
+    return masks[torch.tensor(which, device=masks.device)].to(device)
 
 
 def _exclude(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:

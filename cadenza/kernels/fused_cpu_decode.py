@@ -34,8 +34,7 @@ from cadenza.kernels.cpu_linear import PackedLinear
 from cadenza.kernels.packed_product import pack_weight
 
 if TYPE_CHECKING:
-    from cadenza.engine.kv.paged_kv_cache import PagedKVCache
-    from cadenza.engine.models.llama import LlamaBackbone
+    from cadenza.kernels.fusable_decoder import FusableDecoder, PagedCache
 
 SOURCE = "cpu_decode_layers.cpp"
 LANES = 16  # widths the kernel takes are multiples of this
@@ -94,7 +93,7 @@ def _plain_weight(module: nn.Module | None) -> torch.Tensor | None:
     return None
 
 
-def unsupported_reason(backbone: LlamaBackbone) -> str | None:
+def unsupported_reason(backbone: FusableDecoder) -> str | None:
     """Why the kernel cannot run ``backbone`` (``None``: it can)."""
     config = backbone.config
     widths = {
@@ -147,7 +146,7 @@ class FusedCpuDecode:
     """The kernel's weights for one backbone (packed once) and the call for one step."""
 
     def __init__(
-        self, backbone: LlamaBackbone, weight_dtype: torch.dtype, library: ctypes.CDLL
+        self, backbone: FusableDecoder, weight_dtype: torch.dtype, library: ctypes.CDLL
     ) -> None:
         if weight_dtype not in (torch.float32, torch.bfloat16):
             raise ValueError(
@@ -202,7 +201,7 @@ class FusedCpuDecode:
         self._scratch_bytes.restype = ctypes.c_int64
 
     @classmethod
-    def build(cls, backbone: LlamaBackbone, weight_dtype: torch.dtype) -> FusedCpuDecode | None:
+    def build(cls, backbone: FusableDecoder, weight_dtype: torch.dtype) -> FusedCpuDecode | None:
         """The fused decode for ``backbone``, or ``None`` when the kernel cannot run it or
         cannot be built on this machine."""
         if unsupported_reason(backbone) is not None:
@@ -218,11 +217,11 @@ class FusedCpuDecode:
         return sum(t.nbytes for t in self._tensors)
 
     @staticmethod
-    def supports_cache(kv_cache: PagedKVCache) -> bool:
+    def supports_cache(kv_cache: PagedCache) -> bool:
         return kv_cache.dtype in CACHE_DTYPES and kv_cache.keys.device.type == "cpu"
 
     def applies(
-        self, embeddings: torch.Tensor, context: AttentionContext, kv_cache: PagedKVCache
+        self, embeddings: torch.Tensor, context: AttentionContext, kv_cache: PagedCache
     ) -> bool:
         """Whether this step can run fused: float32 on the CPU, a float32 or bfloat16 cache,
         no dense decode copy."""
@@ -239,7 +238,7 @@ class FusedCpuDecode:
         embeddings: torch.Tensor,
         rotary: tuple[torch.Tensor, torch.Tensor],
         context: AttentionContext,
-        kv_cache: PagedKVCache,
+        kv_cache: PagedCache,
     ) -> torch.Tensor:
         """Hidden states after every layer (before the final norm), ``[N, hidden]``, for the
         step's ``N`` tokens; stores their keys and values in ``kv_cache``. Call only where
@@ -274,7 +273,7 @@ class FusedCpuDecode:
         )
         return x
 
-    def _layers(self, kv_cache: PagedKVCache) -> ctypes.Array[_LayerWeights]:
+    def _layers(self, kv_cache: PagedCache) -> ctypes.Array[_LayerWeights]:
         """The per-layer pointer table for ``kv_cache`` (built once per cache)."""
         key = (kv_cache.keys.data_ptr(), kv_cache.values.data_ptr(), *kv_cache.keys.shape)
         table = self._layers_for.get(key)

@@ -9,12 +9,7 @@ import pytest
 import torch
 
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache
-from cadenza.engine.models.llama import (
-    LlamaBackbone,
-    LlamaBackboneConfig,
-    enable_fused_cpu_decode,
-    fuse_llama_projections,
-)
+from cadenza.engine.models.llama import LlamaBackbone, LlamaBackboneConfig
 from cadenza.kernels import native_library
 from cadenza.kernels.attention_backends import attention_backend_for
 from cadenza.kernels.attention_context import AttentionContext, PrefillSpan
@@ -50,7 +45,7 @@ def backbone(
                 param.uniform_(0.5, 1.5)
             else:
                 param.normal_(0.0, 0.2)
-    fuse_llama_projections(model)
+    model.fuse_projections()
     return model.eval()
 
 
@@ -315,7 +310,7 @@ def test_widths_the_kernel_does_not_take_are_refused():
 def test_packed_linears_are_read_through_their_float32_weights():
     model = backbone()
     pack_linears(model, torch.bfloat16 if bf16_packing_available() else torch.float32)
-    assert enable_fused_cpu_decode(model, torch.bfloat16) == 1
+    assert model.enable_fused_cpu_decode(torch.bfloat16)
     assert model.fused_decode is not None
 
 
@@ -348,7 +343,7 @@ def test_without_a_compiler_the_backbone_stays_on_torch(monkeypatch):
     native_library.load.cache_clear()
     try:
         model = backbone()
-        assert enable_fused_cpu_decode(model, torch.float32) == 0
+        assert not model.enable_fused_cpu_decode(torch.float32)
         assert model.fused_decode is None
         embeddings, positions, context, cache = decode_step(model, [3, 4])
         with torch.inference_mode():

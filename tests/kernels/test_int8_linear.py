@@ -61,8 +61,8 @@ def test_a_model_with_int8_weights_stays_close_to_fp32():
         recorded = []
         forward = engine.runner.forward
 
-        def wrapped(batch, forward=forward, recorded=recorded):
-            step_logits, hidden, sampling = forward(batch)
+        def wrapped(batch, masks=None, forward=forward, recorded=recorded):
+            step_logits, hidden, sampling = forward(batch, masks)
             recorded.append(step_logits.clone())
             return step_logits, hidden, sampling
 

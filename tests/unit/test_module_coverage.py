@@ -22,7 +22,20 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "cadenza/bench/snac_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/client/sdk.py": ("tests/integration/test_websocket.py", "the SDK is the client"),
     "cadenza/codecs/codec.py": ("tests/unit/codecs/test_encodec.py", "protocols only"),
-    "cadenza/codecs/registry.py": ("tests/unit/codecs/test_snac.py", "one function"),
+    "cadenza/engine/models/audio_declaration.py": (
+        "tests/unit/engine/test_llama_checkpoints.py",
+        "declarations are read as the Llama and Orpheus families load (and test_orpheus)",
+    ),
+    "cadenza/engine/models/csm_checkpoint.py": ("tests/unit/engine/test_csm.py", "CSM's loader"),
+    "cadenza/engine/models/family.py": ("tests/unit/engine/test_registry.py", "a record"),
+    "cadenza/engine/models/llama_checkpoint.py": (
+        "tests/unit/engine/test_llama_checkpoints.py",
+        "the Llama family's loader",
+    ),
+    "cadenza/kernels/fusable_decoder.py": (
+        "tests/kernels/test_fused_cpu_decode.py",
+        "protocols only",
+    ),
     "cadenza/edge/model_service.py": ("tests/integration/test_models.py", "needs engines"),
     "cadenza/edge/replica.py": ("tests/integration/test_availability.py", "needs engines"),
     "cadenza/edge/draining_server.py": ("tests/integration/test_drain.py", "signals a process"),
@@ -76,7 +89,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
         "checked token for token against transformers",
     ),
     "cadenza/engine/models/model.py": ("tests/unit/engine/test_model_runner.py", "a base"),
-    "cadenza/engine/models/registry.py": ("tests/unit/engine/test_llama_checkpoints.py", "-"),
     "cadenza/engine/models/serving_weights.py": (
         "tests/unit/engine/test_cadenza_tiny.py",
         "the served (fused, packed) model equals the reference one",

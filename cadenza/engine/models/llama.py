@@ -257,8 +257,9 @@ class LlamaDecoderLayer(nn.Module):
 
 class LlamaBackbone(nn.Module):
     """Decoder layers plus the final norm; embeddings in, hidden states out. With
-    :attr:`fused_decode` set (:func:`enable_fused_cpu_decode`), a CPU step runs every layer
-    for all its tokens in one native call."""
+    :attr:`fused_decode` set (:meth:`enable_fused_cpu_decode`), a CPU step runs every layer
+    for all its tokens in one native call. A
+    :class:`~cadenza.engine.models.model.ServingBackbone`."""
 
     def __init__(self, config: LlamaBackboneConfig) -> None:
         super().__init__()
@@ -288,6 +289,21 @@ class LlamaBackbone(nn.Module):
             return self.norm(fused(embeddings, rotary, context, kv_cache))
         return self.norm(self._layers(embeddings, rotary, context, kv_cache))
 
+    def fuse_projections(self) -> int:
+        """Fuse q/k/v and gate/up in every layer (fewer, larger GEMMs for serving); returns
+        how many modules were fused. Call after the weights are loaded."""
+        modules = [m for m in self.layers.modules() if isinstance(m, LlamaAttention | LlamaMLP)]
+        for module in modules:
+            module.fuse_projections()
+        return len(modules)
+
+    def enable_fused_cpu_decode(self, weight_dtype: torch.dtype) -> bool:
+        """Run CPU steps through :class:`~cadenza.kernels.fused_cpu_decode.FusedCpuDecode`
+        where the kernel can run this shape and builds on this machine, multiplying in
+        ``weight_dtype``; whether it will. Call after :meth:`fuse_projections`."""
+        self.fused_decode = FusedCpuDecode.build(self, weight_dtype)
+        return self.fused_decode is not None
+
     def _layers(
         self,
         x: torch.Tensor,
@@ -302,35 +318,3 @@ class LlamaBackbone(nn.Module):
         for layer in self.layers:
             x = layer(x, rotary, kv_cache, context, backend)
         return x
-
-
-def fuse_llama_projections(model: nn.Module) -> int:
-    """Fuse q/k/v and gate/up in every Llama layer under ``model`` (fewer, larger GEMMs for
-    serving); returns how many modules were fused. Call after the weights are loaded."""
-    fused = 0
-    for module in list(model.modules()):
-        if isinstance(module, LlamaAttention | LlamaMLP):
-            module.fuse_projections()
-            fused += 1
-    return fused
-
-
-def enable_fused_cpu_decode(model: nn.Module, weight_dtype: torch.dtype) -> int:
-    """Give every Llama backbone under ``model`` the fused CPU decode
-    (:class:`~cadenza.kernels.fused_cpu_decode.FusedCpuDecode`) where the kernel can run it and
-    builds on this machine, multiplying in ``weight_dtype``; returns how many got it. Call
-    after :func:`fuse_llama_projections`."""
-    enabled = 0
-    for module in model.modules():
-        if isinstance(module, LlamaBackbone):
-            module.fused_decode = FusedCpuDecode.build(module, weight_dtype)
-            enabled += module.fused_decode is not None
-    return enabled
-
-
-def fused_cpu_decode_of(model: nn.Module) -> FusedCpuDecode | None:
-    """The fused CPU decode of ``model``'s first Llama backbone (its main one), if enabled."""
-    for module in model.modules():
-        if isinstance(module, LlamaBackbone):
-            return module.fused_decode
-    return None

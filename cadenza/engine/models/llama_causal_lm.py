@@ -18,6 +18,7 @@ from cadenza.engine.layouts.token_layout import PlainLayout, TokenLayout
 from cadenza.engine.models.llama import LlamaBackbone, LlamaBackboneConfig
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.models.prompt_format import PromptFormat
+from cadenza.engine.models.restricted_heads import RestrictedHeads
 from cadenza.kernels.attention_context import AttentionContext
 
 
@@ -58,6 +59,35 @@ class LlamaForCausalLM(AudioTokenModel):
         self.lm_head = nn.Linear(config.hidden_size, vocab_size, bias=False)
         if tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
+        self.output_heads: RestrictedHeads | None = None
+
+    def restrict_outputs(self) -> bool:
+        """Split the head by the layout's masks when each leaves at most half the vocabulary
+        (Orpheus: 4,097 of 156,940 ids per token): a step then computes only the logits its
+        rows may emit (:attr:`restricted_outputs`). Call once the weights are loaded; whether
+        it did."""
+        masks = self.layout.sampling_masks()
+        if masks is None or 2 * int(masks.sum(dim=(1, 2)).max()) > self.vocab_size:
+            return False
+        self.output_heads = RestrictedHeads(self.lm_head.weight, masks)
+        return True
+
+    @property
+    def restricted_outputs(self) -> RestrictedHeads | None:
+        return self.output_heads
+
+    def hidden_states(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        context: AttentionContext,
+        kv_cache: PagedKVCache,
+        logits_indices: torch.Tensor,
+    ) -> torch.Tensor:
+        """The final hidden states ``[S, H]`` at ``logits_indices`` (for the restricted heads)."""
+        hidden = self.model(self.embed_tokens(input_ids[:, 0]), positions, context, kv_cache)
+        selected: torch.Tensor = hidden[logits_indices]
+        return selected
 
     def forward(
         self,

@@ -1,10 +1,12 @@
-"""The base class every model family implements for the engine, and the protocol of a
-two-level model's depth decoder."""
+"""The base class every model family implements for the engine, and the capabilities the
+engine asks of it (never the family itself): a two-level model's depth decoder, backbones the
+fused native CPU step can run, and output heads restricted to the ids a row position may emit.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -12,6 +14,7 @@ from torch import nn
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.kv.paged_kv_cache import KVSpec, PagedKVCache
 from cadenza.engine.layouts.token_layout import TokenLayout
+from cadenza.engine.models.restricted_heads import RestrictedHeads
 from cadenza.kernels.attention_context import AttentionContext
 
 
@@ -38,6 +41,33 @@ class DepthDecoding(Protocol):
     def begin(self, hidden: torch.Tensor, first_ids: torch.Tensor) -> DepthLoop:
         """Start the frame of each stream from the backbone's hidden state ``[S, H]`` at its
         last position and the first codebook's sampled ids ``[S]``."""
+        ...
+
+
+class FusedDecodeStep(Protocol):
+    """A backbone's decode step in one native call (what the runner and builder ask of it)."""
+
+    weight_dtype: torch.dtype
+
+    def supports_cache(self, kv_cache: PagedKVCache) -> bool:
+        """Whether the step reads ``kv_cache``'s pages in place (its dtype and device)."""
+        ...
+
+
+@runtime_checkable
+class ServingBackbone(Protocol):
+    """A backbone that rearranges its weights for serving: projections fused into larger
+    products, and on the CPU the fused native decode step where the kernel runs its shape."""
+
+    fused_decode: FusedDecodeStep | None
+
+    def fuse_projections(self) -> int:
+        """Fuse q/k/v and gate/up in every layer; returns how many modules were fused."""
+        ...
+
+    def enable_fused_cpu_decode(self, weight_dtype: torch.dtype) -> bool:
+        """Give the backbone the fused CPU step multiplying in ``weight_dtype``, where the
+        kernel can run it and builds here; whether it got it."""
         ...
 
 
@@ -84,6 +114,21 @@ class AudioTokenModel(nn.Module, ABC):
         """The depth decoder of a two-level model (``None``: one level)."""
         return None
 
+    def serving_backbones(self) -> list[ServingBackbone]:
+        """The model's backbones, its main (paged) one first."""
+        return [m for m in self.modules() if m is not self and isinstance(m, ServingBackbone)]
+
+    @property
+    def fused_decode(self) -> FusedDecodeStep | None:
+        """The fused CPU decode step of the main backbone, if it has one."""
+        backbones = self.serving_backbones()
+        return backbones[0].fused_decode if backbones else None
+
+    @property
+    def restricted_outputs(self) -> RestrictedHeads | None:
+        """Heads that compute only the logits a row position may emit (``None``: every id)."""
+        return None
+
     def hidden_states(
         self,
         input_ids: torch.Tensor,
@@ -92,8 +137,9 @@ class AudioTokenModel(nn.Module, ABC):
         kv_cache: PagedKVCache,
         logits_indices: torch.Tensor,
     ) -> torch.Tensor:
-        """A two-level model's final hidden states ``[S, H]`` at ``logits_indices``."""
-        raise TypeError(f"{type(self).__name__} is not a two-level model")
+        """The final hidden states ``[S, H]`` at ``logits_indices``: what a two-level model's
+        depth decoder and restricted heads (:attr:`restricted_outputs`) start from."""
+        raise TypeError(f"{type(self).__name__} gives no hidden states")
 
     def first_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """A two-level model's first-codebook logits ``[S, 1, V]`` from :meth:`hidden_states`."""

@@ -9,6 +9,10 @@ SNAC 24 kHz codes, recognised from its own files.
   L2[4i+3]``. ``end_of_speech`` (128258) ends the answer at a frame boundary.
 * Sampling defaults: the checkpoint's ``generation_config.json`` where it sets them, else the
   values of Canopy's own package (temperature 0.6, top-p 0.8, repetition penalty 1.3).
+* Recognised from its tokenizer (the first audio token's name at its id), or declared by a
+  ``cadenza.json`` of ``{"preset": "orpheus", ...}`` whose other fields override these.
+* Output ids: a token may only be its frame position's code (or the end of speech at a frame's
+  start): the head computes 4,097 of the 156,940 logits per token.
 """
 
 from __future__ import annotations
@@ -16,6 +20,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+
+import torch
+
+from cadenza.engine.models.audio_declaration import declared, validated
+from cadenza.engine.models.checkpoint import llama_backbone_config
+from cadenza.engine.models.family import ConfigJson, ModelFamily
+from cadenza.engine.models.llama import LlamaBackboneConfig
+from cadenza.engine.models.llama_causal_lm import LlamaForCausalLM
+from cadenza.engine.models.llama_checkpoint import is_llama_config, load_llama_checkpoint
 
 START_OF_HUMAN = 128259
 END_OF_TEXT = 128009
@@ -54,7 +67,7 @@ def is_orpheus_checkpoint(directory: Path, config: dict[str, Any]) -> bool:
 
 def orpheus_audio_config(directory: Path) -> dict[str, Any]:
     """The ``cadenza.json`` an Orpheus checkpoint would have: what
-    :class:`~cadenza.engine.models.checkpoint.AudioLayoutConfig` validates."""
+    :class:`~cadenza.engine.models.audio_declaration.AudioLayoutConfig` validates."""
     return {
         "family": "orpheus",
         "layout": "flat",
@@ -83,3 +96,35 @@ def _generation_config_sampling(directory: Path) -> dict[str, float]:
         return {}
     keys = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
     return {k: config[k] for k in keys if isinstance(config.get(k), (int, float))}
+
+
+def is_orpheus(directory: Path, config: ConfigJson) -> bool:
+    """A Llama checkpoint that declares the preset, or has Orpheus's own files."""
+    if not is_llama_config(directory, config):
+        return False
+    declaration = declared(directory)
+    if declaration is not None:
+        return declaration.get("preset") == "orpheus"
+    return is_orpheus_checkpoint(directory, config)
+
+
+def load_orpheus(
+    directory: Path, config: ConfigJson, device: torch.device, dtype: torch.dtype
+) -> LlamaForCausalLM:
+    overrides = {k: v for k, v in (declared(directory) or {}).items() if k != "preset"}
+    audio = validated(directory, {**orpheus_audio_config(directory), **overrides})
+    return load_llama_checkpoint(directory, config, device, dtype, audio)
+
+
+def paged_backbone(directory: Path, config: ConfigJson) -> LlamaBackboneConfig:
+    return llama_backbone_config(config, directory)
+
+
+FAMILY = ModelFamily(
+    name="orpheus",
+    summary="canopylabs/orpheus-3b-0.1-ft and fine-tunes: Llama 3 speaking SNAC 24 kHz codes",
+    recognises=is_orpheus,
+    load=load_orpheus,
+    paged_backbone=paged_backbone,
+    restricted_outputs=True,
+)

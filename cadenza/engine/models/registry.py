@@ -1,19 +1,36 @@
-"""Model names and how to build them: built-in names need no files; directories (or hub ids
-found in the local hub cache) are checkpoints (:mod:`~cadenza.engine.models.checkpoint`).
-Every model leaves here ready to serve (:mod:`~cadenza.engine.models.serving_weights`)."""
+"""Model names and how to build them: the table of families
+(:class:`~cadenza.engine.models.family.ModelFamily`) and the built-in models that need no
+files. A directory (or a hub id found in the local hub cache) is loaded by the first family in
+:data:`FAMILIES` that recognises it. Every model leaves here ready to serve
+(:mod:`~cadenza.engine.models.serving_weights`).
+
+Adding a family is its module (how it is recognised, loaded and shaped; its capabilities) and
+one line in :data:`FAMILIES` (docs/architecture.md, "Model families", shows such a diff).
+"""
 
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import torch
 
+from cadenza.engine.models import csm_checkpoint, llama_checkpoint, orpheus
 from cadenza.engine.models.cadenza_tiny import MODEL_NAME as CADENZA_TINY
-from cadenza.engine.models.cadenza_tiny import CadenzaTinyModel
-from cadenza.engine.models.checkpoint import load_checkpoint
+from cadenza.engine.models.cadenza_tiny import CadenzaTinyModel, CadenzaTinySpec
+from cadenza.engine.models.checkpoint import CheckpointError, read_json
+from cadenza.engine.models.family import ModelFamily
+from cadenza.engine.models.llama import LlamaBackboneConfig
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.models.serving_weights import prepare_for_serving
 from cadenza.hub_cache import resolve_checkpoint
+
+FAMILIES: tuple[ModelFamily, ...] = (
+    csm_checkpoint.FAMILY,
+    orpheus.FAMILY,  # before llama: an Orpheus checkpoint is a Llama one too
+    llama_checkpoint.FAMILY,
+)
+"""Asked in order; the first that recognises a checkpoint loads it."""
 
 
 class UnknownModelError(ValueError):
@@ -21,6 +38,25 @@ class UnknownModelError(ValueError):
 
 
 BUILT_IN_MODELS = (CADENZA_TINY,)
+
+
+def family_of(directory: Path) -> ModelFamily:
+    """The family that recognises the checkpoint in ``directory``; :class:`CheckpointError`
+    naming the supported ones when none does."""
+    config = read_json(directory / "config.json")
+    for family in FAMILIES:
+        if family.recognises(directory, config):
+            return family
+    names = ", ".join(family.name for family in FAMILIES)
+    raise CheckpointError(
+        f"{directory}: model_type {config.get('model_type')!r} is not supported (families: {names})"
+    )
+
+
+def load_checkpoint(directory: Path, device: torch.device, dtype: torch.dtype) -> AudioTokenModel:
+    """The checkpoint in ``directory``, loaded by its family (not yet prepared for serving)."""
+    config = read_json(directory / "config.json")
+    return family_of(directory).load(directory, config, device, dtype)
 
 
 def load_model(
@@ -38,7 +74,7 @@ def load_model(
     in the local hub cache), ready to serve.
 
     Raises :class:`UnknownModelError`, ``NotInHubCache`` for a hub id whose files are not
-    cached, or ``CheckpointError`` for a directory it cannot load.
+    cached, or :class:`CheckpointError` for a directory it cannot load.
     """
     model: AudioTokenModel
     if name_or_path == CADENZA_TINY:
@@ -58,6 +94,18 @@ def load_model(
         fused_cpu_decode=fused_cpu_decode,
     )
     return model
+
+
+def paged_backbone_config(name_or_path: str) -> LlamaBackboneConfig:
+    """The shape of the backbone whose KV is paged, without reading weights (``cadenza
+    plan``): a built-in model's, or a checkpoint's from its ``config.json`` by its family."""
+    if name_or_path == CADENZA_TINY:
+        return CadenzaTinySpec().backbone
+    directory = resolve_checkpoint(name_or_path, ("config.json",))
+    if directory is None:
+        raise UnknownModelError(f"unknown model {name_or_path!r}: no config.json found")
+    config = read_json(directory / "config.json")
+    return family_of(directory).paged_backbone(directory, config)
 
 
 def checkpoint_identity(name_or_path: str) -> str:

@@ -12,7 +12,6 @@ from cadenza.engine.builder import build_engine, build_serving_engine
 from cadenza.engine.device import kv_dtype_name, resolve_dtype, resolve_kv_dtype
 from cadenza.engine.engine import Engine
 from cadenza.engine.identity import prompt_overhead_tokens
-from cadenza.engine.models.llama import fused_cpu_decode_of
 from cadenza.engine.naive_engine import NaiveEngine
 from tests.unit.engine.llama_checkpoints import save_tiny_llama
 
@@ -22,7 +21,7 @@ def test_keyword_overrides_and_dtypes() -> None:
         "cadenza-tiny", page_size=8, max_num_seqs=3, kv_cache_memory_bytes=4 << 20
     )
     assert (engine.config.page_size, engine.scheduler.max_num_seqs) == (8, 3)
-    fused = fused_cpu_decode_of(engine.model)
+    fused = engine.model.fused_decode
     bf16_steps = fused is not None and fused.weight_dtype == torch.bfloat16
     assert engine.kv_cache.nbytes <= 4 << 20
     assert engine.kv_cache.dtype == (torch.bfloat16 if bf16_steps else torch.float32)
@@ -104,6 +103,6 @@ def test_cpu_precisions_follow_the_settings_and_key_the_prefix_cache() -> None:
     # KV computed in another precision is other KV: the prefix cache keeps them apart.
     assert engines["float32"].identity_keys != engines["bfloat16"].identity_keys
     # With bf16 products on the fused step, the cache is bf16 too (half the bytes read).
-    fused = fused_cpu_decode_of(engines["bfloat16"].model) is not None
+    fused = engines["bfloat16"].model.fused_decode is not None
     bf16_cache = engines["bfloat16"].runner.kv_cache.dtype
     assert bf16_cache == (torch.bfloat16 if fused else torch.float32)

@@ -293,7 +293,7 @@ def test_a_resume_point_with_ids_the_model_cannot_emit_is_refused(checkpoint) ->
 
 
 def test_plan_reads_the_paged_backbone_of_a_csm_checkpoint(checkpoint) -> None:
-    from cadenza.engine.models.checkpoint import read_llama_backbone_config
+    from cadenza.engine.models.registry import paged_backbone_config
 
-    shape = read_llama_backbone_config(checkpoint[0])
+    shape = paged_backbone_config(str(checkpoint[0]))
     assert (shape.num_layers, shape.num_kv_heads, shape.head_dim) == (2, 2, 16)

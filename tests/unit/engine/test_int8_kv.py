@@ -20,8 +20,8 @@ def _record_logits(engine: Engine) -> list[torch.Tensor]:
     recorded: list[torch.Tensor] = []
     forward = engine.runner.forward
 
-    def wrapped(batch):
-        logits, hidden, sampling = forward(batch)
+    def wrapped(batch, masks=None):
+        logits, hidden, sampling = forward(batch, masks)
         recorded.append(logits.detach().clone())
         return logits, hidden, sampling
 

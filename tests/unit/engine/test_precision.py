@@ -4,9 +4,9 @@ CPU multiplies bf16 natively, and every lowering is listed and said."""
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from cadenza.contract.precision import Precision
+from cadenza.engine.models.cadenza_tiny import CadenzaTinyModel
 from cadenza.engine.precision import precision_of, products_dtype, products_in
 from cadenza.kernels.cpu_linear import PackedLinear, bf16_packing_available, native_bf16_matmul
 
@@ -21,12 +21,12 @@ def test_a_named_dtype_keeps_auto_products_in_float32() -> None:
 
 
 def test_precision_lists_what_auto_lowered() -> None:
-    model = nn.Sequential(nn.Linear(64, 64, bias=False))
+    model = CadenzaTinyModel.from_seed(0)
     plain = precision_of(model, torch.float32, None, named=False)
     assert plain == Precision("float32", "float32", "fp32", "none", "auto", ())
     assert products_in(model) == torch.float32
     if bf16_packing_available():
-        model[0] = PackedLinear(model[0].weight, torch.bfloat16)
+        model.heads = PackedLinear(model.heads.weight, torch.bfloat16)
         lowered = precision_of(model, torch.bfloat16, torch.bfloat16, named=False)
         assert lowered.products == "bfloat16" and lowered.logits == "float32"
         assert lowered.lowered == ("bfloat16 products", "bf16 KV cache", "bfloat16 codec")
@@ -35,7 +35,7 @@ def test_precision_lists_what_auto_lowered() -> None:
 
 
 def test_int8_weights_are_named_as_such() -> None:
-    model = nn.Linear(8, 8, bias=False)
+    model = CadenzaTinyModel.from_seed(0)
     assert precision_of(model, torch.float32, None, named=False, int8_weights=True).weights == (
         "int8"
     )
