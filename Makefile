@@ -34,6 +34,7 @@ lint: install
 	$(VENV)/bin/ruff check cadenza tests benchmarks
 	$(VENV)/bin/ruff format --check cadenza tests benchmarks
 	$(VENV)/bin/mypy cadenza
+	$(VENV)/bin/mypy benchmarks
 	$(VENV)/bin/lint-imports
 
 # On a CUDA machine: compile and check every Triton kernel, measure decode-attention bandwidth

@@ -97,7 +97,7 @@ class Server:
         raise RuntimeError(f"server not ready: see {log}")
 
     def capacity(self) -> dict[str, Any]:
-        return httpx.get(f"{self.url}/v1/capacity", timeout=5).json()  # type: ignore[no-any-return]
+        return httpx.get(f"{self.url}/v1/capacity", timeout=5).json()
 
     def stop(self) -> None:
         self.process.terminate()

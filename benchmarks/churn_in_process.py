@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from cadenza.config import EngineConfig
+from cadenza.contract.engine_stats import StepRecord
 from cadenza.contract.request import SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
@@ -86,7 +87,7 @@ def run(streams: int, seconds: float, listeners: bool = False) -> None:
     engine.telemetry.take_report()
     begin = time.monotonic()
     cpu_begin = time.process_time()
-    records = []
+    records: list[StepRecord] = []
     steps = 0
     while time.monotonic() - begin < seconds:
         while replays and replays[0] <= time.monotonic():

@@ -38,7 +38,7 @@ def child(streams: int, warm: bool) -> None:
         "cadenza-tiny", engine_config=EngineConfig(kv_cache_memory_bytes=1024 << 20)
     )
     real_warm_up = calibration_module.warm_up
-    calibration_module.warm_up = lambda engine, calibration: []  # type: ignore[assignment]
+    calibration_module.warm_up = lambda engine, calibration: []
     calibration = calibration_module.load_or_calibrate(engine)
     assert calibration is not None
     started = time.perf_counter()

@@ -11,6 +11,7 @@ step). Shapes are cadenza-tiny's: 4 query and 2 KV heads of width 64, 16-token p
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import time
@@ -19,10 +20,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from cadenza.kernels import torch_attention
 from cadenza.kernels.attention_backends import TorchAttentionBackend
-from cadenza.kernels.attention_context import decode_key_slots, decode_keys
+from cadenza.kernels.attention_context import DecodeKeys, decode_key_slots, decode_keys
 from cadenza.kernels.dense_decode_kv import DenseDecodeKV, DenseDecodeStep
 
 HEADS, KV_HEADS, DIM, BLOCK = 4, 2, 64, 16
@@ -38,7 +40,9 @@ def _median_us(fn: Callable[[], Any], repeats: int = 50) -> float:
     return 1e6 * statistics.median(times)
 
 
-def _loop(q, k_cache, v_cache, tables, lens, scale):
+def _loop(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, tables: Tensor, lens: Tensor, scale: float
+) -> Tensor:
     outputs = []
     for row in range(q.shape[0]):
         n = int(lens[row])
@@ -52,7 +56,7 @@ def _loop(q, k_cache, v_cache, tables, lens, scale):
     return torch.stack(outputs)
 
 
-def _gqa_sdpa(q, keys, values, mask, scale):
+def _gqa_sdpa(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, scale: float) -> Tensor:
     """One query per sequence over ``keys, values [B, L, Hkv, D]`` through SDPA's GQA path."""
     return F.scaled_dot_product_attention(
         q[:, :, None],
@@ -64,7 +68,9 @@ def _gqa_sdpa(q, keys, values, mask, scale):
     )[:, :, 0]
 
 
-def _page_gather(q, k_cache, v_cache, tables, lens, scale):
+def _page_gather(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, tables: Tensor, lens: Tensor, scale: float
+) -> Tensor:
     batch = q.shape[0]
     pages = -(-int(lens.max()) // BLOCK)
     table = tables[:, :pages].long().clamp(min=0).reshape(-1)
@@ -74,7 +80,9 @@ def _page_gather(q, k_cache, v_cache, tables, lens, scale):
     return _gqa_sdpa(q, keys, values, mask, scale)
 
 
-def _flat_gather(q, k_cache, v_cache, tables, lens, scale):
+def _flat_gather(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, tables: Tensor, lens: Tensor, scale: float
+) -> Tensor:
     """Slot-major gather ``[B, L, Hkv, D]`` and SDPA's GQA path (the backend until 2026-12)."""
     slots, mask = decode_key_slots(tables, lens, BLOCK)
     batch, flat = q.shape[0], slots.reshape(-1)
@@ -83,7 +91,9 @@ def _flat_gather(q, k_cache, v_cache, tables, lens, scale):
     return _gqa_sdpa(q, keys, values, mask, scale)
 
 
-def _packed_einsum(q, k_cache, v_cache, tables, lens, scale):
+def _packed_einsum(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, tables: Tensor, lens: Tensor, scale: float
+) -> Tensor:
     slots, mask = decode_key_slots(tables, lens, BLOCK)
     batch, flat = q.shape[0], slots.reshape(-1)
     keys = k_cache.view(-1, KV_HEADS, DIM).index_select(0, flat).view(batch, -1, KV_HEADS, DIM)
@@ -108,7 +118,14 @@ def attention_variants() -> list[dict[str, Any]]:
         q = torch.randn(batch, HEADS, DIM, generator=generator)
         keys = decode_keys(tables, lens, BLOCK, KV_HEADS)
 
-        def tuned(q=q, k_cache=k_cache, v_cache=v_cache, tables=tables, lens=lens, keys=keys):
+        def tuned(
+            q: Tensor = q,
+            k_cache: Tensor = k_cache,
+            v_cache: Tensor = v_cache,
+            tables: Tensor = tables,
+            lens: Tensor = lens,
+            keys: DecodeKeys = keys,
+        ) -> Tensor:
             return torch_attention.torch_paged_decode_attention(
                 q, k_cache, v_cache, tables, lens, 0.125, keys=keys
             )
@@ -124,12 +141,11 @@ def attention_variants() -> list[dict[str, Any]]:
         ):
             out = fn(*inputs)
             assert float((out - reference).abs().max()) < 1e-4, name
-            row[f"{name}_us"] = round(_median_us(lambda fn=fn, inputs=inputs: fn(*inputs)), 1)
+            row[f"{name}_us"] = round(_median_us(functools.partial(fn, *inputs)), 1)
         row["head_gather_sdpa_us"] = round(_median_us(tuned), 1)
         step = _dense_step(q, k_cache, v_cache, tables, lens)
         row["dense_copy_sdpa_us"] = round(
-            _median_us(lambda step=step, q=q, k=k_cache, v=v_cache: step.attend(0, q, k, v, 0.125)),
-            1,
+            _median_us(functools.partial(step.attend, 0, q, k_cache, v_cache, 0.125)), 1
         )
         out = step.attend(0, q, k_cache, v_cache, 0.125)
         assert float((out - reference).abs().max()) < 1e-4, "dense"
@@ -137,7 +153,9 @@ def attention_variants() -> list[dict[str, Any]]:
     return rows
 
 
-def _dense_step(q, k_cache, v_cache, tables, lens) -> DenseDecodeStep:
+def _dense_step(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, tables: Tensor, lens: Tensor
+) -> DenseDecodeStep:
     """A dense decode copy in steady state: a first step copies every sequence's history but
     its newest position in, so the returned step appends one token per sequence (what a live
     decode step does)."""
@@ -156,7 +174,18 @@ def _dense_step(q, k_cache, v_cache, tables, lens) -> DenseDecodeStep:
 class _LoopBackend(TorchAttentionBackend):
     name = "loop"
 
-    def decode(self, q, k_cache, v_cache, page_tables, seq_lens, scale, *scales, keys=None):
+    def decode(
+        self,
+        q: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        page_tables: Tensor,
+        seq_lens: Tensor,
+        scale: float,
+        k_scale: Tensor | None = None,
+        v_scale: Tensor | None = None,
+        keys: DecodeKeys | None = None,
+    ) -> Tensor:
         """The per-sequence loop (a float cache: no scales; no precomputed keys)."""
         return _loop(q, k_cache, v_cache, page_tables, seq_lens, scale)
 
@@ -169,7 +198,8 @@ def engine_step(streams: int = 16, steps: int = 60) -> dict[str, Any]:
     result: dict[str, Any] = {"streams": streams}
     for name, backend in (("loop", _LoopBackend()), ("tuned", TorchAttentionBackend())):
         engine = Engine.from_pretrained("cadenza-tiny", kv_cache_memory_bytes=256 << 20)
-        engine.model.backbone._backends["cpu"] = backend
+        backbone: Any = engine.model.backbone
+        backbone._backends["cpu"] = backend
         for index in range(streams):
             engine.add_request(
                 SynthesisRequest(f"s{index}", "x" * 200, sampling=SamplingParams(seed=index))

@@ -1,5 +1,5 @@
 """The cadenza-tiny engine step on two torch threads and on one, side by side in one process:
-how much of a step the second core carries (docs/benchmarks.md, "Replicas on their own cores").
+how much of a step the second core carries (docs/journal/2026-12-02-replicas-on-their-own-cores.md).
 
     .venv/bin/python benchmarks/cpu_threads_ab.py --streams 2,16 --rounds 3
 

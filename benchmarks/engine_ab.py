@@ -89,7 +89,7 @@ def build_tiny(package: str, batch: int, seconds: float) -> tuple[Any, Any]:
     return model, add
 
 
-def run_tiny(engine: Any, add: Any, batch: int) -> tuple[float, list]:
+def run_tiny(engine: Any, add: Any, batch: int) -> tuple[float, list[Any]]:
     seqs = [add(i) for i in range(batch)]
     steps = []
     while engine.has_unfinished_requests():
@@ -101,7 +101,9 @@ def run_tiny(engine: Any, add: Any, batch: int) -> tuple[float, list]:
     return statistics.mean(steps[2:]), [seq.token_rows for seq in seqs]
 
 
-def run_once(engine: Any, greedy: Any, prompts: list[list[int]], new: int) -> tuple[float, list]:
+def run_once(
+    engine: Any, greedy: Any, prompts: list[list[int]], new: int
+) -> tuple[float, list[Any]]:
     seqs = [
         engine.add_tokens(f"ab-{i}-{time.monotonic_ns()}", [[t] for t in p], new, greedy)
         for i, p in enumerate(prompts)
@@ -143,7 +145,7 @@ def main() -> None:
             }
         prompts = torch.randint(0, 8192, (args.batch, args.prompt)).tolist()
         times: dict[str, list[float]] = {name: [] for name in sides}
-        rows: dict[str, list] = {}
+        rows: dict[str, list[Any]] = {}
         for _ in range(args.rounds):
             for name, (engine, extra) in sides.items():
                 if args.tiny:

@@ -61,7 +61,7 @@ def run(streams: int, library: ctypes.CDLL) -> dict[str, list[tuple[int, float]]
     turn = [0]
 
     class Alternating:
-        applies = this.applies
+        applies = builds["this"].applies
 
         def __call__(self, embeddings: Any, rotary: Any, context: Any, kv_cache: Any) -> Any:
             name = "this" if turn[0] % 2 == 0 else "base"

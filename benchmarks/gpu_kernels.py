@@ -105,8 +105,8 @@ def _checks(device: Any) -> list[dict[str, Any]]:
                     v, vs = quantize_per_token(v)
                 q = torch.randn(batch, hq, dim, device=device, generator=generator).to(dtype)
                 out = triton_paged_decode_attention(q, k, v, tables, seq_lens, dim**-0.5, ks, vs)
-                kf = dequantize(k, ks, torch.float32) if int8 else k.float()
-                vf = dequantize(v, vs, torch.float32) if int8 else v.float()
+                kf = dequantize(k, ks, torch.float32) if ks is not None else k.float()
+                vf = dequantize(v, vs, torch.float32) if vs is not None else v.float()
                 expected = torch_attention.torch_paged_decode_attention(
                     q.float(), kf, vf, tables, seq_lens, dim**-0.5
                 )
@@ -149,7 +149,8 @@ def _time_ms(fn: Any, repeats: int = 50) -> float:
     torch.cuda.synchronize()
     times = []
     for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         start.record()
         fn()
         end.record()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import math
 import statistics
 import sys
@@ -33,7 +34,7 @@ import types
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -70,12 +71,13 @@ def _int8_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> Callable[..
 
 
 def heads(engine: Engine, rounds: int) -> None:
-    weight = engine.model.heads.weight.detach().float()
+    heads_layer: Any = engine.model.heads
+    weight = heads_layer.weight.detach().float()
     native = PackedLinear(weight, torch.bfloat16)
     assert native.pairs is not None, "no native bf16 product on this machine"
     int8 = _int8_linear(weight, None)
     captured: list[torch.Tensor] = []
-    hook = engine.model.heads.register_forward_hook(
+    hook = heads_layer.register_forward_hook(
         lambda _m, args, _out: captured.append(args[0].detach().float().clone())
     )
     engine.synthesize("Heads see what the engine feeds them.", max_duration_s=3.0)
@@ -88,12 +90,12 @@ def heads(engine: Engine, rounds: int) -> None:
         x = hidden[:rows].contiguous()
         samples: dict[str, list[float]] = {"bf16": [], "int8": []}
         for _ in range(rounds):
-            samples["bf16"].append(_median_ms(lambda x=x: native(x), 200))
-            samples["int8"].append(_median_ms(lambda x=x: int8(x), 200))
+            samples["bf16"].append(_median_ms(functools.partial(native, x), 200))
+            samples["int8"].append(_median_ms(functools.partial(int8, x), 200))
         bf16, w8 = (statistics.median(samples[k]) for k in ("bf16", "int8"))
         print(f"| {rows} | {bf16:.4f} | {w8:.4f} | {bf16 / w8:.2f}x |")
     reference = hidden @ weight.T
-    codebooks = engine.model.spec.num_codebooks
+    codebooks: int = cast(Any, engine.model).spec.num_codebooks
     print(f"\naccuracy on {hidden.shape[0]} hidden states the engine fed its heads:")
     print("| setting | top-1 agreement with fp32 | logits cosine mean / worst |")
     print("| --- | --- | --- |")
@@ -119,7 +121,7 @@ def _int8_codec(
             float_lstm = copy.deepcopy(stage.lstm).float()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                quantized = torch.ao.quantization.quantize_dynamic(
+                quantized = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]
                     nn.Sequential(float_lstm), {nn.LSTM}, dtype=torch.qint8
                 )[0]
             stage.native, stage.lstm = None, quantized
@@ -249,7 +251,7 @@ def convs(rounds: int) -> None:
 
         samples: dict[str, list[float]] = {"bf16": [], "int8": []}
         for _ in range(rounds):
-            samples["bf16"].append(_median_ms(lambda conv=conv, x16=x16: conv(x16), 10))
+            samples["bf16"].append(_median_ms(functools.partial(conv, x16), 10))
             samples["int8"].append(_median_ms(int8, 10))
         bf16, w8 = (statistics.median(samples[k]) for k in ("bf16", "int8"))
         shape = f"{batch}, {c_in}, {c_out}, {steps}, {kernel}"

@@ -54,7 +54,7 @@ def build_checkpoint(directory: Path, shape: str, device: str, dtype: torch.dtyp
     config = orpheus_config(max_positions=131072, rope_original=8192, **SHAPES[shape])
     torch.manual_seed(0)
     with torch.device(device):
-        model = LlamaForCausalLM(config).to(dtype)
+        model = LlamaForCausalLM(config).to(dtype)  # type: ignore[arg-type]
     model.save_pretrained(directory)
     del model
     save_tokenizer(directory)
@@ -144,11 +144,12 @@ def run_peer_level(
         reference_prompt,
     )
 
-    model = LlamaForCausalLM.from_pretrained(directory, dtype=engine.model.dtype).eval()
+    model = LlamaForCausalLM.from_pretrained(directory, dtype=engine.model.dtype).eval()  # type: ignore[no-untyped-call]
     model.to(engine.model.device)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(directory)
     codec = engine.intake.codec
     assert codec is not None
+    decode = codec.decode
     hop = 2048
     listener = _Listener(engine.sample_rate, reserve_s)
     sampling = engine.model.default_sampling
@@ -169,7 +170,7 @@ def run_peer_level(
             count = len(self.tokens)
             if count >= 28 and count % 7 == 0:
                 codes = reference_frames(self.tokens[-28:]).to(engine.model.device)
-                audio = codec.decode(codes)[0, hop : 2 * hop]
+                audio = decode(codes)[0, hop : 2 * hop]
                 listener.heard_audio(self.request_id, audio.numel(), time.perf_counter())
 
         def end(self) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from cadenza.bench.engine_throughput import reference_llama
-from cadenza.engine import model_runner
+from cadenza.engine import model_runner, sampler
 from cadenza.engine.engine import Engine
 
 NEW_TOKENS = 32
@@ -32,13 +32,13 @@ PROMPT_TOKENS = 24
 def _engine_logits(engine: Engine, prompts: list[list[int]]) -> tuple[list[list[int]], list[Any]]:
     """Greedy tokens of every prompt, one at a time, and the logits each step sampled from."""
     captured: list[torch.Tensor] = []
-    original = model_runner.sample_rows
+    original = sampler.sample_rows
 
     def recording(logits: torch.Tensor, *args: Any, **kwargs: Any) -> list[list[int]]:
         captured.append(logits[:, 0].float().clone())
         return original(logits, *args, **kwargs)
 
-    model_runner.sample_rows = recording  # type: ignore[assignment]
+    model_runner.sample_rows = recording  # type: ignore[attr-defined]
     tokens, logits = [], []
     try:
         for prompt in prompts:
@@ -46,7 +46,7 @@ def _engine_logits(engine: Engine, prompts: list[list[int]]) -> tuple[list[list[
             tokens.append(engine.generate_ids([prompt], NEW_TOKENS)[0])
             logits.append(torch.cat(captured))
     finally:
-        model_runner.sample_rows = original  # type: ignore[assignment]
+        model_runner.sample_rows = original  # type: ignore[attr-defined]
     return tokens, logits
 
 

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchmarks.orpheus_streams import build_checkpoint
+from orpheus_streams import build_checkpoint
+
 from cadenza.contract.request import SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
@@ -81,9 +82,10 @@ def greedy_tokens_agree(engine: Engine) -> bool:
                 SynthesisRequest(f"{name}{i}", f"Hello number {i}.", "tara", 1.0, greedy)
             )
         rows = {f"{name}{i}": engine.sequence(f"{name}{i}") for i in range(3)}
+        assert all(seq is not None for seq in rows.values())
         while engine.has_unfinished_requests():
             engine.step()
-        tokens[name] = [[row[0] for row in seq.output_rows] for seq in rows.values()]
+        tokens[name] = [[row[0] for row in seq.output_rows] for seq in rows.values() if seq]
     _set_head(engine, restricted)
     return tokens["restricted"] == tokens["full"]
 

@@ -62,7 +62,7 @@ def main() -> None:
         medians: dict[str, list[float]] = {name: [] for name in ways}
         for _ in range(args.rounds):
             for name, way in ways.items():
-                sampler._exclude = way
+                sampler._exclude = way  # type: ignore[assignment]
                 times = []
                 for _ in range(210):
                     started = time.perf_counter()
@@ -71,7 +71,7 @@ def main() -> None:
                 medians[name].append(statistics.median(times[10:]))
         before, after = (1e6 * statistics.median(medians[name]) for name in ways)
         print(f"| {count} | {before:.0f} | {after:.0f} | {before / after:.2f} |")
-    sampler._exclude = ways["banned ids"]
+    sampler._exclude = ways["banned ids"]  # type: ignore[assignment]
 
 
 if __name__ == "__main__":

@@ -276,7 +276,8 @@ def _serve(config: CadenzaConfig, _: argparse.Namespace) -> int:
         timeout_graceful_shutdown=5,
         ws_max_size=config.server.ws_max_message_bytes,
         # Audio does not compress: per-message deflate of PCM and Opus frames cost a third of
-        # the edge's CPU under load (docs/benchmarks.md) for a few percent fewer bytes.
+        # the edge's CPU under load for a few percent fewer bytes
+        # (docs/journal/2026-12-02-engine-edge-and-admission-on-two-cores.md).
         ws_per_message_deflate=False,
         http=timed_h11_protocol(
             config.server.request_head_timeout_s, config.server.send_buffer_bytes

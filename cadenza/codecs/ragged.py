@@ -4,9 +4,9 @@
 The decoders keep these tensors *time-major*: ``[B, C, T]`` views of ``[B, T, C]`` storage (the
 channels-last layout of a 1-row image). A CPU's oneDNN convolves that layout 1.3-20x faster than
 channel-major storage (the high-rate, few-channel convs of a codec decoder most; measured in
-docs/benchmarks.md), and elementwise ops keep it. ``torch.cat`` and ``gather`` do not, so the
-helpers here, and :class:`Conv`, return time-major tensors. Any layout gives the same values:
-layout is only speed.
+docs/journal/2026-12-01-sampling-by-threshold-codecs-time-major.md), and elementwise ops keep
+it. ``torch.cat`` and ``gather`` do not, so the helpers here, and :class:`Conv`, return
+time-major tensors. Any layout gives the same values: layout is only speed.
 """
 
 from __future__ import annotations
@@ -70,10 +70,11 @@ class Conv:
     output is time-major. Inputs in another layout are converted first. Every row is
     convolved whole: callers handle padding rows.
 
-    Three ways, by shape (docs/benchmarks.md): a wide stride-1 conv (``C_in >= 256``, the
-    low-rate end of a decoder, few time steps) is one matrix product of the ``k`` shifted
-    time-major views side by side (1.5-4x oneDNN's convs there); a stride-1 conv to one output
-    channel (the waveform at the decoder's end) goes to a native kernel on the CPU
+    Three ways, by shape (docs/journal/2026-12-01-sampling-by-threshold-codecs-time-major.md):
+    a wide stride-1 conv (``C_in >= 256``, the low-rate end of a decoder, few time steps) is
+    one matrix product of the ``k`` shifted time-major views side by side (1.5-4x oneDNN's
+    convs there); a stride-1 conv to one output channel (the waveform at the decoder's end)
+    goes to a native kernel on the CPU
     (:mod:`cadenza.kernels.cpu_mono_conv`); the rest run as a 2-D conv over channels-last
     storage."""
 

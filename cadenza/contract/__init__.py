@@ -12,6 +12,8 @@ module              what it defines
 ``kv_memory``       KV bytes per token, pages per stream: the one formula both sides use
 ``step_time_model`` the real-time model: step time as a function of the step's work
 ``calibration``     a measured step-time model, as the engine sends it and caches it
+``realtime_plan``   the engine's real-time contract with its streams (chunk sizes, TTFA)
+``cpu_replicas``    how a model's engine replicas divide a CPU's cores
 ``engine_info``     what the engine announces once it is ready (identity, shape, capacity)
 ``engine_stats``    what it reports every 0.5 s (counters, step times, chunk slack)
 ``errors``          the errors a stream can end with, and their codes

@@ -15,13 +15,14 @@ from pathlib import Path
 # A replica may be pinned to a single core, one thread: on a 2-core CPU, cadenza-tiny's steps
 # at 1-4 streams took about as long on one thread as on two (a small batch's step is mostly one
 # thread's work: op dispatch, small products), so two single-core replicas held twice the
-# streams of one on both cores (docs/benchmarks.md, "Replicas on their own cores").
+# streams of one on both cores (docs/journal/2026-12-02-replicas-on-their-own-cores.md).
 MIN_CORES_PER_REPLICA = 1
 
 # Where ``engine.replicas`` is unset, a CPU-only machine with at most this many cores runs one
-# replica per core; measured on 2 cores (docs/benchmarks.md): twice the streams at SLO of one
-# replica on both. Larger machines keep one replica until their split is measured (each replica
-# loads its own weights and KV pool, and a large model's products need many cores).
+# replica per core; measured on 2 cores (docs/journal/2026-12-02-replicas-on-their-own-cores.md):
+# twice the streams at SLO of one replica on both. Larger machines keep one replica until their
+# split is measured (each replica loads its own weights and KV pool, and a large model's
+# products need many cores).
 AUTO_MAX_CORES = 2
 _GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd")  # NVIDIA's driver; AMD's ROCm
 

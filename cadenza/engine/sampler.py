@@ -10,8 +10,9 @@ settings (never by the batch):
   ranking. One uniform per codebook picks an id by inverse CDF over the candidates in id
   order. This is the serving default: on a CPU the whole draw costs about half of what the
   ranked draw below does (``topk`` alone is ~1.5 ms over a 16-stream cadenza-tiny batch;
-  docs/benchmarks.md), and where a C++ compiler is found it is one native call
-  (:mod:`cadenza.kernels.cpu_sampling`, the same arithmetic per row).
+  docs/journal/2026-12-01-sampling-by-threshold-codecs-time-major.md), and where a C++
+  compiler is found it is one native call (:mod:`cadenza.kernels.cpu_sampling`, the same
+  arithmetic per row).
 - with top-p, the nucleus needs the candidates' mass in rank order: top-k (or a sort), then
   the exponential race (``argmax(p / E)`` with ``E ~ Exp(1)``, equivalent to drawing from
   ``p``), one uniform per candidate, the i-th to the i-th best id.

@@ -1,4 +1,5 @@
-"""Attention and quantized-op kernels the model runner calls (engine process).
+"""The kernels the engine process runs: attention, products, quantized ops, and the native
+CPU kernels the model runner, the codecs' streaming decoders and the sampler call.
 
 ==========================  ==================================================================
 module                      what it holds
@@ -11,9 +12,19 @@ module                      what it holds
                             (Triton wherever it can run, its interpreter included; else torch)
 ``triton_decode_attention`` the Triton paged decode kernel (GQA packing, split-K, int8 pages)
 ``triton_support``          whether Triton is installed and can run on a device
+``dense_decode_kv``         the CPU torch path's dense copy of decoding keys, kept between steps
+``fused_cpu_decode``        a decoder stack's CPU step in one native call (cpu_decode_layers)
+``fusable_decoder``         what that step reads from a model and a cache (protocols)
 ``kv_quant``                int8 KV: per-token, per-head float16 scales
 ``linear_swap``             replaces a model's linear layers in place
-``cpu_linear``              fp32 linears prepacked for oneDNN
+``cpu_linear``              CPU linears: prepacked for oneDNN (fp32 or bf16), or cadenza's
+                            native bf16 product (``cpu_bf16_linear``) where it is faster
+``packed_product``          the weight layout of the native products (``cpu_product.h``)
+``cpu_elu``                 the codec decoders' ELU, native
+``cpu_lstm``                a codec decoder's LSTM over a ragged batch, native
+``cpu_mono_conv``           a codec decoder's last conv (to one channel), native
+``cpu_sampling``            the sampler's thresholded draw in one native call
+``native_library``          builds the C++ sources once per machine, loads them via ``ctypes``
 ``int8_linear``             weight-only int8 linears (W8A16)
 ``triton_int8_linear``      the W8A16 Triton kernel
 ==========================  ==================================================================

@@ -4,14 +4,17 @@ A plain ``F.linear`` on the CPU goes through MKL with the weight in its checkpoi
 the small row counts of a decode step (1-64 tokens) that reaches a fraction of the machine's
 bandwidth. Reordering the weight once into oneDNN's blocked layout (what ``torch.compile``
 does on CPU) makes the same product 2-4x faster at batch 1-16 on the development machine
-(docs/benchmarks.md). :func:`pack_linears` swaps every bias-free ``nn.Linear`` of a model for
-:class:`PackedLinear`; outputs agree with ``F.linear`` to float rounding.
+(docs/journal/2026-11-29-first-measurements.md). :func:`pack_linears` swaps every bias-free
+``nn.Linear`` of a model for :class:`PackedLinear`; outputs agree with ``F.linear`` to float
+rounding.
 
 On a CPU with native bf16 matrix units (AMX tiles or AVX512-BF16,
 :func:`native_bf16_matmul`), the packed weight can be bf16 instead: the product then runs on
 those units, 2.5-4x faster again at 16-32 rows, with bf16's rounding of weights and
 activations (the input is rounded to bf16, accumulation and the output stay fp32). What that
-costs in accuracy is measured in docs/benchmarks.md ("CPU bf16 matrix units").
+costs in accuracy is measured in
+docs/journal/2026-12-01-on-time-guarantee-honest-capacity-cpu-precision.md ("CPU precision";
+current figures: docs/benchmarks.md, "CPU kernels and precision").
 
 Where the CPU multiplies bf16 in hardware (AVX512-BF16, or AMX tiles the kernel grants) and
 the C++ compiler is there (:func:`native_linear_library`), a bf16 layer whose widths fit
@@ -42,7 +45,8 @@ NATIVE_WIDTHS = (16, 32)  # outputs and inputs must be multiples of these for th
 # Without AMX tiles, the native product's dot products beat oneDNN's at every row count for
 # layers up to about this many weights (a 256 x 8208 head: 1.2-1.8x at 1-16 rows, 0.97x at 200),
 # and lose to its cache blocking on larger ones at tens of rows (8192 x 3072 at 16 rows: 0.81x);
-# larger layers stay on oneDNN there (docs/benchmarks.md, "Native bf16 linears").
+# larger layers stay on oneDNN there
+# (docs/journal/2026-12-03-audio-way-out-and-native-bf16-linears.md).
 NATIVE_DOT_MAX_WEIGHTS = 4 << 20
 
 
@@ -130,7 +134,9 @@ def tile_products(library: ctypes.CDLL, enabled: bool | None = None) -> bool:
 # below about this many multiply-adds plain ``F.linear`` (MKL, fp32) was as fast or faster. On
 # one without (AVX512-BF16 only: AMD EPYC), packed products won at every size once a step's
 # weights no longer sat in cache, 1.1-1.5x over the whole step at 1-4 streams, so nothing is
-# routed around them there (docs/benchmarks.md, both machines).
+# routed around them there (both machines:
+# docs/journal/2026-12-01-on-time-guarantee-honest-capacity-cpu-precision.md and
+# docs/journal/2026-12-01-dense-decode-copy.md).
 AMX_SMALL_PRODUCT_MACS = 2_500_000
 SMALL_PRODUCT_MACS = AMX_SMALL_PRODUCT_MACS if amx_available() else 0
 

@@ -3,12 +3,12 @@ decode attention reads it instead of gathering pages.
 
 Gathering every decoding sequence's pages, for every layer of every step, costs more than the
 attention itself once contexts grow: on the CPU, 16 streams at 800 positions spent about 1.3
-of 1.7 ms per layer call copying keys (docs/benchmarks.md). Each decoding sequence instead
-owns a *row* of a dense tensor per layer, ``[rows, Hkv, capacity, D]``, one key head's
-positions contiguous (the layout SDPA reads), and a step copies in only what changed: the one
-new token of a sequence that the copy already holds up to its previous position, or the whole
-history of a sequence new to it (its first decode, or after a prefill, a preemption or a step
-that did not use the copy).
+of 1.7 ms per layer call copying keys (docs/journal/2026-12-01-dense-decode-copy.md). Each
+decoding sequence instead owns a *row* of a dense tensor per layer,
+``[rows, Hkv, capacity, D]``, one key head's positions contiguous (the layout SDPA reads), and
+a step copies in only what changed: the one new token of a sequence that the copy already holds
+up to its previous position, or the whole history of a sequence new to it (its first decode, or
+after a prefill, a preemption or a step that did not use the copy).
 
 The paged cache stays the source of truth. A step's copies read the pages *after* the
 layer's new keys are stored, converting (or dequantizing an int8 cache) exactly as the
@@ -46,7 +46,8 @@ POSITION_QUANTUM = 256
 # Below this many positions (the batch's longest sequence) gathering pages costs no more than
 # the copy's own per-step work, and its reads are slower on short rows: measured on the CPU,
 # dense/gather step ratios were 0.91-1.0 up to ~300 positions and 1.1-1.4x from 300 to 800
-# (docs/benchmarks.md). Steps below it gather; the copy refills rows when contexts pass it.
+# (docs/journal/2026-12-01-dense-decode-copy.md). Steps below it gather; the copy refills rows
+# when contexts pass it.
 MIN_CONTEXT = 256
 
 

@@ -11,7 +11,8 @@ products round their inputs to bf16 as oneDNN's do, :attr:`FusedCpuDecode.rounds
 Every token is a row: a decode token attends its
 whole sequence, a prefill chunk's token the positions up to its own (:func:`token_rows`), so
 decodes and prefill chunks share the call, and no row pays for another's context.
-docs/benchmarks.md ("Fused CPU decode") has the speed and the accuracy against the torch path.
+docs/journal/2026-12-02-fused-cpu-step.md has the speed and the accuracy against the torch path
+(current figures: docs/benchmarks.md, "CPU kernels and precision").
 
 What it needs, else the step stays on torch (:meth:`FusedCpuDecode.applies`): float32
 activations on the CPU, a float32 or bfloat16 KV cache, no dense decode copy, and widths the kernel

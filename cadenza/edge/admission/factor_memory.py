@@ -12,8 +12,8 @@ Only a factor measured under load is worth passing on (:func:`measured_under_loa
 streams running, the edge and the clients leave the engine more of the cores and live steps
 come closer to the calibration, so a factor saved as a server winds down (or idles after a
 light spell) would promise the next one more than it holds once loaded (a restarted server
-claimed 20 streams before a sweep that held 16: docs/benchmarks.md, "The audio's way out
-watched").
+claimed 20 streams before a sweep that held 16:
+docs/journal/2026-12-03-audio-way-out-and-native-bf16-linears.md).
 
 A remembered factor is a hint, not a verdict: it comes back with its age
 (:class:`RememberedFactor`), and admission lets it fade towards the unmeasured default as it

@@ -66,8 +66,9 @@ _KEEP_WINDOWS = 10  # the latest windows stand, however old, until newer ones re
 FACTOR_RANGE = (0.5, 20.0)
 # What a CPU engine's served steps are assumed to run against its calibration before anything
 # is measured or remembered: the edge and the clients share its cores (1.1-1.7 measured on the
-# 2-core development machine, docs/benchmarks.md). Erring slow is the safe side: live windows
-# replace it within seconds of load, and a claim that starts low only rises.
+# 2-core development machine, docs/journal/2026-12-03-closed-loop-listeners.md). Erring slow is
+# the safe side: live windows replace it within seconds of load, and a claim that starts low
+# only rises.
 UNMEASURED_CPU_FACTOR = 1.4
 _PROBE_WANTED_ABOVE = 1.05  # probe while the factor is this far above the serving floor
 # A probe that runs within this much of the calibration says the machine is itself again: the

@@ -13,7 +13,7 @@ page out of the middle. Only *full* pages get a hash, so shared pages are never 
 *Runs*: a sequence's pages are best next to each other in memory. A decode step reads every
 running sequence's keys and values page by page; pages scattered over the cache cost the CPU's
 fused step 1.3-1.5x the time of the same positions in order (the hardware prefetcher loses the
-stream at every page; docs/benchmarks.md, "KV pages in runs"), and after a few minutes of
+stream at every page; docs/journal/2026-12-03-kv-pages-in-runs.md), and after a few minutes of
 churn the least-recently-freed queue is in random order. :meth:`PagePool.allocate_run` claims a
 free run of pages for a sequence's whole reservation (next fit from where the last run ended)
 and takes its first ones; :meth:`PagePool.extend_run` takes the pages right after a

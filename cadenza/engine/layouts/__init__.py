@@ -1,2 +1,3 @@
 """Token layouts: how a model's tokens spell codec frames (``token_layout`` has the contract;
-``flat`` and ``delay_pattern`` the two audio layouts)."""
+``flat``, ``delay_pattern`` and ``frame_rows``, a whole frame a step for two-level models,
+the audio layouts)."""

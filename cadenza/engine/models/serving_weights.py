@@ -4,9 +4,10 @@ Every backbone (:class:`~cadenza.engine.models.model.ServingBackbone`) gets its 
 gate/up projections fused into single matrices; then every
 bias-free linear is either made weight-only int8 (``weights_dtype = "int8"``; on the CPU these
 come prepacked too) or, for fp32 on the CPU, prepacked for oneDNN (2-4x faster at the row
-counts of a decode step; docs/benchmarks.md), in fp32 or, with ``cpu_linear_dtype = bf16``,
-for the CPU's bf16 matrix units. Outputs agree with the unmodified model to float rounding
-(int8: to its quantization; bf16: to bf16 rounding of the products' inputs).
+counts of a decode step; docs/journal/2026-11-29-first-measurements.md), in fp32 or, with
+``cpu_linear_dtype = bf16``, for the CPU's bf16 matrix units. Outputs agree with the
+unmodified model to float rounding (int8: to its quantization; bf16: to bf16 rounding of the
+products' inputs).
 """
 
 from __future__ import annotations
