@@ -22,6 +22,14 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "cadenza/bench/snac_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/client/sdk.py": ("tests/integration/test_websocket.py", "the SDK is the client"),
     "cadenza/codecs/codec.py": ("tests/unit/codecs/test_encodec.py", "protocols only"),
+    "cadenza/edge/admission/placement.py": (
+        "tests/unit/edge/admission/test_gate.py",
+        "the gate places every stream through it (headroom, prefix, fewest, prefill wait)",
+    ),
+    "cadenza/edge/admission/capacity_report.py": (
+        "tests/unit/edge/admission/test_capacity_snapshot.py",
+        "the snapshot the gate reports",
+    ),
     "cadenza/engine/models/audio_declaration.py": (
         "tests/unit/engine/test_llama_checkpoints.py",
         "declarations are read as the Llama and Orpheus families load (and test_orpheus)",

@@ -33,20 +33,10 @@ from cadenza.config import AdmissionConfig
 from cadenza.contract.engine_stats import StepReport
 from cadenza.contract.errors import ENGINE_RETRY_AFTER_S
 from cadenza.contract.messages import Stats
-from cadenza.edge.admission.capacity import (
-    AdmittedLoad,
-    CapacityModel,
-    RunningStream,
-    StreamCost,
-)
-from cadenza.edge.admission.capacity_snapshot import (
-    CapacityLimits,
-    CapacitySnapshot,
-    ClaimEvidence,
-    MachineBounds,
-    QueueState,
-    ReplicaCapacity,
-)
+from cadenza.edge.admission.capacity import AdmittedLoad, CapacityModel, StreamCost
+from cadenza.edge.admission.capacity_report import claim_evidence_of, snapshot_of
+from cadenza.edge.admission.capacity_snapshot import CapacitySnapshot, ClaimEvidence
+from cadenza.edge.admission.placement import Placement, admitted_load, place
 from cadenza.edge.admission.priority_queues import PRIORITIES, Priority, PriorityQueues, Waiter
 from cadenza.edge.metrics import ModelMetrics
 
@@ -281,133 +271,37 @@ class AdmissionGate:
         return counted
 
     def snapshot(self) -> CapacitySnapshot:
-        """What ``GET /v1/capacity`` says: the placeable replicas' totals, the first one's
-        step numbers, and a line per replica."""
-        now = self.clock()
-        placeable = sorted(self.placeable)
-        capacities = [self.replicas[i] for i in placeable]
-        first = capacities[0] if capacities else self.capacity
-        first_active = self.streams_on(placeable[0]) if placeable else len(self.active)
-        lines = tuple(self._replica_snapshot(i) for i in sorted(self.replicas))
-        placed = [line for line in lines if line.placeable]
-        available = sum(
-            min(line.max_streams - line.active, line.prefill_burst)
-            for line in placed
-            if line.admission_open
-        )
-        return CapacitySnapshot(
-            max_streams=self.max_streams(),
-            available_now=max(available, 0) if not self.queues else 0,
-            active=len(self.active),
-            queued=len(self.queues),
-            resuming=len(self._resuming),
-            kv_pages_total=sum(c.info.kv_pages_total for c in capacities),
-            kv_pages_free=sum(c.kv_pages_free for c in capacities),
-            step_ms_p50=round(first.step_ms_p50(first_active), 3),
-            rtf_headroom=round(first.rtf_headroom(first_active), 4),
-            admission_open=any(line.admission_open for line in placed),
-            queues={
-                p: QueueState(self.queues.depth(p), round(self.queues.oldest_age_s(p, now), 3))
-                for p in PRIORITIES
-            },
-            limits=CapacityLimits(
-                realtime=sum(c.realtime_limit() for c in capacities),
-                kv_memory=sum(c.kv_limit() for c in capacities),
-                max_num_seqs=sum(c.info.max_num_seqs for c in capacities),
-                prefill_burst=sum(line.prefill_burst for line in placed),
-            ),
-            claim=self.claim_evidence(),
-            bounds=_machine_bounds([c.bounds() for c in capacities]),
-            step_budget_ms=round(first.step_budget_ms, 3),
-            step_correction=round(first.correction, 4),
-            realtime_factor=round(first.realtime_factor(), 4),
-            probes=sum(c.estimator.probes for c in capacities),
-            calibration=first.info.calibration,
-            replicas=lines,
-        )
+        """What ``GET /v1/capacity`` says (:func:`~.capacity_report.snapshot_of`)."""
+        return snapshot_of(self)
 
     def claim_evidence(self) -> ClaimEvidence:
-        """The claim at the factor in use, at the windows' evidence alone, and at the
-        serving floor, summed over the placeable replicas."""
-        capacities = [self.replicas[i] for i in self.placeable]
-        return ClaimEvidence(
-            held=sum(c.max_streams() for c in capacities),
-            evidence=sum(c.max_streams(c.estimator.evidence()) for c in capacities),
-            calibrated=sum(c.max_streams(c.estimator.serving_floor) for c in capacities),
-        )
+        """The claim at the factor in use, the windows' evidence and the serving floor."""
+        return claim_evidence_of(self)
 
-    def _replica_snapshot(self, index: int) -> ReplicaCapacity:
-        capacity = self.replicas[index]
-        active = self.streams_on(index)
-        placeable = index in self.placeable
-        return ReplicaCapacity(
-            replica=index,
-            placeable=placeable,
-            max_streams=capacity.max_streams() if placeable else 0,
-            active=active,
-            kv_pages_free=capacity.kv_pages_free,
-            step_ms_p50=round(capacity.step_ms_p50(active), 3),
-            realtime_factor=round(capacity.realtime_factor(), 4),
-            admission_open=placeable and capacity.admission_open,
-            prefill_burst=capacity.prefill_burst(self._load(index)) if placeable else 0,
-            probes=capacity.estimator.probes,
+    @property
+    def num_resuming(self) -> int:
+        """Admitted streams waiting for a replica after theirs was lost."""
+        return len(self._resuming)
+
+    def load_on(self, replica: int) -> AdmittedLoad:
+        """The streams admitted to ``replica`` as admission weighs one more."""
+        return admitted_load(
+            ((t.cost, t.admitted_at) for t in self.active if t.replica == replica),
+            self.clock(),
+            self.capacity.plan.step_period_s,
         )
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _load(self, replica: int) -> AdmittedLoad:
-        """The streams admitted to ``replica`` as admission weighs one more (contexts from
-        each stream's shape and how long it has run at the frame rate)."""
-        now = self.clock()
-        tickets = [t for t in self.active if t.replica == replica]
-        plan = self.capacity.plan
-        contexts_now = [
-            min(
-                t.cost.final_context,
-                t.cost.prompt_tokens + int((now - t.admitted_at) / plan.step_period_s),
-            )
-            for t in tickets
-        ]
-        return AdmittedLoad(
-            streams=len(tickets),
-            kv_pages=sum(t.cost.kv_pages for t in tickets),
-            longest_final_context=max((t.cost.final_context for t in tickets), default=0),
-            longest_context_now=max(contexts_now, default=0),
-            running=tuple(
-                RunningStream(now - t.admitted_at, t.cost.prompt_tokens, t.cost.final_context)
-                for t in tickets
-            ),
+    def _placement(self, cost: StreamCost, prefix: str | None = None) -> Placement:
+        """The replica a stream of ``cost`` should start on (:func:`~.placement.place`)."""
+        return place(
+            self.replicas,
+            self.placeable,
+            self.load_on,
+            cost,
+            lambda index: prefix is not None and prefix in self._prefixes.get(index, {}),
         )
-
-    def _placement(self, cost: StreamCost, prefix: str | None = None) -> _Placement:
-        """The replica a stream of ``cost`` should start on, or ``None`` and why none can
-        take it now (and, held only by prompts, how soon one could): the most real-time
-        headroom, then one that served ``prefix`` lately, then the fewest streams, then the
-        lowest index."""
-        best: int | None = None
-        best_key: tuple[int, bool, int, int] | None = None
-        reason: str | None = None if self.placeable else "engine_unavailable"
-        prefill_wait_s = math.inf
-        for index in sorted(self.placeable):
-            capacity, load = self.replicas[index], self._load(index)
-            why = capacity.refusal(load, cost)
-            if why is not None:
-                reason = reason or why
-                if why == "prefill_budget":
-                    wait = capacity.prefill_lateness_s(load, cost)
-                    prefill_wait_s = min(prefill_wait_s, max(wait, 0.0))
-                continue
-            final = max(load.longest_final_context or 0, cost.final_context)
-            headroom = capacity.realtime_limit(final) - load.streams
-            served = prefix is not None and prefix in self._prefixes.get(index, {})
-            key = (headroom, served, -load.streams, -index)
-            if best_key is None or key > best_key:
-                best, best_key = index, key
-        if best is not None:
-            return _Placement(best)
-        if math.isfinite(prefill_wait_s):
-            reason = "prefill_budget"  # some replica only waits for prompts to be prefilled
-        return _Placement(None, reason, prefill_wait_s)
 
     def _may_overtake_queue(self) -> bool:
         """Whether a stream that fits now may start ahead of the waiters: when none waits, or
@@ -486,7 +380,7 @@ class AdmissionGate:
         delay_s = min(wait_s, self._max_wait["batch"]) + _PREFILL_RECHECK_S
         self._recheck = loop.call_later(delay_s, self._dispatch)
 
-    def _first_fitting_waiter(self) -> tuple[Waiter | None, _Placement]:
+    def _first_fitting_waiter(self) -> tuple[Waiter | None, Placement]:
         """The first waiter (in queue order) that fits now, while those before it are held
         only by prompts; ``(None, ...)`` when none does."""
         for waiter in self.queues:
@@ -496,7 +390,7 @@ class AdmissionGate:
             waiter.held_by = placement.reason
             if placement.reason != "prefill_budget":
                 break
-        return None, _Placement(None)
+        return None, Placement(None)
 
     def _release_waiter(self, waiter: Waiter) -> None:
         ticket = self._granted.pop(waiter, None)
@@ -540,27 +434,3 @@ class AdmissionGate:
         self.metrics.admission_open.set(1 if is_open else 0)
         factors = [self.replicas[i].realtime_factor() for i in self.placeable]
         self.metrics.realtime_factor.set(max(factors, default=self.capacity.realtime_factor()))
-
-
-def _machine_bounds(shares: list[dict[str, float] | None]) -> MachineBounds | None:
-    """The replicas' bounds added up (``None`` unless every one is calibrated): throughputs
-    to two decimals, real-time bounds in whole streams."""
-    if not shares or any(share is None for share in shares):
-        return None
-    total = {key: sum(share[key] for share in shares if share) for key in shares[0] or {}}
-    return MachineBounds(
-        throughput_streams=round(total["throughput_streams"], 2),
-        long_context_throughput_streams=round(total["long_context_throughput_streams"], 2),
-        realtime_streams=int(total["realtime_streams"] + 1e-9),
-        realtime_short_context_streams=int(total["realtime_short_context_streams"] + 1e-9),
-    )
-
-
-@dataclass(frozen=True)
-class _Placement:
-    """Where a stream goes (``replica``), or why it cannot start now (``reason``) and, when
-    only prompts being prefilled hold it, about how soon it could (``prefill_wait_s``)."""
-
-    replica: int | None
-    reason: str | None = None
-    prefill_wait_s: float = math.inf

@@ -294,11 +294,11 @@ def test_a_prompt_holds_prefill_time_until_its_rows_are_expected_done() -> None:
         await g.acquire("realtime", prompt)
 
     asyncio.run(scenario())
-    assert capacity.refusal(g._load(0), prompt) == "prefill_budget"
-    late_s = capacity.prefill_lateness_s(g._load(0), prompt)
+    assert capacity.refusal(g.load_on(0), prompt) == "prefill_budget"
+    late_s = capacity.prefill_lateness_s(g.load_on(0), prompt)
     assert 0 < late_s < 0.1
     now[0] += late_s + 0.001  # what waiting that long does: the prompts ahead progress
-    assert capacity.refusal(g._load(0), prompt) is None
+    assert capacity.refusal(g.load_on(0), prompt) is None
 
 
 def test_a_stream_held_by_prompts_just_admitted_waits_for_their_prefill_not_a_stream_end() -> None:
@@ -335,7 +335,7 @@ def test_a_short_prompt_is_not_kept_waiting_behind_long_ones_held_by_their_prefi
         g = gate(max_streams=16, realtime_max_wait_s=2.0, unmeasured_factor=1.0)
         long = StreamCost(10, 4.0, prompt_tokens=200)  # 200 ms each in the example engine
         admitted = []
-        while g.capacity.refusal(g._load(0), long) is None:
+        while g.capacity.refusal(g.load_on(0), long) is None:
             admitted.append(await g.acquire("realtime", long))
         assert len(admitted) >= 4  # due later than a short prompt: several fit together
         waiting = asyncio.create_task(g.acquire("realtime", long))
