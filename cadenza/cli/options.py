@@ -1,13 +1,15 @@
-"""What several commands share: the configuration's help text, the model flags, and the
-flags' place in the configuration tree."""
+"""What several commands share: the configuration's help text, the model flags, the flags'
+place in the configuration tree, and deprecated flags."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from cadenza.config import config_reference
+from cadenza.config.old_keys import warn_deprecated
 
 CONFIG_HELP = f"""\
 configuration (flags > CADENZA_* environment > --config TOML file > defaults; a TOML file
@@ -51,6 +53,9 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The flags of ``args`` as configuration keys (``None``: not given)."""
+    replicas = getattr(args, "replicas", None)
+    if replicas is None:
+        replicas = getattr(args, "engine_replicas", None)
     codec_noise = getattr(args, "codec_noise", None)
     return {
         "server": {
@@ -66,10 +71,32 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
             "device": getattr(args, "device", None),
             "weights_dtype": getattr(args, "weights_dtype", None),
         },
+        "supervision": {
+            "replicas": replicas,
+            "warm_spare": getattr(args, "warm_spare", None),
+        },
         "engine": {
             "kind": getattr(args, "engine", None),
             "kv_dtype": getattr(args, "engine_kv_dtype", None),
-            "replicas": getattr(args, "engine_replicas", None),
-            "warm_spare": getattr(args, "warm_spare", None),
         },
     }
+
+
+class DeprecatedFlag(argparse.Action):
+    """A flag of the previous release, still read (the new flag wins where both are given)
+    with a warning that names the new one: ``add_argument("--old", action=DeprecatedFlag,
+    new="--new", dest="old", help=argparse.SUPPRESS)``."""
+
+    def __init__(self, option_strings: list[str], dest: str, *, new: str, **kwargs: Any) -> None:
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        warn_deprecated("flag", option_string or self.dest, self.new)
+        setattr(namespace, self.dest, values)

@@ -95,8 +95,10 @@ def _measured_capacity(config: CadenzaConfig, model: str) -> dict[str, Any]:
     from cadenza.ipc.engine_loop import place_replica
 
     config = config.model_copy(update={"model": config.model.model_copy(update={"name": model})})
-    engine = config.engine
-    replicas = replica_count(engine.replicas, config.model.device, engine.mode, engine.kind)
+    supervision = config.supervision
+    replicas = replica_count(
+        supervision.replicas, config.model.device, supervision.mode, config.engine.kind
+    )
     sharers = core_sharers(replicas, len(usable_cores()))
     info = build_serving_engine(place_replica(config, 0)).info
     calibration = info.calibration

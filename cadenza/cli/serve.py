@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cadenza.cli.options import add_model_flags, command_parser
+from cadenza.cli.options import DeprecatedFlag, add_model_flags, command_parser
 from cadenza.config import CadenzaConfig
 
 
@@ -20,10 +20,17 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="naive: one thread per request with the transformers model (a load-test baseline)",
     )
     serve.add_argument(
-        "--engine-replicas",
+        "--replicas",
         type=int,
         help="engine processes per model (default: one per core on a CPU-only machine with at "
         "most 2 cores, else 1; with several GPUs, one per device)",
+    )
+    serve.add_argument(
+        "--engine-replicas",
+        type=int,
+        action=DeprecatedFlag,
+        new="--replicas",
+        help=argparse.SUPPRESS,
     )
     serve.add_argument(
         "--warm-spare",
