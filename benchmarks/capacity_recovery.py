@@ -75,8 +75,8 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         env = {
             **os.environ,
-            "CADENZA_ENGINE__CALIBRATION_CACHE_DIR": str(cache),
-            "CADENZA_ENGINE__REPLICAS": str(replicas),
+            "CADENZA_CALIBRATION__CACHE_DIR": str(cache),
+            "CADENZA_SUPERVISION__REPLICAS": str(replicas),
         }
         self._log = log.open("ab")
         self.process = subprocess.Popen(

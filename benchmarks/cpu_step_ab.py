@@ -16,12 +16,12 @@ import statistics
 import time
 
 import cadenza.kernels.cpu_linear as cpu_linear
-from cadenza.config import EngineConfig
+from cadenza.config import CpuConfig
 from cadenza.contract.request import SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
 
-FP32 = {"cpu_linear_dtype": "float32", "codec_dtype": "float32"}
+FP32 = {"linear_dtype": "float32", "codec_dtype": "float32"}  # [cpu]
 VARIANTS = {
     "fp32 packed": (0, FP32),
     "bf16, all packed": (0, {}),
@@ -31,7 +31,7 @@ VARIANTS = {
 
 def mean_step_ms(streams: int, small_product_macs: int, config: dict[str, str]) -> float:
     cpu_linear.SMALL_PRODUCT_MACS = small_product_macs
-    engine = Engine.from_pretrained("cadenza-tiny", engine_config=EngineConfig(**config))
+    engine = Engine.from_pretrained("cadenza-tiny", cpu=CpuConfig(**config))
     for index in range(streams):
         engine.add_request(
             SynthesisRequest(

@@ -26,39 +26,42 @@ from typing import Any
 import torch
 
 from cadenza.bench.engine_throughput import MODEL, reference_llama
-from cadenza.config import EngineConfig
+from cadenza.config import CpuConfig, EngineConfig
 from cadenza.contract.request import SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
 from cadenza.kernels.cpu_linear import bf16_packing_available
 
+# [cpu] fused_decode and linear_dtype, [engine] kv_dtype
 SETTINGS = {
-    "torch fp32": {"fused_cpu_decode": False, "cpu_linear_dtype": "float32", "kv_dtype": "fp32"},
-    "torch bf16": {"fused_cpu_decode": False, "cpu_linear_dtype": "bfloat16", "kv_dtype": "fp32"},
-    "fused fp32": {"fused_cpu_decode": True, "cpu_linear_dtype": "float32", "kv_dtype": "fp32"},
-    "fused bf16, fp32 KV": {
-        "fused_cpu_decode": True,
-        "cpu_linear_dtype": "bfloat16",
-        "kv_dtype": "fp32",
-    },
+    "torch fp32": {"fused_decode": False, "linear_dtype": "float32", "kv_dtype": "fp32"},
+    "torch bf16": {"fused_decode": False, "linear_dtype": "bfloat16", "kv_dtype": "fp32"},
+    "fused fp32": {"fused_decode": True, "linear_dtype": "float32", "kv_dtype": "fp32"},
+    "fused bf16, fp32 KV": {"fused_decode": True, "linear_dtype": "bfloat16", "kv_dtype": "fp32"},
     "fused bf16, bf16 KV (default)": {
-        "fused_cpu_decode": True,
-        "cpu_linear_dtype": "bfloat16",
+        "fused_decode": True,
+        "linear_dtype": "bfloat16",
         "kv_dtype": "auto",
     },
 }
 # The engines the speed table compares (the CPU's default linear precision for each).
 ENGINES: dict[str, dict[str, Any]] = {
-    "torch": {"fused_cpu_decode": False, "kv_dtype": "fp32"},
-    "fused, fp32 KV": {"fused_cpu_decode": True, "kv_dtype": "fp32"},
-    "fused (default)": {"fused_cpu_decode": True},
+    "torch": {"fused_decode": False, "kv_dtype": "fp32"},
+    "fused, fp32 KV": {"fused_decode": True, "kv_dtype": "fp32"},
+    "fused (default)": {"fused_decode": True},
 }
+
+
+def sections(fields: dict[str, Any], **engine: Any) -> dict[str, Any]:
+    """``fields`` as :meth:`Engine.from_pretrained`'s ``engine_config`` and ``cpu``."""
+    cpu = {key: value for key, value in fields.items() if key in CpuConfig.model_fields}
+    engine.update({key: value for key, value in fields.items() if key not in cpu})
+    return {"engine_config": EngineConfig(**engine), "cpu": CpuConfig(**cpu)}
 
 
 def tiny_engine(fields: dict[str, Any], streams: int, text: str, settle: int) -> Engine:
     engine = Engine.from_pretrained(
-        "cadenza-tiny",
-        engine_config=EngineConfig(kv_cache_memory_bytes=512 << 20, **fields),
+        "cadenza-tiny", **sections(fields, kv_cache_memory_bytes=512 << 20)
     )
     for index in range(streams):
         engine.add_request(
@@ -106,10 +109,10 @@ def accuracy() -> None:
     with tempfile.TemporaryDirectory() as directory:
         reference.save_pretrained(directory)
         for name, fields in SETTINGS.items():
-            if fields["cpu_linear_dtype"] == "bfloat16" and not bf16_packing_available():
+            if fields["linear_dtype"] == "bfloat16" and not bf16_packing_available():
                 print(f"({name}: skipped, oneDNN packs no bf16 weights on this CPU)")
                 continue
-            engine = Engine.from_pretrained(directory, engine_config=EngineConfig(**fields))
+            engine = Engine.from_pretrained(directory, **sections(fields))
             outputs[name] = engine.generate_ids(prompts, 64)
     print("| setting | greedy tokens equal before the first divergence | mean prefix |")
     print("| --- | --- | --- |")

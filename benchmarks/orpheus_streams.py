@@ -9,8 +9,8 @@ On a CUDA machine, the 3B shape (28 layers, 3072 wide, 24/8 heads, vocabulary 15
 ``--shape small`` (4 layers, 512 wide) and ``--shape cpu`` (4 layers, 128 wide) run anywhere.
 Streams arrive ``--gap-ms`` apart, each asks for ``--seconds`` of audio with the model's
 sampling defaults. A stream's listener starts playing ``--reserve-ms`` after its first audio
-(the engine's ``playout_reserve_ms``, 100); a chunk that arrives after its own playback time
-is late (an underrun). Prints one JSON object per stream count.
+(the engine's ``realtime.playout_reserve_ms``, 100); a chunk that arrives after its own
+playback time is late (an underrun). Prints one JSON object per stream count.
 
 ``--peer`` also runs each level the way the Orpheus peer servers do, on the same weights: one
 ``transformers`` ``generate`` per request (its own thread and cache, sampling restricted to
@@ -247,7 +247,7 @@ def main() -> int:
                     "dtype": args.dtype,
                     "build_s": round(built - began, 1),
                     "load_s": round(loaded - built, 1),
-                    "chunk_frames": [engine.config.first_chunk_frames, engine.config.chunk_frames],
+                    "chunk_frames": [engine.frames.first_chunk_frames, engine.frames.chunk_frames],
                 }
             ),
             flush=True,

@@ -25,24 +25,24 @@ os.environ.setdefault("CADENZA_ENGINE__KV_CACHE_MEMORY_BYTES", str(256 << 20))
 # The session's shared calibration is measured on a machine that runs the test suite too: its
 # consistency checks are tested on their own (tests/unit/engine/realtime), not left to the
 # noise of whatever else runs.
-os.environ.setdefault("CADENZA_ENGINE__CALIBRATION_TOLERANCE", "100")
+os.environ.setdefault("CADENZA_CALIBRATION__TOLERANCE", "100")
 # Every server of the session shares one calibration (measured once, by the first to start),
 # kept out of the user's cache.
-if "CADENZA_ENGINE__CALIBRATION_CACHE_DIR" not in os.environ:
+if "CADENZA_CALIBRATION__CACHE_DIR" not in os.environ:
     _calibration_dir = tempfile.mkdtemp(prefix="cadenza-calibration-")
     atexit.register(shutil.rmtree, _calibration_dir, ignore_errors=True)
-    os.environ["CADENZA_ENGINE__CALIBRATION_CACHE_DIR"] = _calibration_dir
+    os.environ["CADENZA_CALIBRATION__CACHE_DIR"] = _calibration_dir
 
 
 @pytest.fixture(scope="session")
 def tiny_engine():
     from cadenza.engine.engine import Engine
-    from tests.support.float32_compute import float32_engine_config
+    from tests.support.float32_compute import float32_cpu_config
 
     # float32 compute: tests compare it with references (the naive engine, offline decode).
     return Engine.from_pretrained(
         "cadenza-tiny",
-        engine_config=float32_engine_config(),
+        cpu=float32_cpu_config(),
         device="cpu",
         seed=0,
         kv_cache_memory_bytes=64 << 20,

@@ -1,5 +1,5 @@
 """``cadenza bench precision``: what the CPU's reduced precisions buy and what they cost, in one
-run, so the CPU defaults (``engine.cpu_linear_dtype``, ``engine.codec_dtype``) rest on numbers.
+run, so the CPU defaults (``cpu.linear_dtype``, ``cpu.codec_dtype``) rest on numbers.
 
 * **Linear products** at the row counts of a decode step (1, 16 and 32 rows; the engine
   benchmark's Llama shapes): fp32 ``F.linear``, fp32 prepacked for oneDNN, bf16 prepacked (the

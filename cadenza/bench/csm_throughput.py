@@ -6,7 +6,7 @@ Model: random weights in CSM's shape (32 codebooks of 2,051 ids, a depth decoder
 emitting 31 codebooks per frame); ``shape="csm-1b"`` is the public model's size (backbone
 Llama-3.2-1B, depth decoder hidden 1024), ``"csm-small"`` a backbone of 8 layers at hidden 1024
 and a depth decoder at hidden 256. Weights fp32; the engine runs twice, with its CPU linears
-multiplying in fp32 and with its default (``cpu_linear_dtype = auto``: bf16 on a CPU with bf16
+multiplying in fp32 and with its default (``cpu.linear_dtype = auto``: bf16 on a CPU with bf16
 matrix units).
 
 Measured per batch size: the engine's decode step (one frame for every stream: backbone step,
@@ -29,7 +29,7 @@ import torch
 from tokenizers import Tokenizer, models
 
 from cadenza.codecs.mimi import MimiCodec, build_random_mimi
-from cadenza.config import EngineConfig
+from cadenza.config import CpuConfig, EngineConfig
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
 from cadenza.engine.layouts.frame_rows import text_row
@@ -101,7 +101,7 @@ def run(
         )
         for linear in ("float32", "auto"):
             engine = Engine.from_pretrained(
-                directory, engine_config=config.model_copy(update={"cpu_linear_dtype": linear})
+                directory, engine_config=config, cpu=CpuConfig(linear_dtype=linear)
             )
             for entry in results:
                 batch = entry["batch"]

@@ -20,7 +20,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from cadenza.bench.roofline import measure_gemm_flops, measure_roofline
-from cadenza.config import EngineConfig
+from cadenza.config import CpuConfig, EngineConfig
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
 
@@ -57,7 +57,7 @@ def run(
         )
         engine = Engine.from_pretrained(directory, engine_config=config)
         unpacked = Engine.from_pretrained(
-            directory, engine_config=config.model_copy(update={"pack_cpu_weights": False})
+            directory, engine_config=config, cpu=CpuConfig(pack_weights=False)
         )
     roofline = measure_roofline()
     results = []

@@ -48,7 +48,7 @@ class Calibration:
     frames per second at the best measured batch over the frame rate: streams no scheduler
     could exceed on this device (short contexts, nothing else running);
     ``long_context_throughput_streams`` the same at the long-context point (every stream
-    attending ``engine.calibration_long_context`` positions; 0 without that point).
+    attending ``calibration.long_context_tokens`` positions; 0 without that point).
     ``repeats``: every point's two measurements; ``attempts``: sweeps run before this one was
     kept; ``problems``: where the measurements contradict each other or the fit (empty: a
     consistent calibration; otherwise the engine serves with a conservative one and never

@@ -18,17 +18,17 @@ from pathlib import Path
 # streams of one on both cores (docs/journal/2026-12-02-replicas-on-their-own-cores.md).
 MIN_CORES_PER_REPLICA = 1
 
-# Where ``engine.replicas`` is unset, a CPU-only machine with at most this many cores runs one
-# replica per core; measured on 2 cores (docs/journal/2026-12-02-replicas-on-their-own-cores.md):
-# twice the streams at SLO of one replica on both. Larger machines keep one replica until their
-# split is measured (each replica loads its own weights and KV pool, and a large model's
-# products need many cores).
+# Where ``supervision.replicas`` is unset, a CPU-only machine with at most this many cores runs
+# one replica per core; measured on 2 cores: twice the streams at SLO of one replica on both
+# (docs/journal/2026-12-02-replicas-on-their-own-cores.md). Larger machines keep one replica
+# until their split is measured (each replica loads its own weights and KV pool, and a large
+# model's products need many cores).
 AUTO_MAX_CORES = 2
 _GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd")  # NVIDIA's driver; AMD's ROCm
 
 
 def default_replicas(device: str, mode: str, kind: str = "cadenza") -> int:
-    """``engine.replicas`` when it is unset, for ``model.device``, ``engine.mode`` and
+    """``supervision.replicas`` when it is unset, for ``model.device``, ``supervision.mode`` and
     ``engine.kind``: one per core for the batching engine in its own processes on a CPU
     (``device = cpu``, or ``auto`` on a machine without a GPU driver) of at most
     :data:`AUTO_MAX_CORES` cores; one otherwise. Edge and engine process decide alike (the
@@ -42,7 +42,7 @@ def default_replicas(device: str, mode: str, kind: str = "cadenza") -> int:
 
 
 def replica_count(replicas: int | None, device: str, mode: str, kind: str = "cadenza") -> int:
-    """``engine.replicas``, or :func:`default_replicas` where it is unset."""
+    """``supervision.replicas``, or :func:`default_replicas` where it is unset."""
     return replicas if replicas is not None else default_replicas(device, mode, kind)
 
 

@@ -1,7 +1,7 @@
 """The edge application: FastAPI routes over the served models' engine replicas.
 
 ``create_app(config)`` builds the app; its lifespan starts every model's engine replicas (child
-processes unless ``engine.mode = "inprocess"``), supervised, and on shutdown drains (see
+processes unless ``supervision.mode = "inprocess"``), supervised, and on shutdown drains (see
 :mod:`cadenza.edge.lifecycle`) and stops them. Routes: health, readiness, metrics, capacity,
 the OpenAI speech API, the WebSocket stream, WebRTC signalling and the admin routes.
 """

@@ -1,7 +1,7 @@
 """One served model at the edge: its engine replicas, its capacity and admission, its metrics.
 
 A server serves one model per ``[[models]]`` entry (or the one ``[model]``); each model runs on
-``engine.replicas`` engine processes (:class:`EngineReplica`, each supervised, with its own KV
+``supervision.replicas`` engine processes (:class:`EngineReplica`, each supervised, with its own KV
 pool and calibration) behind one admission gate that places every stream on a replica.
 Requests pick a model by name; clients and their rate limits are the server's, shared by every
 model.
@@ -77,9 +77,9 @@ class ModelService:
             )
             for index in range(
                 replica_count(
-                    config.engine.replicas,
+                    config.supervision.replicas,
                     config.model.device,
-                    config.engine.mode,
+                    config.supervision.mode,
                     config.engine.kind,
                 )
             )
@@ -88,7 +88,7 @@ class ModelService:
         self._admission: Admission | None = None
         self.load_s = 0.0  # seconds the replicas took to start
         self._rolling = asyncio.Lock()
-        self._factors = FactorMemory(default_dir(config.engine.calibration_cache_dir))
+        self._factors = FactorMemory(default_dir(config.calibration.cache_dir))
         self._factor_saved_at: dict[int, float] = {}
 
     @classmethod

@@ -7,8 +7,8 @@ A replica owns one engine process at a time (an :class:`EngineClient`). Its life
                           `--hold--> draining --restart--> restarting --> ready
 
 It is *lost* when its process exits, reports ``fatal``, or sends nothing for
-``engine.heartbeat_timeout_s`` (then it is killed); :class:`RestartPolicy` decides when the
-next start is and when to give up. With ``engine.warm_spare`` the replica keeps a second engine
+``supervision.heartbeat_timeout_s`` (then it is killed); :class:`RestartPolicy` decides when the
+next start is and when to give up. With ``supervision.warm_spare`` the replica keeps a second engine
 loaded and idle: a lost engine is replaced by it at once (then a new spare loads in the
 background), so its streams resume within the resume's prefill instead of a process start.
 
@@ -76,7 +76,7 @@ class EngineReplica:
         self.client: EngineClient | None = None
         self.info: EngineInfo | None = None  # the last engine's (kept while it restarts)
         self.last_error: str | None = None
-        self.policy = RestartPolicy(config.engine)
+        self.policy = RestartPolicy(config.supervision)
         self.load_s = 0.0  # seconds the current engine took to start
         self._lost = asyncio.Event()
         self._supervisor: asyncio.Task[None] | None = None
@@ -207,9 +207,9 @@ class EngineReplica:
         task.add_done_callback(self._closing.discard)
 
     def _load_spare(self) -> None:
-        """Start loading a new warm spare in the background (with ``engine.warm_spare``)."""
+        """Start loading a new warm spare in the background (with ``supervision.warm_spare``)."""
         loading = self._spare_loading is not None and not self._spare_loading.done()
-        if not self.config.engine.warm_spare or self._spare is not None or loading:
+        if not self.config.supervision.warm_spare or self._spare is not None or loading:
             return
         self._spare_loading = asyncio.create_task(
             self._prepare_spare(), name=f"cadenza-replica-{self.index}-spare"

@@ -1,12 +1,12 @@
 """When to restart a lost engine, and when to stop trying.
 
 A lost engine (it crashed, hung, or failed to start) is restarted after a wait that starts at
-``engine.restart_backoff_s`` and doubles with every loss in a row, up to
-``engine.restart_backoff_max_s``. A loss continues the streak when the engine never became
+``supervision.restart_backoff_s`` and doubles with every loss in a row, up to
+``supervision.restart_backoff_max_s``. A loss continues the streak when the engine never became
 ready or was lost within ``STABLE_AFTER_S`` of becoming ready; an engine that served longer
 than that was not crash-looping, and its replacement starts at once (after the first wait).
 
-Giving up is for a model that cannot *start*: after ``engine.max_start_failures`` starts in a
+Giving up is for a model that cannot *start*: after ``supervision.max_start_failures`` starts in a
 row that never reached ready (a bad checkpoint, a device that is gone) the model is taken to be
 broken, no more restarts, and :attr:`RestartPolicy.gave_up` says why. An engine that becomes
 ready and is then killed, however often, is always restarted.
@@ -14,13 +14,13 @@ ready and is then killed, however often, is always restarted.
 
 from __future__ import annotations
 
-from cadenza.config import EngineConfig
+from cadenza.config import SupervisionConfig
 
 STABLE_AFTER_S = 10.0  # an engine up this long before it was lost was not crash-looping
 
 
 class RestartPolicy:
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: SupervisionConfig) -> None:
         self.backoff_s = config.restart_backoff_s
         self.backoff_max_s = config.restart_backoff_max_s
         self.max_start_failures = config.max_start_failures

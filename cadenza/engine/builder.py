@@ -1,7 +1,8 @@
-"""Building an engine from a model's name or from the configuration: resolve the device and
-dtypes, load the model (ready to serve) and its codec, size the KV cache, and wire the parts
-together. :func:`build_serving_engine` is what the engine process runs: the configured engine
-(batching or naive), calibrated."""
+"""Building an engine from the configuration: resolve the device and dtypes, load the model
+(ready to serve) and its codec, size the KV cache, and wire the parts together
+(:func:`build_engine`). :func:`pretrained_config` is the configuration behind
+:meth:`Engine.from_pretrained`'s keyword options; :func:`build_serving_engine` is what the
+engine process runs: the configured engine (batching or naive), calibrated."""
 
 from __future__ import annotations
 
@@ -11,10 +12,17 @@ import torch
 
 from cadenza.codecs import load_codec
 from cadenza.codecs.codec import AudioCodec
-from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
+from cadenza.config import (
+    CadenzaConfig,
+    CalibrationConfig,
+    CpuConfig,
+    EngineConfig,
+    LimitsConfig,
+    RealtimeConfig,
+)
 from cadenza.contract.cpu_replicas import replica_count
 from cadenza.engine.audio_stage import AudioStage, TokenOutputs
-from cadenza.engine.chunk_policy import config_in_codec_frames
+from cadenza.engine.chunk_policy import NO_FRAMES, config_in_codec_frames
 from cadenza.engine.device import resolve_device, resolve_dtype, resolve_kv_dtype
 from cadenza.engine.engine import Engine
 from cadenza.engine.kv.kv_cache_manager import KVCacheManager
@@ -32,7 +40,7 @@ from cadenza.ipc.serving_engine import ServingEngine
 log = logging.getLogger(__name__)
 
 
-def build_engine(
+def pretrained_config(
     name_or_path: str = "cadenza-tiny",
     *,
     device: str = "cpu",
@@ -44,18 +52,19 @@ def build_engine(
     enable_prefix_caching: bool | None = None,
     kv_cache_memory_bytes: int | None = None,
     engine_config: EngineConfig | None = None,
+    realtime: RealtimeConfig | None = None,
+    cpu: CpuConfig | None = None,
+    calibration: CalibrationConfig | None = None,
     limits: LimitsConfig | None = None,
     weights_dtype: str = "auto",
     codec: str | None = None,
     codec_noise: bool = True,
     served_name: str | None = None,
-) -> Engine:
-    """An engine for a built-in model name, a checkpoint directory or a hub id in the local
-    hub cache, on ``device``. ``weights_dtype="int8"`` makes every linear layer weight-only
-    int8 (W8A16). ``codec`` replaces the codec the model names (a built-in name, directory or
-    hub id); ``codec_noise`` switches a codec's noise layers (SNAC's) off when false. Keyword
-    arguments given here override the same fields of ``engine_config``. ``served_name``: the
-    name clients know the model by (default: ``name_or_path``)."""
+) -> CadenzaConfig:
+    """The configuration :meth:`Engine.from_pretrained` builds its engine with: the model
+    ``name_or_path`` with these ``[model]`` keys (on the CPU unless ``device`` says otherwise),
+    the sections given (defaults for the others; the environment is not read), and the
+    ``[engine]`` keys given here over those of ``engine_config``."""
     overrides = {
         key: value
         for key, value in {
@@ -67,66 +76,102 @@ def build_engine(
         }.items()
         if value is not None
     }
-    config = (engine_config or EngineConfig()).model_copy(update=overrides)
-    limits = limits or LimitsConfig()
+    engine = (engine_config or EngineConfig()).model_dump()
+    model = {
+        "name": name_or_path,
+        "device": device,
+        "dtype": dtype,
+        "seed": seed,
+        "weights_dtype": weights_dtype,
+        "codec": codec,
+        "codec_noise": codec_noise,
+        "served_name": served_name,
+    }
+    return CadenzaConfig.model_validate(
+        {
+            "model": model,
+            "engine": {**engine, **overrides},
+            "realtime": realtime or RealtimeConfig(),
+            "cpu": cpu or CpuConfig(),
+            "calibration": calibration or CalibrationConfig(),
+            "limits": limits or LimitsConfig(),
+        }
+    )
+
+
+def build_engine(config: CadenzaConfig) -> Engine:
+    """The engine ``config`` describes: ``model.name`` (a built-in name, a checkpoint directory
+    or a hub id in the local hub cache) on ``model.device`` in its dtypes, with its codec
+    (``model.codec`` instead of the one the model names; ``model.codec_noise`` off switches a
+    codec's noise layers, SNAC's, off), its KV cache and batch (``engine``), its chunk plan and
+    targets (``realtime``) and the CPU's fast paths (``cpu``). ``model.weights_dtype = int8``
+    makes every linear layer weight-only int8 (W8A16)."""
+    if config.model.torch_threads:
+        torch.set_num_threads(config.model.torch_threads)
+    model_config, engine_config = config.model, config.engine
+    name_or_path, seed = model_config.name, model_config.seed
+    device, dtype = model_config.device, model_config.dtype
+    weights_dtype = model_config.weights_dtype
+    codec, codec_noise = model_config.codec, model_config.codec_noise
     torch_device = resolve_device(device)
     model_dtype = resolve_dtype(dtype, torch_device)
     named = dtype != "auto"
-    linear_dtype = products_dtype(config.cpu_linear_dtype, model_dtype, named)
+    linear_dtype = products_dtype(config.cpu.linear_dtype, model_dtype, named)
     model = load_model(
         name_or_path,
         seed=seed,
         device=torch_device,
         dtype=model_dtype,
         weights_dtype=weights_dtype,
-        pack_cpu_weights=config.pack_cpu_weights,
+        pack_cpu_weights=config.cpu.pack_weights,
         cpu_linear_dtype=linear_dtype,
-        fused_cpu_decode=config.fused_cpu_decode,
+        fused_cpu_decode=config.cpu.fused_decode,
     )
     layout = model.layout
     fused = model.fused_decode
     kv_dtype = resolve_kv_dtype(
-        config.kv_dtype,
+        engine_config.kv_dtype,
         model_dtype,
         steps_read_bf16=fused is not None and fused.weight_dtype == torch.bfloat16,
     )
     kv_cache = PagedKVCache.from_budget(
         model.kv_spec,
-        kv_budget_bytes(config, torch_device),
-        config.page_size,
+        kv_budget_bytes(engine_config, torch_device),
+        engine_config.page_size,
         kv_dtype,
         torch_device,
     )
     # Decode steps that run fused read each sequence's own pages: no padding to the longest.
     decodes_padded = fused is None or not fused.supports_cache(kv_cache)
     kv = KVCacheManager(
-        PagePool(kv_cache.num_pages, config.enable_prefix_caching),
-        config.page_size,
-        config.reserve_max_output,
+        PagePool(kv_cache.num_pages, engine_config.enable_prefix_caching),
+        engine_config.page_size,
+        engine_config.reserve_max_output,
     )
     codec_model: AudioCodec | None = None
     codec_dtype = torch.float32
     policy = None
+    frames = NO_FRAMES
     if layout.produces_audio:
         codec_name = codec or model.codec_name
         if codec_name is None:
             raise ValueError(f"{name_or_path} produces audio but names no codec")
         codec_model = load_codec(codec_name, device=torch_device, seed=seed, noise=codec_noise)
         codec_dtype = resolve_codec_dtype(
-            config.codec_dtype, codec_model, torch_device, model_dtype, named
+            config.cpu.codec_dtype, codec_model, torch_device, model_dtype, named
         )
-        config = config_in_codec_frames(
+        frames = config_in_codec_frames(
             config, codec_model.frame_rate, codec_model.lookahead_frames, layout.steps_per_frame
         )
         policy = DeadlinePolicy(
             layout,
             frame_period_s=1.0 / codec_model.frame_rate,
-            first_chunk_frames=config.first_chunk_frames,
-            chunk_frames=config.chunk_frames,
-            headroom=config.realtime_headroom,
-            min_prefill_tokens=config.page_size,
-            max_lead_s=config.max_lead_ms / 1000.0,
-            lead_hysteresis_s=config.lead_hysteresis_ms / 1000.0,
+            first_chunk_frames=frames.first_chunk_frames,
+            chunk_frames=frames.chunk_frames,
+            headroom=config.realtime.headroom,
+            min_prefill_tokens=engine_config.page_size,
+            max_lead_s=config.realtime.max_lead_ms / 1000.0,
+            lead_hysteresis_s=config.realtime.lead_hysteresis_ms / 1000.0,
             decodes_padded=decodes_padded,
         )
     telemetry = StepTelemetry(policy, decodes_padded)
@@ -135,11 +180,11 @@ def build_engine(
         audio = AudioStage(
             codec_model,
             layout,
-            max_streams=config.max_pending_requests,
+            max_streams=engine_config.max_pending_requests,
             compute_dtype=codec_dtype,
-            first_chunk_frames=config.first_chunk_frames,
-            chunk_frames=config.chunk_frames,
-            replay_frames=config.resume_replay_frames,
+            first_chunk_frames=frames.first_chunk_frames,
+            chunk_frames=frames.chunk_frames,
+            replay_frames=frames.replay_frames,
             telemetry=telemetry,
         )
     # Prefix-cache keys: equal token rows mean equal KV only for the same weights and dtypes.
@@ -154,14 +199,20 @@ def build_engine(
     )
     return Engine(
         model,
-        model_name=served_name or name_or_path,
+        model_name=config.model.public_name,
         config=config,
-        limits=limits,
+        frames=frames,
         kv_cache=kv_cache,
         kv=kv,
-        scheduler=Scheduler(kv, layout, config.max_num_batched_tokens, config.max_num_seqs, policy),
+        scheduler=Scheduler(
+            kv, layout, engine_config.max_num_batched_tokens, engine_config.max_num_seqs, policy
+        ),
         intake=RequestIntake(
-            model, codec_model, extra_keys=extra_keys, config=config, limits=limits
+            model,
+            codec_model,
+            extra_keys=extra_keys,
+            realtime=config.realtime,
+            limits=config.limits,
         ),
         audio=audio,
         policy=policy,
@@ -176,24 +227,6 @@ def build_engine(
     )
 
 
-def engine_from_config(config: CadenzaConfig) -> Engine:
-    """The engine the configuration describes (model, device, dtypes, engine, limits)."""
-    if config.model.torch_threads:
-        torch.set_num_threads(config.model.torch_threads)
-    return build_engine(
-        config.model.name,
-        device=config.model.device,
-        dtype=config.model.dtype,
-        seed=config.model.seed,
-        engine_config=config.engine,
-        limits=config.limits,
-        weights_dtype=config.model.weights_dtype,
-        codec=config.model.codec,
-        codec_noise=config.model.codec_noise,
-        served_name=config.model.served_name,
-    )
-
-
 def build_serving_engine(config: CadenzaConfig) -> ServingEngine:
     """The configured engine, ready to serve: the naive baseline, or the batching engine with
     its step time calibrated (or read from the calibration cache) beside the model's other
@@ -205,9 +238,12 @@ def build_serving_engine(config: CadenzaConfig) -> ServingEngine:
         return NaiveEngine.from_config(config)
     from cadenza.engine.realtime.calibration import load_or_calibrate
 
-    engine = engine_from_config(config)
+    engine = build_engine(config)
     replicas = replica_count(
-        config.engine.replicas, config.model.device, config.engine.mode, config.engine.kind
+        config.supervision.replicas,
+        config.model.device,
+        config.supervision.mode,
+        config.engine.kind,
     )
     if engine.precision is not None:
         log.info("%s computes in %s", config.model.name, engine.precision.describe())

@@ -1,14 +1,14 @@
 """When a stream's frames go through the codec: the audio chunking policy (no I/O, no state).
 
-The chunk rule (:func:`config_in_codec_frames`): ``engine.chunk_frames`` and
-``engine.first_chunk_frames`` are configured in 75 Hz frames; a codec gets the same durations
-in its own frames (rounded, at least one), and its first chunk also waits for the frames the
-codec looks ahead, so that it brings its full duration of audio::
+The chunk rule (:func:`config_in_codec_frames`): ``realtime.first_chunk_ms`` and
+``realtime.chunk_ms`` are durations; a codec gets them in its own frames (rounded, at least
+one), and its first chunk also waits for the frames the codec looks ahead, so that it brings
+its full duration of audio::
 
-    codec                frame rate   look-ahead   first chunk (8)   later chunks (15)
-    EnCodec 24 kHz       75 Hz        0            8                 15
-    Mimi                 12.5 Hz      0            1                 2 (160 ms of 200)
-    SNAC 24 kHz          11.7 Hz      3            1 + 3 = 4         2 (171 ms of 200)
+    codec                frame rate   look-ahead   first chunk (107 ms)   later chunks (200 ms)
+    EnCodec 24 kHz       75 Hz        0            8                      15
+    Mimi                 12.5 Hz      0            1                      2 (160 ms of 200)
+    SNAC 24 kHz          11.7 Hz      3            1 + 3 = 4              2 (171 ms of 200)
 
 Both engines take their chunk sizes from it, and announce them in their
 :class:`~cadenza.contract.realtime_plan.RealtimePlan` (admission never recomputes them).
@@ -25,37 +25,53 @@ calls are large too::
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 
-from cadenza.config import CHUNK_FRAME_RATE, EngineConfig
+from cadenza.config import CadenzaConfig
 from cadenza.engine.sequence import Sequence
 
 
-def codec_chunk_frames(frames_at_75hz: int, frame_rate: float) -> int:
-    """A configured chunk size in the codec's own frames: the same duration, rounded, at
-    least one frame (SNAC at 11.7 Hz: 15 -> 2, 8 -> 1)."""
-    return max(1, round(frames_at_75hz * frame_rate / CHUNK_FRAME_RATE))
+@dataclass(frozen=True)
+class CodecFrames:
+    """The configured durations as an engine with its codec counts them (all zeros for a
+    model without audio)."""
+
+    first_chunk_frames: int  # the look-ahead included
+    chunk_frames: int
+    calibration_steps: int  # decode steps timed per calibration point
+    replay_frames: int  # fed to a resumed stream's decoder (0: none)
+
+
+NO_FRAMES = CodecFrames(0, 0, 0, 0)
+
+
+def codec_chunk_frames(duration_ms: float, frame_rate: float) -> int:
+    """A configured chunk duration in the codec's own frames: rounded, at least one frame
+    (SNAC at 11.7 Hz: 200 ms -> 2, 107 ms -> 1)."""
+    return max(1, round(duration_ms * frame_rate / 1000.0))
 
 
 def config_in_codec_frames(
-    config: EngineConfig, frame_rate: float, lookahead_frames: int, steps_per_frame: int
-) -> EngineConfig:
-    """``config`` (its chunk sizes and calibration length in 75 Hz frames, as configured) with
-    them in the frames of a codec of ``frame_rate`` frames a second that looks
-    ``lookahead_frames`` ahead: ``chunk_frames`` the same duration in its frames,
-    ``first_chunk_frames`` likewise plus the look-ahead (a codec that looks ahead holds a
+    config: CadenzaConfig, frame_rate: float, lookahead_frames: int, steps_per_frame: int
+) -> CodecFrames:
+    """The durations of ``config`` in the frames of a codec of ``frame_rate`` frames a second
+    that looks ``lookahead_frames`` ahead: ``chunk_frames`` the later chunks' duration,
+    ``first_chunk_frames`` the first's plus the look-ahead (a codec that looks ahead holds a
     chunk's last frames back: the first chunk waits for them, so that it brings its full
-    duration of audio), and ``calibration_steps`` the same stretch of audio in the decode steps
-    of a layout of ``steps_per_frame`` (a model of 12.5 frames a second is timed over 20
-    steps, not 120: 10 s of audio). What an engine with that codec runs with."""
-    return config.model_copy(
-        update={
-            "chunk_frames": codec_chunk_frames(config.chunk_frames, frame_rate),
-            "first_chunk_frames": codec_chunk_frames(config.first_chunk_frames, frame_rate)
-            + lookahead_frames,
-            "calibration_steps": max(
-                2, codec_chunk_frames(config.calibration_steps, frame_rate) * steps_per_frame
-            ),
-        }
+    duration of audio), ``calibration_steps`` the calibration's stretch of audio in the decode
+    steps of a layout of ``steps_per_frame`` (a model of 12.5 frames a second is timed over 20
+    steps: 1.6 s of audio), and ``replay_frames`` the resume replay. What an engine with that
+    codec runs with."""
+    realtime = config.realtime
+    return CodecFrames(
+        first_chunk_frames=codec_chunk_frames(realtime.first_chunk_ms, frame_rate)
+        + lookahead_frames,
+        chunk_frames=codec_chunk_frames(realtime.chunk_ms, frame_rate),
+        calibration_steps=max(
+            2,
+            codec_chunk_frames(config.calibration.duration_ms, frame_rate) * steps_per_frame,
+        ),
+        replay_frames=round(config.supervision.resume_replay_ms * frame_rate / 1000.0),
     )
 
 

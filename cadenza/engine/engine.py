@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
+from cadenza.config import CadenzaConfig
 from cadenza.contract.calibration import Calibration
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.engine_stats import EngineStats, ProbeResult, StepReport
@@ -33,6 +33,7 @@ from cadenza.contract.request import FinishReason, StreamOutput, SynthesisReques
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine import offline
 from cadenza.engine.audio_stage import AudioStage, TokenOutputs, ending
+from cadenza.engine.chunk_policy import CodecFrames
 from cadenza.engine.identity import describe, plan_of
 from cadenza.engine.kv.kv_cache_manager import KVCacheManager
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache
@@ -55,8 +56,8 @@ class Engine:
         model: AudioTokenModel,
         *,
         model_name: str,
-        config: EngineConfig,
-        limits: LimitsConfig,
+        config: CadenzaConfig,
+        frames: CodecFrames,
         kv_cache: PagedKVCache,
         kv: KVCacheManager,
         scheduler: Scheduler,
@@ -69,7 +70,7 @@ class Engine:
         self.model = model
         self.model_name = model_name
         self.config = config
-        self.limits = limits
+        self.frames = frames
         self.layout = model.layout
         self.kv_cache = kv_cache
         self.kv = kv
@@ -90,18 +91,19 @@ class Engine:
     @classmethod
     def from_pretrained(cls, name_or_path: str = "cadenza-tiny", **options: Any) -> Engine:
         """A model (built-in name or checkpoint directory) and its codec; ``options`` as
-        :func:`cadenza.engine.builder.build_engine` takes them (``device``, ``dtype``,
-        ``seed``, ``page_size``, ``max_num_seqs``, ``kv_cache_memory_bytes``, ...)."""
-        from cadenza.engine.builder import build_engine
+        :func:`cadenza.engine.builder.pretrained_config` takes them (``device``, ``dtype``,
+        ``seed``, ``page_size``, ``max_num_seqs``, ``kv_cache_memory_bytes``, sections such
+        as ``engine_config``, ``realtime``, ``cpu``, ...)."""
+        from cadenza.engine.builder import build_engine, pretrained_config
 
-        return build_engine(name_or_path, **options)
+        return build_engine(pretrained_config(name_or_path, **options))
 
     @classmethod
     def from_config(cls, config: CadenzaConfig) -> Engine:
         """The engine the configuration describes (model, device, dtypes, engine, limits)."""
-        from cadenza.engine.builder import engine_from_config
+        from cadenza.engine.builder import build_engine
 
-        return engine_from_config(config)
+        return build_engine(config)
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -195,7 +197,7 @@ class Engine:
 
     def idle_s(self) -> float:
         """How long every running stream can go without a step (0: step now): only when
-        all of them are audio streams decoding more than ``engine.max_lead_ms`` ahead of
+        all of them are audio streams decoding more than ``realtime.max_lead_ms`` ahead of
         their listeners, nothing waits and no output is pending."""
         if self.policy is None or self.scheduler.waiting or self._outputs:
             return 0.0
@@ -296,7 +298,7 @@ class Engine:
     def _check_room(self, request_id: str) -> None:
         if request_id in self._live:
             raise RequestRejected(f"duplicate request id {request_id!r}")
-        if len(self._live) >= self.config.max_pending_requests:
+        if len(self._live) >= self.config.engine.max_pending_requests:
             raise RequestRejected("engine queue is full")
 
     def _check_fits(self, seq: Sequence) -> None:

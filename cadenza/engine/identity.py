@@ -36,7 +36,8 @@ def plan_of(engine: Engine) -> RealtimePlan:
     """The engine's chunk plan and real-time targets (all zeros for a text model)."""
     audio = engine.layout.produces_audio
     return realtime_plan(
-        engine.config,
+        engine.config.realtime,
+        engine.frames,
         engine.layout,
         engine.frame_rate if audio else 0.0,
         engine.codec_lookahead_frames if audio else 0,

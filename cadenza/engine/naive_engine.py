@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from cadenza.codecs import load_codec
-from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
+from cadenza.config import CadenzaConfig
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.engine_stats import EngineStats, ProbeResult, StepReport
 from cadenza.contract.errors import RequestRejected
@@ -53,13 +53,11 @@ class NaiveEngine:
         self,
         model: CadenzaTinyModel,
         *,
-        seed: int = 0,
-        engine_config: EngineConfig | None = None,
-        limits: LimitsConfig | None = None,
+        config: CadenzaConfig | None = None,
     ) -> None:
         from transformers import LlamaConfig, LlamaModel
 
-        self.limits = limits or LimitsConfig()
+        self.config = config or CadenzaConfig()
         self.model = model
         self.model_name = MODEL_NAME
         self.layout = model.layout
@@ -85,9 +83,9 @@ class NaiveEngine:
         )
         if unexpected or set(missing) != {"embed_tokens.weight"}:
             raise NaiveEngineError(f"backbone does not map onto LlamaModel: {missing, unexpected}")
-        self.codec = load_codec(model.codec_name or "encodec_24khz", seed=seed)
-        self.config = config_in_codec_frames(
-            engine_config or EngineConfig(),
+        self.codec = load_codec(model.codec_name or "encodec_24khz", seed=self.config.model.seed)
+        self.frames = config_in_codec_frames(
+            self.config,
             self.codec.frame_rate,
             self.codec.lookahead_frames,
             self.layout.steps_per_frame,
@@ -105,9 +103,7 @@ class NaiveEngine:
         if config.model.torch_threads:
             torch.set_num_threads(config.model.torch_threads)
         model = CadenzaTinyModel.from_seed(config.model.seed)
-        engine = cls(
-            model, seed=config.model.seed, engine_config=config.engine, limits=config.limits
-        )
+        engine = cls(model, config=config)
         engine.model_name = config.model.public_name
         return engine
 
@@ -126,7 +122,7 @@ class NaiveEngine:
     @property
     def info(self) -> EngineInfo:
         shape = StreamShape(
-            page_size=self.config.page_size,
+            page_size=self.config.engine.page_size,
             steps_per_frame=self.layout.steps_per_frame,
             tail_steps=self.layout.tail_steps,
             prompt_overhead_tokens=prompt_overhead_tokens(self.model),
@@ -139,9 +135,10 @@ class NaiveEngine:
             device="cpu",
             shape=shape,
             kv_pages_total=2**31 - 1,  # no page pool: memory is not accounted
-            max_num_seqs=self.config.max_pending_requests,
+            max_num_seqs=self.config.engine.max_pending_requests,
             realtime=realtime_plan(
-                self.config,
+                self.config.realtime,
+                self.frames,
                 self.layout,
                 self.frame_rate,
                 self.codec.lookahead_frames,
@@ -162,7 +159,7 @@ class NaiveEngine:
         with self._lock:
             if request.request_id in self._cancelled:
                 raise RequestRejected(f"duplicate request id {request.request_id!r}")
-            if len(self._cancelled) >= self.config.max_pending_requests:
+            if len(self._cancelled) >= self.config.engine.max_pending_requests:
                 raise RequestRejected("engine queue is full")
             cancelled = self._cancelled[request.request_id] = threading.Event()
         threading.Thread(
@@ -240,7 +237,7 @@ class NaiveEngine:
     def _generate(self, request: SynthesisRequest, cancelled: threading.Event) -> FinishReason:
         from transformers import DynamicCache
 
-        duration_s = request_duration_s(request.text, request.max_duration_s, self.limits)
+        duration_s = request_duration_s(request.text, request.max_duration_s, self.config.limits)
         length = stream_length(duration_s, self.frame_rate, self.layout)
         generator = torch.Generator().manual_seed(request.sampling.seed or 0)
         prompt = self.model.build_prompt(request.text, request.voice)
@@ -278,7 +275,7 @@ class NaiveEngine:
         """Decode the next chunk offline once it is due; returns the frames sent so far."""
         complete = self.layout.frames_ready(seq)
         first = frames_sent == 0
-        threshold = self.config.first_chunk_frames if first else self.config.chunk_frames
+        threshold = self.frames.first_chunk_frames if first else self.frames.chunk_frames
         if complete - frames_sent < threshold and not (final and complete > frames_sent):
             return frames_sent
         codes = self.layout.frame_codes(seq, frames_sent, complete)

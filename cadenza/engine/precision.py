@@ -1,11 +1,11 @@
 """Which dtypes an engine computes in: the user's named dtype, or what ``auto`` chooses.
 
 ``model.dtype`` named explicitly (``"float32"``, ``"bfloat16"``, ``"float16"``) is the dtype of
-the math and of the cache: the ``auto`` settings of ``engine.cpu_linear_dtype``,
-``engine.kv_dtype`` and ``engine.codec_dtype`` follow it. ``model.dtype = "auto"`` lets them
+the math and of the cache: the ``auto`` settings of ``cpu.linear_dtype``,
+``engine.kv_dtype`` and ``cpu.codec_dtype`` follow it. ``model.dtype = "auto"`` lets them
 choose: on a CPU with bf16 matrix units (AMX tiles or AVX512-BF16) a float32 model's products,
 KV cache and codec run in bf16, which was measured (docs/precision.md) and is said in the
-start-up log, ``/readyz`` and ``cadenza plan``. A setting named on its own (``cpu_linear_dtype
+start-up log, ``/readyz`` and ``cadenza plan``. A setting named on its own (``cpu.linear_dtype
 = "bfloat16"``) is honoured either way. Output heads give float32 logits in every case
 (:class:`~cadenza.kernels.cpu_linear.PackedLinear`).
 """
@@ -29,7 +29,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def products_dtype(setting: str, model_dtype: torch.dtype, named: bool) -> torch.dtype:
-    """``engine.cpu_linear_dtype`` for a model in ``model_dtype``: ``auto`` follows a dtype the
+    """``cpu.linear_dtype`` for a model in ``model_dtype``: ``auto`` follows a dtype the
     user ``named``; otherwise :func:`~cadenza.kernels.cpu_linear.resolve_cpu_linear_dtype`."""
     if setting == "auto" and named:
         return torch.float32
@@ -39,7 +39,7 @@ def products_dtype(setting: str, model_dtype: torch.dtype, named: bool) -> torch
 def codec_dtype(
     setting: str, codec: AudioCodec, device: torch.device, model_dtype: torch.dtype, named: bool
 ) -> torch.dtype:
-    """``engine.codec_dtype`` for ``codec`` on ``device``: ``auto`` is bf16 on a CPU with native
+    """``cpu.codec_dtype`` for ``codec`` on ``device``: ``auto`` is bf16 on a CPU with native
     bf16 matrix units when the codec streams in bf16 and the user named no dtype (or named
     bf16), else fp32 (and fp32 on a GPU). Raises :class:`CodecError` when bf16 is asked of a
     codec that cannot stream in it."""

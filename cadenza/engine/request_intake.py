@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from cadenza.codecs.codec import AudioCodec, CodecError
-from cadenza.config import EngineConfig, LimitsConfig
+from cadenza.config import LimitsConfig, RealtimeConfig
 from cadenza.contract.errors import RequestRejected
 from cadenza.contract.request import ResumePoint, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
@@ -47,20 +47,20 @@ class RequestIntake:
         codec: AudioCodec | None,
         *,
         extra_keys: tuple[str, ...],
-        config: EngineConfig,
+        realtime: RealtimeConfig,
         limits: LimitsConfig,
     ) -> None:
         self.model = model
         self.codec = codec
         self.layout = model.layout
         self.extra_keys = extra_keys
-        self.config = config
+        self.realtime = realtime
         self.limits = limits
         # How long after its arrival a stream with this many prompt rows has its first chunk
         # due (the engine's RealtimePlan, which knows the calibration); the TTFA target until
         # the engine sets it.
         self.first_chunk_due_after_s: Callable[[int], float] = lambda rows: (
-            config.ttfa_target_ms / 1000.0
+            realtime.ttfa_target_ms / 1000.0
         )
         self._encoded: OrderedDict[bytes, list[list[int]]] = OrderedDict()
 
@@ -100,7 +100,7 @@ class RequestIntake:
                 arrival_s=time.monotonic(),
                 ttfa_target_s=self.first_chunk_due_after_s(len(prompt)),
                 frame_period_s=1.0 / self.codec.frame_rate,
-                reserve_s=self.config.playout_reserve_ms / 1000.0,
+                reserve_s=self.realtime.playout_reserve_ms / 1000.0,
             )
         )
         if request.resume is not None:

@@ -106,7 +106,7 @@ class EngineClient:
     def _spawn(self) -> None:
         """Bind the sockets and start the engine (a process, or a thread)."""
         inbound, outbound = self._bind()
-        if self.config.engine.mode == "process":
+        if self.config.supervision.mode == "process":
             self._process = subprocess.Popen(
                 [
                     sys.executable,
@@ -132,7 +132,7 @@ class EngineClient:
             self._thread.start()
 
     async def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.config.engine.startup_timeout_s
+        deadline = time.monotonic() + self.config.supervision.startup_timeout_s
         while self.info is None:
             if time.monotonic() > deadline:
                 raise EngineUnavailable("engine did not become ready in time")
@@ -262,7 +262,7 @@ class EngineClient:
     # -- internals --------------------------------------------------------------------------
 
     def _bind(self) -> tuple[str, str]:
-        if self.config.engine.mode == "process":
+        if self.config.supervision.mode == "process":
             self._socket_dir = tempfile.TemporaryDirectory(prefix="cadenza-")
             inbound = f"ipc://{self._socket_dir.name}/to-engine"
             outbound = f"ipc://{self._socket_dir.name}/from-engine"
@@ -306,7 +306,7 @@ class EngineClient:
                 if not self._engine_alive():
                     self._lose_engine("engine process exited")
                     return
-                silent_limit = self.config.engine.heartbeat_timeout_s
+                silent_limit = self.config.supervision.heartbeat_timeout_s
                 if time.monotonic() - self._last_heartbeat > silent_limit:
                     self._lose_engine(f"engine hung: it sent nothing for {silent_limit:g} s")
                     if self._process is not None:

@@ -186,20 +186,23 @@ def _reject(request_id: str, reason: str, outbound: zmq.Socket[bytes]) -> None:
 
 
 def place_replica(config: CadenzaConfig, replica: int) -> CadenzaConfig:
-    """Where replica ``replica`` of ``engine.replicas`` runs, and the configuration it runs
+    """Where replica ``replica`` of ``supervision.replicas`` runs, and the configuration it runs
     with (call before torch is imported). On a GPU machine the replicas spread over the
     devices, one per device (round robin). On the CPU they divide the cores as
     :mod:`cadenza.contract.cpu_replicas` says: each pinned to its own share, running that many
     torch threads (unless ``model.torch_threads`` says otherwise), or all sharing every core
     with OpenMP threads that sleep instead of spinning when idle, so that a busy replica gets
     the cores an idle one leaves. The configuration returned names the replica count
-    (``engine.replicas``) as decided here, before the process is pinned to its share."""
+    (``supervision.replicas``) as decided here, before the process is pinned to its share."""
     replicas = replica_count(
-        config.engine.replicas, config.model.device, config.engine.mode, config.engine.kind
+        config.supervision.replicas,
+        config.model.device,
+        config.supervision.mode,
+        config.engine.kind,
     )
     # The count as the edge decided it (this process is about to see only its own cores).
-    engine = config.engine.model_copy(update={"replicas": replicas})
-    config = config.model_copy(update={"engine": engine})
+    supervision = config.supervision.model_copy(update={"replicas": replicas})
+    config = config.model_copy(update={"supervision": supervision})
     cores = usable_cores()
     share = cores_per_replica(replicas, len(cores))
     if core_sharers(replicas, len(cores)) > 1:

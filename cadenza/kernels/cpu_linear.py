@@ -71,14 +71,14 @@ def bf16_packing_available() -> bool:
 
 
 def resolve_cpu_linear_dtype(setting: str) -> torch.dtype:
-    """``engine.cpu_linear_dtype`` as a dtype: ``auto`` is bf16 where
+    """``cpu.linear_dtype`` as a dtype: ``auto`` is bf16 where
     :func:`native_bf16_matmul`, else fp32. Raises ``ValueError`` for ``bfloat16`` on a CPU
     whose oneDNN cannot pack bf16 weights (:func:`bf16_packing_available`)."""
     if setting == "auto":
         return torch.bfloat16 if native_bf16_matmul() else torch.float32
     if setting == "bfloat16" and not bf16_packing_available():
         raise ValueError(
-            "engine.cpu_linear_dtype = 'bfloat16' needs a CPU with AVX512 (BW, VL, DQ) or "
+            "cpu.linear_dtype = 'bfloat16' needs a CPU with AVX512 (BW, VL, DQ) or "
             "AVX-NE-CONVERT for oneDNN's bf16 products; this one has neither: use 'auto' or "
             "'float32'"
         )

@@ -103,7 +103,7 @@ class RunningServer:
 
 
 def _replicas_env(replicas: int | None) -> dict[str, str]:
-    return {} if replicas is None else {"CADENZA_ENGINE__REPLICAS": str(replicas)}
+    return {} if replicas is None else {"CADENZA_SUPERVISION__REPLICAS": str(replicas)}
 
 
 @contextmanager
@@ -123,7 +123,7 @@ def serving(
     """
     if not calibrated:
         deterministic = {
-            "CADENZA_ENGINE__CALIBRATION": "off",
+            "CADENZA_CALIBRATION__MODE": "off",
             "CADENZA_ADMISSION__SLACK_CLOSE_MS": "-1e9",
         }
         env = {**deterministic, **(env or {})}

@@ -19,8 +19,8 @@ from cadenza.client.webrtc import WebRTCPeer
 from tests.integration.server import serving
 
 FLOAT32 = {  # the uninterrupted and the resumed run are compared value for value
-    "CADENZA_ENGINE__CPU_LINEAR_DTYPE": "float32",
-    "CADENZA_ENGINE__CODEC_DTYPE": "float32",
+    "CADENZA_CPU__LINEAR_DTYPE": "float32",
+    "CADENZA_CPU__CODEC_DTYPE": "float32",
 }
 TEXT = "a stream that outlives the engine it started on"  # 3.4 s of audio
 
@@ -28,7 +28,7 @@ TEXT = "a stream that outlives the engine it started on"  # 3.4 s of audio
 @pytest.fixture(scope="module")
 def replicated(tmp_path_factory):
     """Two engine replicas of cadenza-tiny."""
-    env = {**FLOAT32, "CADENZA_ENGINE__REPLICAS": "2"}
+    env = {**FLOAT32, "CADENZA_SUPERVISION__REPLICAS": "2"}
     with serving(tmp_path_factory.mktemp("replicated") / "server.log", env) as running:
         running.idle_tasks = running.metric("cadenza_edge_asyncio_tasks")
         yield running
@@ -37,7 +37,7 @@ def replicated(tmp_path_factory):
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
     """One replica, which the edge must restart; a short heartbeat timeout (hang test)."""
-    env = {**FLOAT32, "CADENZA_ENGINE__HEARTBEAT_TIMEOUT_S": "3"}
+    env = {**FLOAT32, "CADENZA_SUPERVISION__HEARTBEAT_TIMEOUT_S": "3"}
     with serving(tmp_path_factory.mktemp("single") / "server.log", env) as running:
         running.idle_tasks = running.metric("cadenza_edge_asyncio_tasks")
         yield running
@@ -274,8 +274,8 @@ def test_a_model_that_can_no_longer_start_stops_being_restarted_and_says_why(
     root = tmp_path_factory.mktemp("crash-loop")
     orpheus_dir, snac_dir = save_tiny_orpheus_and_snac(root)
     env = {
-        "CADENZA_ENGINE__MAX_START_FAILURES": "2",
-        "CADENZA_ENGINE__RESTART_BACKOFF_S": "0.1",
+        "CADENZA_SUPERVISION__MAX_START_FAILURES": "2",
+        "CADENZA_SUPERVISION__RESTART_BACKOFF_S": "0.1",
     }
     args = ("--model", str(orpheus_dir), "--codec", str(snac_dir))
     with serving(root / "server.log", env, args=args) as server:
@@ -324,7 +324,7 @@ def test_a_chaos_run_kills_replicas_and_every_admitted_stream_completes(
 
 
 def test_a_warm_spare_takes_over_a_killed_engine_at_once(tmp_path) -> None:
-    env = {**FLOAT32, "CADENZA_ENGINE__WARM_SPARE": "true"}
+    env = {**FLOAT32, "CADENZA_SUPERVISION__WARM_SPARE": "true"}
     with serving(tmp_path / "server.log", env) as server:
         server.idle_tasks = server.metric("cadenza_edge_asyncio_tasks")
         deadline = time.monotonic() + 60

@@ -126,7 +126,7 @@ def test_generate_speaks_a_csm_checkpoint_as_the_reference_pipeline_does(tmp_pat
     # float32 compute (the reference's): the CPU's bf16 products would round differently.
     settings = tmp_path / "float32.toml"
     settings.write_text(
-        "[engine]\n" + "".join(f'{key} = "{value}"\n' for key, value in FLOAT32_COMPUTE.items())
+        "[cpu]\n" + "".join(f'{key} = "{value}"\n' for key, value in FLOAT32_COMPUTE.items())
     )
     result = _cadenza(
         "generate", "--model", str(checkpoint), "--voice", "0", "--text", "Good morning.",

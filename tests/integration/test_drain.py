@@ -17,7 +17,7 @@ import websockets
 from cadenza.client.sdk import StreamError, connect
 from tests.integration.server import RunningServer
 
-DETERMINISTIC = {"CADENZA_ENGINE__CALIBRATION": "off", "CADENZA_ADMISSION__SLACK_CLOSE_MS": "-1e9"}
+DETERMINISTIC = {"CADENZA_CALIBRATION__MODE": "off", "CADENZA_ADMISSION__SLACK_CLOSE_MS": "-1e9"}
 
 
 def start(tmp_path, **env: str) -> RunningServer:

@@ -19,7 +19,7 @@ HOP = 320
 def _run(scenario, **client_options):
     async def main():
         config = load_config(
-            overrides={"engine": {"mode": "inprocess"}, "model": {"device": "cpu"}}
+            overrides={"supervision": {"mode": "inprocess"}, "model": {"device": "cpu"}}
         )
         client = EngineClient(config, **client_options)
         await client.start()
@@ -86,7 +86,7 @@ def test_refused_request_raises_rejected():
 def test_closed_client_refuses_new_streams():
     async def main():
         config = load_config(
-            overrides={"engine": {"mode": "inprocess"}, "model": {"device": "cpu"}}
+            overrides={"supervision": {"mode": "inprocess"}, "model": {"device": "cpu"}}
         )
         client = EngineClient(config)
         await client.start()
@@ -103,7 +103,7 @@ def test_engine_that_cannot_load_fails_start():
     async def main():
         config = load_config(
             overrides={
-                "engine": {"mode": "inprocess"},
+                "supervision": {"mode": "inprocess"},
                 "model": {"name": "no-such-model", "device": "cpu"},
             }
         )

@@ -71,7 +71,7 @@ def test_bf16_asked_of_a_cpu_that_cannot_pack_it_is_a_clear_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr("cadenza.kernels.cpu_linear.bf16_packing_available", lambda: False)
-    with pytest.raises(ValueError, match="cpu_linear_dtype = 'bfloat16' needs a CPU"):
+    with pytest.raises(ValueError, match=r"cpu\.linear_dtype = 'bfloat16' needs a CPU"):
         resolve_cpu_linear_dtype("bfloat16")
 
 

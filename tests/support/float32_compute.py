@@ -4,16 +4,16 @@ rounding. The bf16 paths have their own accuracy tests."""
 
 from __future__ import annotations
 
-from cadenza.config import EngineConfig
+from cadenza.config import CpuConfig
 from cadenza.engine.engine import Engine
 from cadenza.kernels.native_library import find_compiler
 
-FLOAT32_COMPUTE = {"cpu_linear_dtype": "float32", "codec_dtype": "float32"}
+FLOAT32_COMPUTE = {"linear_dtype": "float32", "codec_dtype": "float32"}  # [cpu]
 
 
-def float32_engine_config(**fields: object) -> EngineConfig:
-    """An :class:`EngineConfig` with ``fields`` and float32 compute everywhere."""
-    return EngineConfig.model_validate({**FLOAT32_COMPUTE, **fields})
+def float32_cpu_config(**fields: object) -> CpuConfig:
+    """A :class:`CpuConfig` with ``fields`` and float32 compute everywhere."""
+    return CpuConfig.model_validate({**FLOAT32_COMPUTE, **fields})
 
 
 def assert_float32_named_with_the_fused_step(engine: Engine) -> None:

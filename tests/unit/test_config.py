@@ -49,7 +49,7 @@ def test_garbage_file(tmp_path):
 
 
 def test_round_trips_through_json():
-    config = load_config(overrides={"engine": {"chunk_frames": 3}})
+    config = load_config(overrides={"realtime": {"chunk_ms": 40.0}})
     again = CadenzaConfig.model_validate(config.model_dump(mode="json"))
     assert again == config
 
@@ -58,6 +58,30 @@ def test_reference_lists_every_key_with_its_variable():
     text = config_reference()
     assert "CADENZA_SERVER__PORT" in text
     assert "limits.max_input_chars" in text
+    assert "realtime.first_chunk_ms (env CADENZA_REALTIME__FIRST_CHUNK_MS, default 107.0)" in text
+
+
+def test_each_owner_has_its_section(tmp_path, monkeypatch):
+    path = tmp_path / "cadenza.toml"
+    path.write_text(
+        "[supervision]\nreplicas = 2\n[realtime]\nchunk_ms = 400\n"
+        '[cpu]\nlinear_dtype = "float32"\n[calibration]\nattempts = 1\n'
+    )
+    monkeypatch.setenv("CADENZA_CALIBRATION__BATCH_SIZES", "[1, 2]")
+    monkeypatch.setenv("CADENZA_CALIBRATION__DURATION_MS", "200")
+    config = load_config(path, {"engine": {"max_num_seqs": 8}})
+    assert (config.supervision.replicas, config.realtime.chunk_ms) == (2, 400.0)
+    assert (config.cpu.linear_dtype, config.calibration.attempts) == ("float32", 1)
+    assert config.calibration.batch_sizes == (1, 2) and config.calibration.duration_ms == 200.0
+    assert config.engine.max_num_seqs == 8
+
+
+def test_the_tree_reads_no_environment(monkeypatch):
+    """Built from its arguments only: the engine process's copy is the edge's, as sent."""
+    monkeypatch.setenv("CADENZA_SERVER__PORT", "9009")
+    assert CadenzaConfig().server.port == 8000
+    assert CadenzaConfig.model_validate({"server": {"port": 8001}}).server.port == 8001
+    assert load_config().server.port == 9009
 
 
 @pytest.mark.parametrize(
@@ -65,31 +89,36 @@ def test_reference_lists_every_key_with_its_variable():
     [
         ("CADENZA_ADMISSION__AGING_S", "0", "admission.aging_s"),
         ("CADENZA_ADMISSION__STANDARD_RESERVED_SHARE", "1.5", "admission.standard_reserved_share"),
-        ("CADENZA_ENGINE__REALTIME_HEADROOM", "1", "engine.realtime_headroom"),
-        ("CADENZA_ENGINE__CALIBRATION", "sometimes", "engine.calibration"),
-        ("CADENZA_ENGINE__CALIBRATION_BATCH_SIZES", "[]", "engine.calibration_batch_sizes"),
+        ("CADENZA_REALTIME__HEADROOM", "1", "realtime.headroom"),
+        ("CADENZA_REALTIME__CHUNK_MS", "0", "realtime.chunk_ms"),
+        ("CADENZA_REALTIME__FIRST_CHUNK_MS", "soon", "realtime.first_chunk_ms"),
+        ("CADENZA_CALIBRATION__MODE", "sometimes", "calibration.mode"),
+        ("CADENZA_CALIBRATION__BATCH_SIZES", "[]", "calibration.batch_sizes"),
+        ("CADENZA_CALIBRATION__DURATION_MS", "-1", "calibration.duration_ms"),
+        ("CADENZA_CALIBRATION__TOLERANCE", "lots", "calibration.tolerance"),
         ("CADENZA_ENGINE__KV_DTYPE", "int4", "engine.kv_dtype"),
         ("CADENZA_ENGINE__KIND", "fast", "engine.kind"),
         ("CADENZA_MODEL__WEIGHTS_DTYPE", "int2", "model.weights_dtype"),
-        ("CADENZA_ENGINE__CPU_LINEAR_DTYPE", "fp8", "engine.cpu_linear_dtype"),
-        ("CADENZA_ENGINE__CODEC_DTYPE", "half", "engine.codec_dtype"),
-        ("CADENZA_ENGINE__MAX_LEAD_MS", "0", "engine.max_lead_ms"),
-        ("CADENZA_ENGINE__LEAD_HYSTERESIS_MS", "-1", "engine.lead_hysteresis_ms"),
-        ("CADENZA_ENGINE__LEAD_HYSTERESIS_MS", "a while", "engine.lead_hysteresis_ms"),
+        ("CADENZA_CPU__LINEAR_DTYPE", "fp8", "cpu.linear_dtype"),
+        ("CADENZA_CPU__CODEC_DTYPE", "half", "cpu.codec_dtype"),
+        ("CADENZA_REALTIME__MAX_LEAD_MS", "0", "realtime.max_lead_ms"),
+        ("CADENZA_REALTIME__LEAD_HYSTERESIS_MS", "-1", "realtime.lead_hysteresis_ms"),
+        ("CADENZA_REALTIME__LEAD_HYSTERESIS_MS", "a while", "realtime.lead_hysteresis_ms"),
         ("CADENZA_ADMISSION__JITTER_WINDOW_S", "-1", "admission.jitter_window_s"),
         ("CADENZA_ADMISSION__FACTOR_RECOVERY_S", "-1", "admission.factor_recovery_s"),
         ("CADENZA_ADMISSION__FACTOR_RECOVERY_S", "a minute", "admission.factor_recovery_s"),
         ("CADENZA_ADMISSION__REALTIME_MAX_WAIT_S", "soon", "admission.realtime_max_wait_s"),
         ("CADENZA_ADMISSION__UNMEASURED_FACTOR", "0.5", "admission.unmeasured_factor"),
         ("CADENZA_ADMISSION__UNMEASURED_FACTOR", "slow", "admission.unmeasured_factor"),
-        ("CADENZA_ENGINE__REPLICAS", "0", "engine.replicas"),
-        ("CADENZA_ENGINE__REPLICAS", "two", "engine.replicas"),
-        ("CADENZA_ENGINE__HEARTBEAT_TIMEOUT_S", "0", "engine.heartbeat_timeout_s"),
-        ("CADENZA_ENGINE__RESTART_BACKOFF_S", "-1", "engine.restart_backoff_s"),
-        ("CADENZA_ENGINE__MAX_START_FAILURES", "0", "engine.max_start_failures"),
-        ("CADENZA_ENGINE__RESUME_REPLAY_FRAMES", "-5", "engine.resume_replay_frames"),
-        ("CADENZA_ENGINE__WARM_SPARE", "perhaps", "engine.warm_spare"),
-        ("CADENZA_ENGINE__FUSED_CPU_DECODE", "maybe", "engine.fused_cpu_decode"),
+        ("CADENZA_SUPERVISION__REPLICAS", "0", "supervision.replicas"),
+        ("CADENZA_SUPERVISION__REPLICAS", "two", "supervision.replicas"),
+        ("CADENZA_SUPERVISION__HEARTBEAT_TIMEOUT_S", "0", "supervision.heartbeat_timeout_s"),
+        ("CADENZA_SUPERVISION__RESTART_BACKOFF_S", "-1", "supervision.restart_backoff_s"),
+        ("CADENZA_SUPERVISION__MAX_START_FAILURES", "0", "supervision.max_start_failures"),
+        ("CADENZA_SUPERVISION__RESUME_REPLAY_MS", "-5", "supervision.resume_replay_ms"),
+        ("CADENZA_SUPERVISION__WARM_SPARE", "perhaps", "supervision.warm_spare"),
+        ("CADENZA_SUPERVISION__MODE", "thread", "supervision.mode"),
+        ("CADENZA_CPU__FUSED_DECODE", "maybe", "cpu.fused_decode"),
         ("CADENZA_SERVER__DRAIN_TIMEOUT_S", "-1", "server.drain_timeout_s"),
         ("CADENZA_SERVER__RESUME_TIMEOUT_S", "later", "server.resume_timeout_s"),
         ("CADENZA_SERVER__GC_FREEZE", "sometimes", "server.gc_freeze"),

@@ -100,10 +100,10 @@ def test_cli_json_and_errors():
 
 def test_cli_with_a_model_measures_its_real_time_capacity_here(tmp_path):
     quick_sweep = {
-        "CADENZA_ENGINE__CALIBRATION_BATCH_SIZES": "[1, 2, 4]",
-        "CADENZA_ENGINE__CALIBRATION_STEPS": "15",
-        "CADENZA_ENGINE__CALIBRATION_LONG_CONTEXT": "0",
-        "CADENZA_ENGINE__CALIBRATION_CACHE_DIR": str(tmp_path),
+        "CADENZA_CALIBRATION__BATCH_SIZES": "[1, 2, 4]",
+        "CADENZA_CALIBRATION__DURATION_MS": "200",
+        "CADENZA_CALIBRATION__LONG_CONTEXT_TOKENS": "0",
+        "CADENZA_CALIBRATION__CACHE_DIR": str(tmp_path),
     }
     result = _plan("--model", "cadenza-tiny", "--context", "100", "--json", env=quick_sweep)
     assert result.returncode == 0, result.stderr

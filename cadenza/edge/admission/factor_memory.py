@@ -20,7 +20,7 @@ A remembered factor is a hint, not a verdict: it comes back with its age
 ages and caps it (``admission.remembered_factor_half_life_s``,
 ``admission.remembered_factor_cap``; :mod:`cadenza.edge.admission.realtime_factor`).
 
-One small JSON file beside the calibrations (``engine.calibration_cache_dir``, default
+One small JSON file beside the calibrations (``calibration.cache_dir``, default
 ``~/.cache/cadenza``), ``{key: {"factor": f, "at": unix seconds}}``, written atomically;
 unreadable content counts as nothing remembered, and an entry that is not one this code
 writes (a factor outside 1-20, a time in the future, a bare number) is ignored with a

@@ -3,11 +3,12 @@
 The sweep runs the real engine on synthetic streams through its ordinary interface (requests
 in, steps, step reports out), so the measurement includes everything a live step does: the
 forward pass, sampling, and the streaming codec decode amortised over the chunk. For each batch
-size ``B`` (``engine.calibration_batch_sizes``, up to ``max_num_seqs`` and the KV pages
+size ``B`` (``calibration.batch_sizes``, up to ``max_num_seqs`` and the KV pages
 available; the smallest runs once first, unmeasured, to pay one-off costs): start ``B`` streams
 with short prompts, their arrivals spread over one chunk period as live arrivals are (so their
 codec decodes fall on different steps), step until every one has delivered its first audio,
-then time ``engine.calibration_steps`` pure decode steps in windows of one chunk period (each
+then time the pure decode steps of ``calibration.duration_ms`` of audio in windows of one
+chunk period (each
 window holds one codec decode per stream) and record the median of the window means, which
 shrugs off a burst of noise from a neighbour on a shared machine (and every point is measured
 twice, once on the way up and once on the way down, keeping the faster: noise only ever slows a
@@ -15,7 +16,7 @@ step); the spread of the window means (their 90th percentile over the median, po
 points) is the calibration's *jitter*, what admission allows for before live steps are seen.
 The sweep stops once a point is more than twice the real-time step budget (larger batches
 cannot be admitted anyway). One more point decodes a smaller batch at a long context
-(``engine.calibration_long_context`` prompt tokens) so attention's share is measured too
+(``calibration.long_context_tokens`` prompt tokens) so attention's share is measured too
 (twice as well, keeping the faster).
 Single prompts of three lengths, each prefilled alone in one step, give what a prompt row
 costs: for its layers and for each position its attention reads (a long prompt's rows cost
@@ -23,9 +24,9 @@ more; where they do not fit one step, the long prompts' prefill steps give one f
 row). The best point's frames
 per second over the frame rate is the engine's saturated throughput in streams.
 
-The result is cached as JSON under ``engine.calibration_cache_dir`` keyed by everything that
+The result is cached as JSON under ``calibration.cache_dir`` keyed by everything that
 changes step time: model, weights and KV dtypes, seed, device name, threads, torch and cadenza
-versions, and the engine settings involved. ``calibration = "refresh"`` measures again;
+versions, and the engine settings involved. ``calibration.mode = "refresh"`` measures again;
 ``"off"`` skips it. A calibration read from the cache is followed by a warm-up
 (:func:`warm_up`): the engine runs the calibration's smallest point and its largest real-time
 one once, unmeasured, so the first streams served do not pay the one-off costs (kernel
@@ -96,28 +97,28 @@ def calibration_identity(engine: Engine, seed: int, neighbours: int = 0) -> str:
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "cadenza": __version__,
-        "chunk_frames": config.chunk_frames,
-        "first_chunk_frames": config.first_chunk_frames,
-        "pack_cpu_weights": config.pack_cpu_weights,
-        "fused_cpu_decode": config.fused_cpu_decode
+        "chunk_frames": engine.frames.chunk_frames,
+        "first_chunk_frames": engine.frames.first_chunk_frames,
+        "pack_cpu_weights": config.cpu.pack_weights,
+        "fused_cpu_decode": config.cpu.fused_decode
         and native_library.source_digest(fused_cpu_decode.SOURCE),
         "linear_kernel": native_library.source_digest(cpu_linear.NATIVE_SOURCE),
         "codec_kernels": [
             native_library.source_digest(source)
             for source in (cpu_lstm.SOURCE, cpu_mono_conv.SOURCE)
         ],
-        "batch_sizes": list(config.calibration_batch_sizes),
-        "steps": config.calibration_steps,
-        "long_context": config.calibration_long_context,
-        "max_num_seqs": config.max_num_seqs,
-        "max_num_batched_tokens": config.max_num_batched_tokens,
-        "headroom": config.realtime_headroom,
+        "batch_sizes": list(config.calibration.batch_sizes),
+        "steps": engine.frames.calibration_steps,
+        "long_context": config.calibration.long_context_tokens,
+        "max_num_seqs": config.engine.max_num_seqs,
+        "max_num_batched_tokens": config.engine.max_num_batched_tokens,
+        "headroom": config.realtime.headroom,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 
 def cache_path(engine: Engine, identity: str) -> Path:
-    root = engine.config.calibration_cache_dir or os.path.join(
+    root = engine.config.calibration.cache_dir or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cadenza"
     )
     return Path(root) / f"calibration-{identity}.json"
@@ -129,14 +130,14 @@ def load_or_calibrate(engine: Engine, seed: int = 0, neighbours: int = 0) -> Cal
     (:meth:`Engine.apply_calibration`). ``neighbours``: how many other engine replicas share
     this machine and calibrate at the same time (their steps slow this one's: shared caches,
     memory bandwidth, a host's sibling threads), part of the cache key."""
-    mode = engine.config.calibration
+    mode = engine.config.calibration.mode
     if mode == "off" or engine.policy is None:
         return None
     identity = calibration_identity(engine, seed, neighbours)
     path = cache_path(engine, identity)
     calibration: Calibration | None = None
     if mode == "auto" and path.is_file():
-        calibration = _read_cache(path, engine.config.calibration_tolerance)
+        calibration = _read_cache(path, engine.config.calibration.tolerance)
     if calibration is None:
         calibration = _measure_consistent(engine, identity)
         if calibration.consistent:
@@ -165,10 +166,10 @@ def load_or_calibrate(engine: Engine, seed: int = 0, neighbours: int = 0) -> Cal
 
 
 def _measure_consistent(engine: Engine, identity: str) -> Calibration:
-    """Sweeps until one agrees with itself (``engine.calibration_attempts`` at most); if none
+    """Sweeps until one agrees with itself (``calibration.attempts`` at most); if none
     does, :func:`conservative` of them all, which is served but never cached."""
     attempts: list[Calibration] = []
-    limit = engine.config.calibration_attempts
+    limit = engine.config.calibration.attempts
     for number in range(1, limit + 1):
         attempt = run_sweep(engine, identity)
         attempts.append(attempt)
@@ -184,7 +185,7 @@ def _measure_consistent(engine: Engine, identity: str) -> Calibration:
     log.warning(
         "no calibration agreed with itself in %d attempts: serving with a conservative one "
         "(each point at its fastest, jitter x%.2f), not cached; restart on a quiet machine "
-        '(or with engine.calibration = "refresh") to measure again',
+        '(or with calibration.mode = "refresh") to measure again',
         limit,
         combined.jitter,
     )
@@ -231,7 +232,7 @@ def warm_up(engine: Engine, calibration: Calibration) -> list[int]:
         raise RuntimeError("the warm-up needs an idle engine")
     info = engine.info
     budget_ms = 1000.0 * step_budget_s(
-        info.frame_period_s, info.shape.steps_per_frame, engine.config.realtime_headroom
+        info.frame_period_s, info.shape.steps_per_frame, engine.config.realtime.headroom
     )
     points = calibration.model.decode_points
     if not points:
@@ -241,7 +242,8 @@ def warm_up(engine: Engine, calibration: Calibration) -> list[int]:
     batches = [
         b
         for b in batches
-        if b <= engine.config.max_num_seqs and synthetic_streams_fit(engine, b, SHORT_PROMPT_CHARS)
+        if b <= engine.config.engine.max_num_seqs
+        and synthetic_streams_fit(engine, b, SHORT_PROMPT_CHARS)
     ]
     started = time.perf_counter()
     for batch in batches:
@@ -262,7 +264,7 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
     config, info = engine.config, engine.info
     started = time.perf_counter()
     budget_ms = 1000.0 * step_budget_s(
-        info.frame_period_s, info.shape.steps_per_frame, config.realtime_headroom
+        info.frame_period_s, info.shape.steps_per_frame, config.realtime.headroom
     )
     samples: list[StepSample] = []
     spreads: list[float] = []  # window means over their point's median
@@ -271,14 +273,14 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
     # A first pass pays one-off costs (kernel selection, allocations) that live steps never
     # see again: measured, they would inflate the smallest batch's point (and, the points
     # being monotone, the next ones too).
-    smallest = min(config.calibration_batch_sizes)
-    if smallest <= config.max_num_seqs and synthetic_streams_fit(
+    smallest = min(config.calibration.batch_sizes)
+    if smallest <= config.engine.max_num_seqs and synthetic_streams_fit(
         engine, smallest, SHORT_PROMPT_CHARS
     ):
         _measure(engine, smallest, SHORT_PROMPT_CHARS)
     points: dict[int, _Point] = {}
-    for batch in sorted(set(config.calibration_batch_sizes)):
-        if batch > config.max_num_seqs or not synthetic_streams_fit(
+    for batch in sorted(set(config.calibration.batch_sizes)):
+        if batch > config.engine.max_num_seqs or not synthetic_streams_fit(
             engine, batch, SHORT_PROMPT_CHARS
         ):
             break
@@ -304,13 +306,13 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
         largest, codec_ms = batch, point.codec_ms_per_frame
     long_sample = None
     prefill_ms_per_token = 0.0
-    if config.calibration_long_context > 0 and samples:
+    if config.calibration.long_context_tokens > 0 and samples:
         batch = max(1, min(8, largest))
-        if synthetic_streams_fit(engine, batch, config.calibration_long_context):
+        if synthetic_streams_fit(engine, batch, config.calibration.long_context_tokens):
             # Measured twice as well, keeping the faster: this one point sets what every
             # position a step reads costs, and so the claim at long contexts.
-            point = _measure(engine, batch, config.calibration_long_context)
-            again = _measure(engine, batch, config.calibration_long_context)
+            point = _measure(engine, batch, config.calibration.long_context_tokens)
+            again = _measure(engine, batch, config.calibration.long_context_tokens)
             share = min(point.cpu_share, again.cpu_share)
             repeats.append(
                 StepRepeat(
@@ -349,7 +351,7 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
         long_context_throughput_streams=round(long_throughput, 2),
         repeats=tuple(repeats),
     )
-    problems = calibration_problems(calibration, config.calibration_tolerance)
+    problems = calibration_problems(calibration, config.calibration.tolerance)
     return replace(calibration, problems=tuple(problems))
 
 
@@ -374,11 +376,13 @@ def _measure_prefill(engine: Engine) -> tuple[float, float] | None:
     ``(per_row, per_position)``, or ``None`` where fewer than three lengths fit one step."""
     fastest: dict[tuple[int, int], float] = {}  # (rows, positions before them) -> ms
     for chars in _PREFILL_PROMPT_CHARS * 2:
-        if chars > engine.limits.max_input_chars or not synthetic_streams_fit(engine, 1, chars):
+        if chars > engine.config.limits.max_input_chars or not synthetic_streams_fit(
+            engine, 1, chars
+        ):
             continue
         request = synthetic_request(engine, chars, "calibration")
         rows_at_most = engine.info.shape.max_prompt_tokens(request.text)
-        if rows_at_most > engine.config.max_num_batched_tokens:
+        if rows_at_most > engine.config.engine.max_num_batched_tokens:
             continue  # more than one step's rows
         try:
             engine.add_request(request)
@@ -412,7 +416,7 @@ def _measure(engine: Engine, batch: int, prompt_chars: int) -> _Point:
     """Mean time of pure decode steps with ``batch`` streams; codec ms per stream-frame; and
     what a prompt row cost in the pure prefill steps on the way."""
     requests = [synthetic_request(engine, prompt_chars, "calibration") for _ in range(batch)]
-    window = engine.config.chunk_frames * engine.info.shape.steps_per_frame
+    window = engine.frames.chunk_frames * engine.info.shape.steps_per_frame
     heard: set[str] = set()
     try:
         # Arrivals spread over one chunk period, as live streams arrive: their codec decodes
@@ -433,7 +437,7 @@ def _measure(engine: Engine, batch: int, prompt_chars: int) -> _Point:
         window_means, contexts = [], []
         codec_s, codec_frames = 0.0, 0
         cpu_started, wall_started = time.process_time(), time.perf_counter()
-        for _ in range(max(engine.config.calibration_steps // window, 1)):
+        for _ in range(max(engine.frames.calibration_steps // window, 1)):
             for _ in range(window):
                 engine.step()
             report = engine.take_report()

@@ -3,7 +3,7 @@ machine must not become the step-time model every later start uses.
 
 Three checks, each a bound on disagreement that a quiet machine stays well within (every
 point's two measurements, and a whole sweep's points against each other), all scaled by one
-``tolerance`` (``engine.calibration_tolerance``):
+``tolerance`` (``calibration.tolerance``):
 
 * **repeats**: each point is measured twice (on the way up and on the way down); the slower
   may exceed the faster by at most ``tolerance``;
@@ -19,7 +19,7 @@ point's two measurements, and a whole sweep's points against each other), all sc
   :data:`SLOPE_SLACK_MS`): a point measured while the cores were taken shows as one steep
   segment, and the last segment's slope is what the model extrapolates with.
 
-:func:`load_or_calibrate` measures again (``engine.calibration_attempts`` in all) while a sweep
+:func:`load_or_calibrate` measures again (``calibration.attempts`` in all) while a sweep
 has problems; if every attempt has some, the engine serves with :func:`conservative` (never
 cached) and says so in its log and, through the calibration it announces, in ``/readyz``.
 """

@@ -3,7 +3,7 @@ probes admission asks for while the engine is idle (:mod:`cadenza.engine.realtim
 
 Each is an ordinary speech request with a distinct random text (a prefix-cache hit would skip
 the prefill being measured), long enough to run its first chunk and then
-``engine.calibration_steps`` decode steps and two more chunks.
+``engine.frames.calibration_steps`` decode steps and two more chunks.
 """
 
 from __future__ import annotations
@@ -26,16 +26,16 @@ _WORDS = ("calibrate", "measure", "steady", "tempo", "voice", "step", "time", "f
 def steps_to_measure(engine: Engine) -> int:
     """Decode steps one synthetic stream runs for: its first chunk, the calibration's steps
     and two more."""
-    config = engine.config
-    first_chunk = layout_steps_for_frames(engine.layout, config.first_chunk_frames)
-    return first_chunk + config.calibration_steps + 2
+    frames = engine.frames
+    first_chunk = layout_steps_for_frames(engine.layout, frames.first_chunk_frames)
+    return first_chunk + frames.calibration_steps + 2
 
 
 def synthetic_request(engine: Engine, prompt_chars: int, purpose: str) -> SynthesisRequest:
     """A stream with a random ``prompt_chars``-character text (``purpose`` names it in its
     request id: ``calibration``, ``probe``)."""
     info = engine.info
-    frames = steps_to_measure(engine) // info.shape.steps_per_frame + 2 * engine.config.chunk_frames
+    frames = steps_to_measure(engine) // info.shape.steps_per_frame + 2 * engine.frames.chunk_frames
     words = [secrets.choice(_WORDS) for _ in range(prompt_chars // 4 + 1)]
     text = " ".join(words)[:prompt_chars]
     return SynthesisRequest(
@@ -49,9 +49,9 @@ def synthetic_request(engine: Engine, prompt_chars: int, purpose: str) -> Synthe
 
 def synthetic_streams_fit(engine: Engine, batch: int, prompt_chars: int) -> bool:
     """Whether ``batch`` synthetic streams fit in the KV cache and the engine's limits."""
-    if batch > engine.config.max_pending_requests:
+    if batch > engine.config.engine.max_pending_requests:
         return False
-    if prompt_chars > engine.limits.max_input_chars:
+    if prompt_chars > engine.config.limits.max_input_chars:
         return False
     request = synthetic_request(engine, prompt_chars, "fit")
     info = engine.info

@@ -2,12 +2,14 @@
 stable run, always a restart for an engine that became ready, and giving up (with the reason)
 after too many failed starts in a row."""
 
-from cadenza.config import EngineConfig
+from cadenza.config import SupervisionConfig
 from cadenza.edge.restart_policy import STABLE_AFTER_S, RestartPolicy
 
 
 def test_failed_starts_back_off_up_to_the_cap_then_give_up_with_the_reason() -> None:
-    config = EngineConfig(restart_backoff_s=0.5, restart_backoff_max_s=3.0, max_start_failures=6)
+    config = SupervisionConfig(
+        restart_backoff_s=0.5, restart_backoff_max_s=3.0, max_start_failures=6
+    )
     policy = RestartPolicy(config)
     delays = [policy.on_lost(float(t), "boom") for t in range(5)]
     assert delays == [0.5, 1.0, 2.0, 3.0, 3.0]
@@ -18,7 +20,7 @@ def test_failed_starts_back_off_up_to_the_cap_then_give_up_with_the_reason() -> 
 
 
 def test_an_engine_that_became_ready_is_always_restarted() -> None:
-    policy = RestartPolicy(EngineConfig(restart_backoff_s=1.0, max_start_failures=2))
+    policy = RestartPolicy(SupervisionConfig(restart_backoff_s=1.0, max_start_failures=2))
     now = 0.0
     for _ in range(10):  # killed right after every start: backoff grows, never gives up
         policy.on_ready(now)
@@ -29,7 +31,7 @@ def test_an_engine_that_became_ready_is_always_restarted() -> None:
 
 
 def test_an_engine_that_ran_a_while_starts_a_new_streak() -> None:
-    policy = RestartPolicy(EngineConfig(restart_backoff_s=1.0, max_start_failures=3))
+    policy = RestartPolicy(SupervisionConfig(restart_backoff_s=1.0, max_start_failures=3))
     assert policy.on_lost(0.0, "crash") == 1.0
     policy.on_ready(1.0)
     assert policy.on_lost(2.0, "crash soon after") == 2.0  # not stable: same streak

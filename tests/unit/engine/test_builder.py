@@ -1,14 +1,20 @@
-"""Building engines from names and from the configuration: overrides, dtypes, the output
-stage a model gets, and the engine the engine process serves."""
+"""Building engines from the configuration (and from a name with keyword options): overrides,
+dtypes, the output stage a model gets, and the engine the engine process serves."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from cadenza.config import load_config
+from cadenza.config import (
+    CalibrationConfig,
+    CpuConfig,
+    EngineConfig,
+    RealtimeConfig,
+    load_config,
+)
 from cadenza.engine.audio_stage import AudioStage, TokenOutputs
-from cadenza.engine.builder import build_engine, build_serving_engine
+from cadenza.engine.builder import build_engine, build_serving_engine, pretrained_config
 from cadenza.engine.device import kv_dtype_name, resolve_dtype, resolve_kv_dtype
 from cadenza.engine.engine import Engine
 from cadenza.engine.identity import prompt_overhead_tokens
@@ -18,9 +24,11 @@ from tests.unit.engine.llama_checkpoints import save_tiny_llama
 
 def test_keyword_overrides_and_dtypes() -> None:
     engine = build_engine(
-        "cadenza-tiny", page_size=8, max_num_seqs=3, kv_cache_memory_bytes=4 << 20
+        pretrained_config(
+            "cadenza-tiny", page_size=8, max_num_seqs=3, kv_cache_memory_bytes=4 << 20
+        )
     )
-    assert (engine.config.page_size, engine.scheduler.max_num_seqs) == (8, 3)
+    assert (engine.config.engine.page_size, engine.scheduler.max_num_seqs) == (8, 3)
     fused = engine.model.fused_decode
     bf16_steps = fused is not None and fused.weight_dtype == torch.bfloat16
     assert engine.kv_cache.nbytes <= 4 << 20
@@ -30,15 +38,36 @@ def test_keyword_overrides_and_dtypes() -> None:
     assert engine.identity_keys[0] == "cadenza-tiny"
 
 
+def test_keyword_options_make_a_configuration_from_defaults_not_the_environment(
+    monkeypatch,
+) -> None:
+    monkeypatch.setenv("CADENZA_ENGINE__PAGE_SIZE", "32")
+    monkeypatch.setenv("CADENZA_MODEL__SEED", "9")
+    config = pretrained_config(
+        "some/model",
+        seed=3,
+        engine_config=EngineConfig(page_size=4, max_num_seqs=8),
+        max_num_seqs=2,
+        realtime=RealtimeConfig(chunk_ms=400.0),
+        served_name="voice",
+    )
+    assert (config.model.name, config.model.seed, config.model.device) == ("some/model", 3, "cpu")
+    assert (config.engine.page_size, config.engine.max_num_seqs) == (4, 2)  # the keyword wins
+    assert config.realtime.chunk_ms == 400.0 and config.model.public_name == "voice"
+    assert config.cpu == CpuConfig() and config.calibration == CalibrationConfig()
+    with pytest.raises(ValueError, match="max_num_batched_tokens"):
+        pretrained_config(max_num_seqs=600)
+
+
 def test_a_text_model_gets_an_output_stage_without_audio(tmp_path) -> None:
     save_tiny_llama(tmp_path, "mha")
-    engine = build_engine(str(tmp_path), kv_cache_memory_bytes=4 << 20)
+    engine = Engine.from_pretrained(str(tmp_path), kv_cache_memory_bytes=4 << 20)
     assert isinstance(engine.audio, TokenOutputs) and not isinstance(engine.audio, AudioStage)
     assert engine.info.shape.prompt_overhead_tokens == 0
 
 
 def test_the_engine_process_serves_the_configured_kind() -> None:
-    overrides = {"engine": {"calibration": "off", "kv_cache_memory_bytes": 4 << 20}}
+    overrides = {"calibration": {"mode": "off"}, "engine": {"kv_cache_memory_bytes": 4 << 20}}
     served = build_serving_engine(load_config(overrides=overrides))
     assert isinstance(served, Engine) and served.info.calibration is None
     naive = build_serving_engine(load_config(overrides={"engine": {"kind": "naive"}}))
@@ -61,7 +90,6 @@ def test_dtype_names() -> None:
 
 def test_cpu_precisions_follow_the_settings_and_key_the_prefix_cache() -> None:
     from cadenza.codecs import CodecError, load_codec
-    from cadenza.config import EngineConfig
     from cadenza.engine.precision import codec_dtype
     from cadenza.kernels.cpu_linear import (
         PackedLinear,
@@ -82,12 +110,12 @@ def test_cpu_precisions_follow_the_settings_and_key_the_prefix_cache() -> None:
         codec_dtype("bfloat16", snac, cpu, fp32, named=False)
     dtypes = ("float32", "bfloat16") if bf16_packing_available() else ("float32",)
     if not bf16_packing_available():  # bf16 products asked of a CPU without them: said so
-        with pytest.raises(ValueError, match="cpu_linear_dtype = 'bfloat16'"):
-            build_engine("cadenza-tiny", engine_config=EngineConfig(cpu_linear_dtype="bfloat16"))
+        with pytest.raises(ValueError, match=r"cpu\.linear_dtype = 'bfloat16'"):
+            Engine.from_pretrained("cadenza-tiny", cpu=CpuConfig(linear_dtype="bfloat16"))
     engines = {
-        dtype: build_engine(
+        dtype: Engine.from_pretrained(
             "cadenza-tiny",
-            engine_config=EngineConfig(cpu_linear_dtype=dtype, codec_dtype=dtype),
+            cpu=CpuConfig(linear_dtype=dtype, codec_dtype=dtype),
             kv_cache_memory_bytes=4 << 20,
         )
         for dtype in dtypes

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cadenza.config import EngineConfig
+from cadenza.config import CpuConfig
 from cadenza.contract.request import SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
@@ -13,7 +13,7 @@ from cadenza.engine.models.cadenza_tiny import CadenzaTinyModel, CadenzaTinySpec
 from cadenza.engine.models.llama import apply_rotary
 from cadenza.engine.sequence import Sequence
 from cadenza.kernels.cpu_linear import PackedLinear, bf16_packing_available
-from tests.support.float32_compute import float32_engine_config
+from tests.support.float32_compute import float32_cpu_config
 
 GREEDY = SamplingParams(temperature=0.0, top_k=0)
 
@@ -61,7 +61,7 @@ def test_paged_engine_matches_full_recompute():
     model = CadenzaTinyModel.from_seed(0)  # the reference; the engine builds its own (fused)
     engine = Engine.from_pretrained(
         "cadenza-tiny",
-        engine_config=float32_engine_config(),
+        cpu=float32_cpu_config(),
         seed=0,
         page_size=8,
         kv_cache_memory_bytes=8 << 20,
@@ -118,12 +118,12 @@ def test_bf16_outputs_left_to_promoting_consumers_change_no_token():
     """With bf16 products, leaving their outputs in bf16 for the ops that promote them
     (residual adds, rotary, the KV store, SiLU) gives the tokens of converting every output
     back to float32 first: the promotion is exact."""
-    config = EngineConfig(cpu_linear_dtype="bfloat16", codec_dtype="float32")
+    cpu = CpuConfig(linear_dtype="bfloat16", codec_dtype="float32")
     text = "A sentence long enough for a prefill that takes the packed products."
     rows = []
     for keep in (True, False):
         engine = Engine.from_pretrained(
-            "cadenza-tiny", engine_config=config, seed=0, kv_cache_memory_bytes=8 << 20
+            "cadenza-tiny", cpu=cpu, seed=0, kv_cache_memory_bytes=8 << 20
         )
         packed = [m for m in engine.model.modules() if isinstance(m, PackedLinear)]
         assert any(m.keep_compute_dtype for m in packed)

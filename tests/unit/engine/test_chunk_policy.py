@@ -8,9 +8,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cadenza.config import CHUNK_FRAME_RATE, EngineConfig
+from cadenza.config import CadenzaConfig, RealtimeConfig
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.chunk_policy import (
+    CodecFrames,
     codec_chunk_frames,
     config_in_codec_frames,
     streams_to_decode,
@@ -119,41 +120,44 @@ def test_the_choice_follows_the_rules(entries, first, chunk) -> None:
 
 
 def test_chunk_sizes_keep_their_duration_at_other_frame_rates() -> None:
-    assert codec_chunk_frames(15, 75.0) == 15 and codec_chunk_frames(8, 75.0) == 8
-    assert codec_chunk_frames(15, SNAC_RATE) == 2  # SNAC: 171 ms of 200
-    assert codec_chunk_frames(8, SNAC_RATE) == 1  # never zero
-    assert codec_chunk_frames(15, 12.5) == 2  # Mimi: 2.5 rounds to even, 160 ms of 200
+    assert codec_chunk_frames(200.0, 75.0) == 15 and codec_chunk_frames(107.0, 75.0) == 8
+    assert codec_chunk_frames(200.0, SNAC_RATE) == 2  # SNAC: 171 ms of 200
+    assert codec_chunk_frames(107.0, SNAC_RATE) == 1  # never zero
+    assert codec_chunk_frames(200.0, 12.5) == 2  # Mimi: 2.5 rounds to even, 160 ms of 200
+    assert codec_chunk_frames(1.0, 12.5) == 1
 
 
 @pytest.mark.parametrize(
-    ("frame_rate", "lookahead", "steps_per_frame", "first", "chunk", "calibration_steps"),
+    ("frame_rate", "lookahead", "steps_per_frame", "first", "chunk", "calibration_steps", "replay"),
     [
-        (75.0, 0, 1, 8, 15, 120),  # EnCodec 24 kHz (cadenza-tiny): as configured
-        (SNAC_RATE, 3, 7, 1 + 3, 2, 19 * 7),  # SNAC 24 kHz (Orpheus): 3 frames of look-ahead
-        (12.5, 0, 1, 1, 2, 20),  # Mimi (CSM): 20 frames, not 120 (10 s of audio)
+        (75.0, 0, 1, 8, 15, 120, 750),  # EnCodec 24 kHz (cadenza-tiny): 10 s of replay
+        (SNAC_RATE, 3, 7, 1 + 3, 2, 19 * 7, 117),  # SNAC 24 kHz (Orpheus): 3 frames ahead
+        (12.5, 0, 1, 1, 2, 20, 125),  # Mimi (CSM): 20 frames, not 120 (1.6 s of audio)
     ],
 )
 def test_the_chunk_rule_in_a_codec_s_frames(
-    frame_rate, lookahead, steps_per_frame, first, chunk, calibration_steps
+    frame_rate, lookahead, steps_per_frame, first, chunk, calibration_steps, replay
 ) -> None:
-    config = config_in_codec_frames(EngineConfig(), frame_rate, lookahead, steps_per_frame)
-    assert (config.first_chunk_frames, config.chunk_frames) == (first, chunk)
-    assert config.calibration_steps == calibration_steps
-    untouched = {"first_chunk_frames", "chunk_frames", "calibration_steps"}
-    assert config.model_dump(exclude=untouched) == EngineConfig().model_dump(exclude=untouched)
+    frames = config_in_codec_frames(CadenzaConfig(), frame_rate, lookahead, steps_per_frame)
+    assert frames == CodecFrames(first, chunk, calibration_steps, replay)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     st.integers(1, 750),
     st.integers(1, 750),
     st.sampled_from([75.0, SNAC_RATE, 12.5, 50.0]),
     st.integers(0, 4),
 )
-def test_the_first_chunk_waits_for_the_look_ahead(first, chunk, frame_rate, lookahead) -> None:
-    configured = EngineConfig(first_chunk_frames=first, chunk_frames=chunk)
-    config = config_in_codec_frames(configured, frame_rate, lookahead, 1)
-    assert config.first_chunk_frames == codec_chunk_frames(first, frame_rate) + lookahead
-    assert config.chunk_frames == codec_chunk_frames(chunk, frame_rate) >= 1
-    if frame_rate == CHUNK_FRAME_RATE:
-        assert (config.first_chunk_frames, config.chunk_frames) == (first + lookahead, chunk)
+def test_frames_given_as_milliseconds_are_the_frames_of_before(
+    first, chunk, frame_rate, lookahead
+) -> None:
+    """A chunk of n 75 Hz frames (the previous release's keys) written as n x 1000 / 75 ms
+    is cut as it was: n frames at 75 Hz, the same duration rounded at other rates, and the
+    first chunk waits for the look-ahead."""
+    realtime = RealtimeConfig(first_chunk_ms=first * 1000 / 75, chunk_ms=chunk * 1000 / 75)
+    frames = config_in_codec_frames(CadenzaConfig(realtime=realtime), frame_rate, lookahead, 1)
+    assert frames.first_chunk_frames == max(1, round(first * frame_rate / 75)) + lookahead
+    assert frames.chunk_frames == max(1, round(chunk * frame_rate / 75)) >= 1
+    if frame_rate == 75.0:
+        assert (frames.first_chunk_frames, frames.chunk_frames) == (first + lookahead, chunk)

@@ -11,7 +11,7 @@ from cadenza.contract.request import FinishReason, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
 from cadenza.kernels import native_library
-from tests.support.float32_compute import float32_engine_config
+from tests.support.float32_compute import float32_cpu_config
 
 HOP = 320
 
@@ -65,7 +65,7 @@ def test_chunks_stream_in_configured_sizes(tiny_engine):
     outputs = _run(tiny_engine, SynthesisRequest("r1", "x" * 28, sampling=SamplingParams(seed=2)))
     pieces = outputs["r1"]
     sizes = [len(p.audio) // HOP for p in pieces if len(p.audio)]
-    first, chunk = tiny_engine.config.first_chunk_frames, tiny_engine.config.chunk_frames
+    first, chunk = tiny_engine.frames.first_chunk_frames, tiny_engine.frames.chunk_frames
     assert sizes[0] == first
     assert all(size == chunk for size in sizes[1:-1])
     assert sum(sizes) == 150
@@ -251,7 +251,7 @@ def torch_decode_engine():
     keeps the dense decode copy."""
     return Engine.from_pretrained(
         "cadenza-tiny",
-        engine_config=float32_engine_config(fused_cpu_decode=False),
+        cpu=float32_cpu_config(fused_decode=False),
         device="cpu",
         seed=0,
         kv_cache_memory_bytes=64 << 20,

@@ -16,7 +16,7 @@ from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
 from cadenza.engine.models.checkpoint import CheckpointError
 from cadenza.engine.models.registry import UnknownModelError, load_model
-from tests.support.float32_compute import float32_engine_config
+from tests.support.float32_compute import float32_cpu_config
 from tests.unit.engine.llama_checkpoints import save_tiny_llama
 
 OFFSET, CODES, K, EOS = 300, 1024, 8, 2
@@ -60,7 +60,7 @@ def _allowed(step: int) -> list[int]:
 def test_flat_layout_matches_transformers_with_the_same_constraints(flat_checkpoint):
     directory, reference = flat_checkpoint
     engine = Engine.from_pretrained(
-        str(directory), engine_config=float32_engine_config(), kv_cache_memory_bytes=8 << 20
+        str(directory), cpu=float32_cpu_config(), kv_cache_memory_bytes=8 << 20
     )
     text = "hello"
     prompt = [*text.encode(), 1]

@@ -159,7 +159,7 @@ def test_unknown_voice_is_refused_with_the_list(checkpoint, snac_dir) -> None:
 def test_chunks_are_sized_in_snac_frames(checkpoint, snac_dir) -> None:
     engine = _engine(checkpoint[0], snac_dir[0])
     # the first chunk waits for SNAC's 3 frames of lookahead, then brings one frame of audio
-    assert (engine.config.first_chunk_frames, engine.config.chunk_frames) == (4, 2)
+    assert (engine.frames.first_chunk_frames, engine.frames.chunk_frames) == (4, 2)
 
 
 def test_a_stop_id_ends_the_speech_at_a_frame_boundary(checkpoint, snac_dir) -> None:

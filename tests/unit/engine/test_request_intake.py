@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from cadenza.config import EngineConfig, LimitsConfig
+from cadenza.config import LimitsConfig, RealtimeConfig
 from cadenza.contract.errors import RequestRejected
 from cadenza.contract.request import SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
@@ -46,7 +46,7 @@ def text_intake() -> RequestIntake:
         TextModel(),
         None,
         extra_keys=("text-lm", "torch.float32"),
-        config=EngineConfig(),
+        realtime=RealtimeConfig(),
         limits=LimitsConfig(),
     )
 
@@ -70,7 +70,7 @@ def test_a_speech_request_becomes_a_sequence_with_its_length_prompt_and_keys(
     assert seq.audio is not None
     assert seq.audio.codec_slot is None and seq.audio.frames_sent == 0
     playout = seq.audio.playout
-    assert playout.ttfa_target_s == pytest.approx(tiny_engine.config.ttfa_target_ms / 1000)
+    assert playout.ttfa_target_s == pytest.approx(tiny_engine.config.realtime.ttfa_target_ms / 1000)
     assert playout.frame_period_s == pytest.approx(1 / 75)
     assert playout.playout_start_s is None
 

@@ -112,9 +112,9 @@ def test_a_placed_replica_knows_how_many_replicas_share_the_machine(monkeypatch)
     monkeypatch.setattr(
         engine_loop.os, "sched_setaffinity", lambda _pid, cores: pinned.append(set(cores))
     )
-    config = load_config(overrides={"model": {"device": "cpu"}, "engine": {"replicas": None}})
+    config = load_config(overrides={"model": {"device": "cpu"}, "supervision": {"replicas": None}})
     placed = engine_loop.place_replica(config, 1)
-    assert placed.engine.replicas == 2
+    assert placed.supervision.replicas == 2
     assert pinned == [{1}]
     assert placed.model.torch_threads == 1
 

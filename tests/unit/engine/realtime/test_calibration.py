@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cadenza.config import EngineConfig
+from cadenza.config import CalibrationConfig, RealtimeConfig
 from cadenza.contract.calibration import CALIBRATION_ADAPTER, Calibration
 from cadenza.contract.request import SynthesisRequest
 from cadenza.engine.engine import Engine
@@ -23,21 +23,33 @@ from cadenza.engine.realtime.calibration import (
 from cadenza.engine.realtime.synthetic_streams import SHORT_PROMPT_CHARS
 
 
-def _engine(cache: Path, **overrides: object) -> Engine:
-    """A small sweep; its consistency checks off unless asked for (a short sweep on a machine
-    running the test suite is noisy: the checks have tests of their own, with noise injected)."""
-    config = EngineConfig(
+def _engine(
+    cache: Path,
+    *,
+    realtime: RealtimeConfig | None = None,
+    max_num_batched_tokens: int | None = None,
+    **overrides: object,
+) -> Engine:
+    """A small sweep (``overrides``: its ``[calibration]`` keys); its consistency checks off
+    unless asked for (a short sweep on a machine running the test suite is noisy: the checks
+    have tests of their own, with noise injected)."""
+    calibration = CalibrationConfig(
         **{
-            "calibration_batch_sizes": (1, 2),
-            "calibration_steps": 15,
-            "calibration_long_context": 64,
-            "calibration_cache_dir": str(cache),
-            "kv_cache_memory_bytes": 32 << 20,
-            "calibration_tolerance": 100.0,
+            "batch_sizes": (1, 2),
+            "duration_ms": 200.0,
+            "long_context_tokens": 64,
+            "cache_dir": str(cache),
+            "tolerance": 100.0,
             **overrides,
         }  # type: ignore[arg-type]
     )
-    return Engine.from_pretrained("cadenza-tiny", engine_config=config)
+    return Engine.from_pretrained(
+        "cadenza-tiny",
+        calibration=calibration,
+        realtime=realtime,
+        max_num_batched_tokens=max_num_batched_tokens,
+        kv_cache_memory_bytes=32 << 20,
+    )
 
 
 def test_sweep_fits_a_model_caches_it_and_leaves_the_engine_idle(tmp_path: Path) -> None:
@@ -67,7 +79,7 @@ def test_the_long_context_point_keeps_the_faster_of_two_measurements(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     engine = _engine(tmp_path)
-    long_context = engine.config.calibration_long_context
+    long_context = engine.config.calibration.long_context_tokens
     measured: list[float] = []
     measure = calibration_module._measure
 
@@ -108,7 +120,7 @@ def test_a_cached_calibration_is_followed_by_a_warm_up(
     engine.check_integrity()
     assert engine.kv.pool.num_free_pages == engine.kv.pool.num_pages
     # A fresh measurement warms up on its own: no second warm-up.
-    load_or_calibrate(_engine(tmp_path, calibration="refresh"))
+    load_or_calibrate(_engine(tmp_path, mode="refresh"))
     assert len(warmed) == 1
 
 
@@ -126,11 +138,14 @@ def test_cache_key_changes_with_what_changes_step_time(tmp_path: Path) -> None:
     base = calibration_identity(_engine(tmp_path), seed=0)
     assert calibration_identity(_engine(tmp_path), seed=1) != base
     assert calibration_identity(_engine(tmp_path), seed=0, neighbours=1) != base
-    assert calibration_identity(_engine(tmp_path, chunk_frames=10), seed=0) != base
+    assert (
+        calibration_identity(_engine(tmp_path, realtime=RealtimeConfig(chunk_ms=150.0)), seed=0)
+        != base
+    )
 
 
 def test_off_and_unreadable_cache(tmp_path: Path) -> None:
-    assert load_or_calibrate(_engine(tmp_path, calibration="off")) is None
+    assert load_or_calibrate(_engine(tmp_path, mode="off")) is None
     engine = _engine(tmp_path)
     identity = calibration_identity(engine, seed=0)
     (tmp_path / f"calibration-{identity}.json").write_text("{not json")
@@ -158,7 +173,7 @@ def test_a_sweep_that_contradicts_itself_is_measured_again_and_never_cached(
     """Noise injected into every sweep's second pass at one point (as a busy neighbour
     would): each attempt is retried, the server serves a conservative calibration, says so,
     and caches nothing; a quiet sweep afterwards is cached."""
-    engine = _engine(tmp_path, calibration_tolerance=0.35, calibration_attempts=2)
+    engine = _engine(tmp_path, tolerance=0.35, attempts=2)
     measure = calibration_module._measure
     calls: list[int] = []
 
@@ -184,7 +199,7 @@ def test_a_sweep_that_contradicts_itself_is_measured_again_and_never_cached(
     engine.check_integrity()
 
     monkeypatch.setattr(calibration_module, "_measure", measure)
-    quiet = load_or_calibrate(_engine(tmp_path, calibration_tolerance=100.0))
+    quiet = load_or_calibrate(_engine(tmp_path, tolerance=100.0))
     assert quiet is not None and quiet.consistent and quiet.attempts == 1
     assert list(tmp_path.glob("calibration-*.json"))
 
@@ -196,5 +211,5 @@ def test_a_cached_calibration_that_contradicts_itself_is_measured_again(tmp_path
     raw = json.loads(path.read_bytes())
     raw["repeats"][0]["again_ms"] = raw["repeats"][0]["first_ms"] * 5
     path.write_text(json.dumps(raw))
-    strict = _engine(tmp_path, calibration_tolerance=0.35)
-    assert calibration_module._read_cache(path, strict.config.calibration_tolerance) is None
+    strict = _engine(tmp_path, tolerance=0.35)
+    assert calibration_module._read_cache(path, strict.config.calibration.tolerance) is None

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cadenza.config import EngineConfig
+from cadenza.config import RealtimeConfig
+from cadenza.engine.chunk_policy import NO_FRAMES
 from cadenza.engine.layouts.token_layout import PlainLayout
 from cadenza.engine.realtime.plan import realtime_plan
 
@@ -21,5 +22,5 @@ def test_the_plan_of_cadenza_tiny_at_the_defaults(tiny_engine) -> None:
 
 
 def test_a_text_model_has_no_real_time_plan() -> None:
-    plan = realtime_plan(EngineConfig(), PlainLayout(), 0.0, 0, 10)
+    plan = realtime_plan(RealtimeConfig(), NO_FRAMES, PlainLayout(), 0.0, 0, 10)
     assert plan.step_period_s == 0.0 and plan.first_chunk_steps == 0

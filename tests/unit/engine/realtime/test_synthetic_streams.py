@@ -24,5 +24,5 @@ def test_each_request_is_distinct_and_long_enough(tiny_engine) -> None:
 def test_streams_fit_by_pages_slots_and_text_limits(tiny_engine) -> None:
     assert synthetic_streams_fit(tiny_engine, 1, SHORT_PROMPT_CHARS)
     assert not synthetic_streams_fit(tiny_engine, 10**6, SHORT_PROMPT_CHARS)
-    too_long = tiny_engine.limits.max_input_chars + 1
+    too_long = tiny_engine.config.limits.max_input_chars + 1
     assert not synthetic_streams_fit(tiny_engine, 1, too_long)

@@ -1,0 +1,83 @@
+"""``cadenza bench``: the benchmarks of ``cadenza/bench/``, side by side in one run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cadenza.config import CadenzaConfig
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    bench = commands.add_parser("bench", help="benchmarks, side by side in one run")
+    bench.add_argument(
+        "target",
+        choices=["engine", "codec", "snac", "precision", "pacing", "csm"],
+        help="what to measure",
+    )
+    bench.add_argument("--url", default="http://127.0.0.1:8000", help="server (pacing)")
+    bench.add_argument("--peers", type=int, default=8, help="WebRTC peers at once (pacing)")
+    bench.add_argument("--seconds", type=float, default=10.0, help="audio per peer (pacing)")
+    bench.add_argument("--json", action="store_true", help="print only the JSON result")
+    bench.add_argument(
+        "--batch-sizes",
+        help="comma-separated batch sizes (engine: 1,4,16), stream counts (codec: 1,4,8,16) "
+        "or rows of the linear products (precision: 1,16,32)",
+    )
+    bench.add_argument("--repeats", type=int, default=3, help="runs per measurement (median)")
+    bench.add_argument(
+        "--shape",
+        choices=["csm-small", "csm-1b"],
+        default="csm-small",
+        help="csm: the model's size (csm-1b: the public model's)",
+    )
+    bench.add_argument("--config", type=Path, help=argparse.SUPPRESS)
+    bench.set_defaults(run=run)
+
+
+def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
+    from cadenza.bench import (
+        codec_throughput,
+        cpu_precision,
+        csm_throughput,
+        engine_throughput,
+        snac_throughput,
+    )
+
+    if args.target == "pacing":
+        from cadenza.bench import pacing
+
+        print(json.dumps(pacing.run(args.url, args.peers, args.seconds)))
+        return 0
+
+    default = {"engine": "1,4,16", "snac": "1,4,8", "precision": "1,16,32", "csm": "1,4,8"}.get(
+        args.target, "1,4,8,16"
+    )
+    try:
+        sizes = tuple(int(b) for b in (args.batch_sizes or default).split(","))
+    except ValueError:
+        print(f"cadenza: --batch-sizes must be integers, got {args.batch_sizes!r}", file=sys.stderr)
+        return 2
+    if not sizes or min(sizes) < 1 or args.repeats < 1:
+        print("cadenza: batch sizes and --repeats must be positive", file=sys.stderr)
+        return 2
+    runners: dict[str, Callable[..., dict[str, Any]]] = {
+        "engine": engine_throughput.run,
+        "codec": codec_throughput.run,
+        "snac": snac_throughput.run,
+        "precision": cpu_precision.run,
+    }
+    if args.target == "csm":
+        result = csm_throughput.run(
+            sizes, repeats=args.repeats, progress=not args.json, shape=args.shape
+        )
+        print(json.dumps(result, indent=None if args.json else 2))
+        return 0
+    runner = runners[args.target]
+    result = runner(sizes, repeats=args.repeats, progress=not args.json)
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0

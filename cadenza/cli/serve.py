@@ -1,0 +1,84 @@
+"""``cadenza serve``: the HTTP server, its engines in their own processes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from cadenza.cli.options import DeprecatedFlag, add_model_flags, command_parser
+from cadenza.config import CadenzaConfig
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = command_parser(commands, "serve", "run the HTTP server (engine in its own process)")
+    serve.add_argument("--host", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="TCP port (default 8000)")
+    serve.add_argument("--api-keys-file", help="accepted API keys, one per line (or sha256:<hex>)")
+    serve.add_argument(
+        "--engine",
+        choices=["cadenza", "naive"],
+        help="naive: one thread per request with the transformers model (a load-test baseline)",
+    )
+    serve.add_argument(
+        "--replicas",
+        type=int,
+        help="engine processes per model (default: one per core on a CPU-only machine with at "
+        "most 2 cores, else 1; with several GPUs, one per device)",
+    )
+    serve.add_argument(
+        "--engine-replicas",
+        type=int,
+        action=DeprecatedFlag,
+        new="--replicas",
+        help=argparse.SUPPRESS,
+    )
+    serve.add_argument(
+        "--warm-spare",
+        action="store_true",
+        default=None,
+        help="keep a loaded engine per replica that replaces a lost one at once",
+    )
+    serve.add_argument(
+        "--drain-timeout-s",
+        type=float,
+        help="on SIGTERM: how long open streams may run on before ending (default 30)",
+    )
+    add_model_flags(serve)
+    serve.set_defaults(run=run)
+
+
+def run(config: CadenzaConfig, _: argparse.Namespace) -> int:
+    import uvicorn
+
+    from cadenza.edge.admission.api_keys import ApiKeyFileError
+    from cadenza.edge.admission.guard import GuardError
+    from cadenza.edge.app import create_app
+    from cadenza.edge.draining_server import DrainingServer
+    from cadenza.edge.http_protocol import timed_h11_protocol
+    from cadenza.logs import configure_logging
+
+    configure_logging(config.server.log_level, process="edge")
+    try:
+        app = create_app(config)
+    except (ApiKeyFileError, GuardError) as exc:
+        print(f"cadenza: {exc}", file=sys.stderr)
+        return 2
+    server_config = uvicorn.Config(
+        app,
+        host=config.server.host,
+        port=config.server.port,
+        log_level=config.server.log_level,
+        timeout_graceful_shutdown=5,
+        ws_max_size=config.server.ws_max_message_bytes,
+        # Audio does not compress: per-message deflate of PCM and Opus frames cost a third of
+        # the edge's CPU under load for a few percent fewer bytes
+        # (docs/journal/2026-12-02-engine-edge-and-admission-on-two-cores.md).
+        ws_per_message_deflate=False,
+        http=timed_h11_protocol(
+            config.server.request_head_timeout_s, config.server.send_buffer_bytes
+        ),
+    )
+    DrainingServer(
+        server_config, app, config.server.drain_timeout_s, freeze_heap=config.server.gc_freeze
+    ).run()
+    return 0

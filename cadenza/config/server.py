@@ -1,0 +1,76 @@
+"""``[server]``: the edge process, where it listens and how it treats its connections."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from cadenza.config.section import Section
+
+
+class ServerConfig(Section):
+    """The edge process: where it listens and how it logs."""
+
+    host: str = Field("127.0.0.1", description="address the HTTP server binds to")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port (0 picks a free one)")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="log level of the edge and engine processes"
+    )
+    gc_freeze: bool = Field(
+        True,
+        description="once loaded, the edge and engine processes keep what they loaded out of "
+        "the garbage collector's walks (gc.freeze): a full collection otherwise stalls every "
+        "stream of the process for 50-250 ms (cadenza/gc_pauses.py)",
+    )
+    api_keys_file: str | None = Field(
+        None, description="file of accepted API keys (one per line, or sha256:<hex>); unset: open"
+    )
+    max_queued_chunks: int = Field(
+        256, ge=1, description="audio chunks one stream may have waiting for its client"
+    )
+    ws_idle_timeout_s: float = Field(
+        60.0, gt=0, description="close a WebSocket that sends nothing and streams nothing"
+    )
+    send_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="drop a client (WebSocket or HTTP) whose connection takes no data for this "
+        "long; its stream's slot is freed at once",
+    )
+    send_buffer_bytes: int = Field(
+        262144,
+        ge=0,
+        description="socket send buffer per connection (0: the kernel's, which grows to MBs "
+        "and hides a client that stopped reading for minutes)",
+    )
+    request_head_timeout_s: float = Field(
+        10.0, gt=0, description="close a connection whose request line and headers take longer"
+    )
+    request_body_timeout_s: float = Field(
+        10.0, gt=0, description="refuse a request whose body stalls for this long (408)"
+    )
+    jitter_reserve_ms: int = Field(
+        100, ge=0, le=2000, description="audio buffered before a WebRTC utterance starts playing"
+    )
+    webrtc_connect_timeout_s: float = Field(
+        30.0, gt=0, description="close a WebRTC peer that has not connected by then"
+    )
+    max_pending_webrtc_offers: int = Field(
+        32, ge=1, description="WebRTC peers waiting to connect at once; more offers get 503"
+    )
+    ws_max_message_bytes: int = Field(
+        65536, ge=1024, description="largest WebSocket message a client may send"
+    )
+    drain_timeout_s: float = Field(
+        30.0,
+        ge=0,
+        description="on SIGTERM or POST /admin/drain: how long open streams may run on before "
+        "they are ended with shutting_down (and, for a rolling restart, per replica)",
+    )
+    resume_timeout_s: float = Field(
+        30.0,
+        ge=0,
+        description="how long a stream whose engine was lost may wait for a replica to resume "
+        "it on (0: never resume; the stream fails with engine_unavailable)",
+    )
