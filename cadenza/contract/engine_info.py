@@ -4,9 +4,13 @@ streams use memory and time, and how much it holds."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import Field
 
 from cadenza.contract.calibration import Calibration
 from cadenza.contract.kv_memory import StreamShape
+from cadenza.contract.native_kernels import NativeKernel
 from cadenza.contract.realtime_plan import RealtimePlan
 from cadenza.contract.sampling import SamplingParams
 
@@ -18,7 +22,9 @@ class EngineInfo:
     real-time targets (every duration admission weighs); ``calibration``: its measured step-time
     model, ``None`` when calibration is off (then admission counts only memory and
     ``max_num_seqs``); ``decodes_padded``: whether a decode step's attention costs every
-    stream the longest one's context (else each its own: a step costs their sum)."""
+    stream the longest one's context (else each its own: a step costs their sum);
+    ``native_kernels``: each native CPU kernel library, loaded or not, for which instruction
+    set (empty: an engine that reports none)."""
 
     model_name: str
     voices: tuple[str, ...]
@@ -32,6 +38,7 @@ class EngineInfo:
     calibration: Calibration | None = None
     default_sampling: SamplingParams = field(default_factory=SamplingParams)
     decodes_padded: bool = True
+    native_kernels: Annotated[tuple[NativeKernel, ...], Field(max_length=64)] = ()
 
     @property
     def frame_period_s(self) -> float:
