@@ -1,9 +1,11 @@
 """Building an engine from a model's name or from the configuration: resolve the device and
 dtypes, load the model (ready to serve) and its codec, size the KV cache, and wire the parts
 together. :func:`build_serving_engine` is what the engine process runs: the configured engine
-(batching or naive), calibrated."""
+(batching or naive), calibrated, after it said which native kernels it runs."""
 
 from __future__ import annotations
+
+import logging
 
 import torch
 
@@ -11,6 +13,7 @@ from cadenza.codecs import load_codec
 from cadenza.codecs.codec import AudioCodec, CodecError
 from cadenza.config import CadenzaConfig, EngineConfig, LimitsConfig
 from cadenza.contract.cpu_replicas import replica_count
+from cadenza.contract.native_kernels import NativeKernel, summary
 from cadenza.engine.audio_stage import AudioStage, TokenOutputs
 from cadenza.engine.chunk_policy import codec_chunk_frames
 from cadenza.engine.device import resolve_device, resolve_dtype, resolve_kv_dtype
@@ -26,6 +29,9 @@ from cadenza.engine.request_intake import RequestIntake
 from cadenza.engine.scheduler import Scheduler
 from cadenza.ipc.serving_engine import ServingEngine
 from cadenza.kernels.cpu_linear import native_bf16_matmul, resolve_cpu_linear_dtype
+from cadenza.kernels.native import loader
+
+log = logging.getLogger(__name__)
 
 
 def build_engine(
@@ -210,11 +216,25 @@ def engine_from_config(config: CadenzaConfig) -> Engine:
     )
 
 
+def load_native_kernels() -> tuple[NativeKernel, ...]:
+    """Every native kernel library, loaded now for the loader's level (built where this
+    machine has none yet), and one line in the log: which loaded, for which level and ISA; a
+    warning when any is off (no C++ compiler: every one)."""
+    kernels = loader.report()
+    if all(kernel.loaded for kernel in kernels):
+        log.info("%s", summary(kernels))
+    else:
+        log.warning("%s", summary(kernels))
+    return kernels
+
+
 def build_serving_engine(config: CadenzaConfig) -> ServingEngine:
     """The configured engine, ready to serve: the naive baseline, or the batching engine with
     its step time calibrated (or read from the calibration cache) beside the model's other
     replicas, which the edge starts together: what one replica's step costs while the others
-    work, as in service."""
+    work, as in service. Its native kernels are loaded first, and logged
+    (:func:`load_native_kernels`)."""
+    load_native_kernels()
     if config.engine.kind == "naive":
         from cadenza.engine.naive_engine import NaiveEngine
 

@@ -38,6 +38,7 @@ from cadenza.engine.models.cadenza_tiny import MODEL_NAME, CadenzaTinyModel
 from cadenza.engine.realtime.plan import realtime_plan
 from cadenza.engine.sampler import sample_rows
 from cadenza.engine.sequence import Sequence
+from cadenza.kernels.native import loader
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,7 @@ class NaiveEngine:
                 shape.max_prompt_tokens("x" * NOMINAL_TEXT_CHARS),
             ),
             calibration=None,
+            native_kernels=loader.report(),
         )
 
     # -- the engine loop's interface ------------------------------------------------------------
