@@ -4,10 +4,14 @@ streams use memory and time, and how much it holds."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import Field
 
 from cadenza.contract.calibration import Calibration
 from cadenza.contract.kv_memory import StreamShape
 from cadenza.contract.precision import Precision
+from cadenza.contract.native_kernels import NativeKernel
 from cadenza.contract.realtime_plan import RealtimePlan
 from cadenza.contract.sampling import SamplingParams
 
@@ -20,7 +24,9 @@ class EngineInfo:
     model, ``None`` when calibration is off (then admission counts only memory and
     ``max_num_seqs``); ``decodes_padded``: whether a decode step's attention costs every
     stream the longest one's context (else each its own: a step costs their sum); ``precision``:
-    the dtypes it computes in (``None``: an engine that does not say)."""
+    the dtypes it computes in (``None``: an engine that does not say); ``native_kernels``: each
+    native CPU kernel library, loaded or not, for which instruction set (empty: an engine that
+    reports none)."""
 
     model_name: str
     voices: tuple[str, ...]
@@ -35,6 +41,7 @@ class EngineInfo:
     default_sampling: SamplingParams = field(default_factory=SamplingParams)
     decodes_padded: bool = True
     precision: Precision | None = None
+    native_kernels: Annotated[tuple[NativeKernel, ...], Field(max_length=64)] = ()
 
     @property
     def frame_period_s(self) -> float:

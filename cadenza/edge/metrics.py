@@ -7,12 +7,14 @@ engine replicas. Stream and transport metrics are the edge's, across models."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from cadenza.contract.engine_stats import EngineStats
 from cadenza.contract.messages import Stats
+from cadenza.contract.native_kernels import NativeKernel
 
 _LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
 _STEP_BUCKETS_S = (0.001, 0.002, 0.004, 0.008, 0.0133, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64)
@@ -286,6 +288,14 @@ class Metrics:
             labelnames=["model", "replica"],
             registry=r,
         )
+        self.native_kernel_loaded = Gauge(
+            "cadenza_native_kernel_loaded",
+            "1 when the replica's engine loaded the native kernel library, built for level and "
+            "using isa; 0: that work runs on torch paths (status says why: no_compiler, "
+            "build_failed, load_failed, cpu_lacks, unknown_level)",
+            labelnames=["model", "replica", "library", "level", "isa", "status"],
+            registry=r,
+        )
         self.deadline_slack = Histogram(
             "cadenza_chunk_deadline_slack_seconds",
             "time each audio chunk left the engine before its playout deadline (negative: late)",
@@ -356,6 +366,8 @@ class ModelMetrics:
         self.probes = _ForModel(metrics.probes, model)
         self.calibration_attempts = _ForModel(metrics.calibration_attempts, model)
         self.calibration_consistent = _ForModel(metrics.calibration_consistent, model)
+        self._native_kernel_loaded = metrics.native_kernel_loaded
+        self._native_kernel_series: dict[int, list[tuple[str, ...]]] = {}  # per replica
         self.skipped_steps = metrics.skipped_steps.labels(model=model)
         self.step_correction = metrics.step_correction.labels(model=model)
         self.output_delay = metrics.output_delay.labels(model=model)
@@ -383,6 +395,19 @@ class ModelMetrics:
             if delta > 0:
                 counter.inc(delta)
             self._engine_totals[(replica, name)] = total
+
+    def set_native_kernels(self, replica: int, kernels: Sequence[NativeKernel]) -> None:
+        """``replica``'s engine's native kernels, one series each (replacing the series an
+        earlier engine of the replica reported)."""
+        for labels in self._native_kernel_series.pop(replica, []):
+            self._native_kernel_loaded.remove(*labels)
+        series: list[tuple[str, ...]] = []
+        for kernel in kernels:
+            labels = (self.model, str(replica), kernel.library, kernel.level, kernel.isa)
+            labels += (kernel.status,)
+            self._native_kernel_loaded.labels(*labels).set(1 if kernel.loaded else 0)
+            series.append(labels)
+        self._native_kernel_series[replica] = series
 
     def forget_replica(self, replica: int) -> None:
         """``replica`` was lost: its counts start again from its replacement's."""

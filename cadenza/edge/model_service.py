@@ -27,6 +27,7 @@ from cadenza.contract.cpu_replicas import core_sharers, replica_count, usable_co
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.errors import ENGINE_RETRY_AFTER_S, EngineError, EngineUnavailable
 from cadenza.contract.messages import Probed, Stats
+from cadenza.contract.native_kernels import summary
 from cadenza.edge.admission.capacity import CapacityModel
 from cadenza.edge.admission.capacity_snapshot import CapacitySnapshot, ReplicaCapacity
 from cadenza.edge.admission.factor_memory import FactorMemory, default_dir, measured_under_load
@@ -187,8 +188,9 @@ class ModelService:
 
     def readiness(self) -> dict[str, Any]:
         """``/readyz`` for this model: ready while some replica is; each replica's state and,
-        for one that was lost or gave up, why; and whether its calibration agreed with
-        itself (one that did not is served conservatively, and says why)."""
+        for one that was lost or gave up, why; whether its calibration agreed with itself
+        (one that did not is served conservatively, and says why); and which native kernels
+        its engine loaded, for which instruction set, or why not."""
         return {
             "status": "ready" if self.is_ready() else "not ready",
             "replicas": [
@@ -196,6 +198,7 @@ class ModelService:
                 | ({"error": r.last_error} if r.last_error else {})
                 | _calibration_state(r.info)
                 | _precision_state(r.info)
+                | native_kernels_state(r.info)
                 for r in self.replicas
             ],
         }
@@ -283,6 +286,7 @@ class ModelService:
 
     def _on_ready(self, replica: EngineReplica) -> None:
         assert replica.info is not None
+        self.metrics.set_native_kernels(replica.index, replica.info.native_kernels)
         sharers = 1
         if replica.info.device == "cpu":
             sharers = core_sharers(len(self.replicas), len(usable_cores()))
@@ -380,6 +384,21 @@ def _precision_state(info: EngineInfo | None) -> dict[str, Any]:
     if precision is None:
         return {}
     return {"precision": dataclasses.asdict(precision)}
+
+
+def native_kernels_state(info: EngineInfo | None) -> dict[str, Any]:
+    """What ``/readyz`` says of a replica's native kernels: a one-line summary (without a
+    C++ compiler: that they are off and the CPU's work runs on torch paths) and each library's
+    status, level and ISA, and why it is off (nothing for an engine that reports none)."""
+    kernels = () if info is None else info.native_kernels
+    if not kernels:
+        return {}
+    libraries = {
+        kernel.library: {"status": kernel.status, "level": kernel.level, "isa": kernel.isa}
+        | ({"detail": kernel.detail} if kernel.detail else {})
+        for kernel in kernels
+    }
+    return {"native_kernels": {"summary": summary(kernels), "libraries": libraries}}
 
 
 def _calibration_state(info: EngineInfo | None) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 (ready to serve) and its codec, size the KV cache, and wire the parts together
 (:func:`build_engine`). :func:`pretrained_config` is the configuration behind
 :meth:`Engine.from_pretrained`'s keyword options; :func:`build_serving_engine` is what the
-engine process runs: the configured engine (batching or naive), calibrated."""
+engine process runs: the configured engine (batching or naive), calibrated, after it said
+which native kernels it runs."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from cadenza.config import (
     RealtimeConfig,
 )
 from cadenza.contract.cpu_replicas import replica_count
+from cadenza.contract.native_kernels import NativeKernel, summary
 from cadenza.engine.audio_stage import AudioStage, TokenOutputs
 from cadenza.engine.chunk_policy import NO_FRAMES, config_in_codec_frames
 from cadenza.engine.device import resolve_device, resolve_dtype, resolve_kv_dtype
@@ -36,6 +38,7 @@ from cadenza.engine.realtime.step_telemetry import StepTelemetry
 from cadenza.engine.request_intake import RequestIntake
 from cadenza.engine.scheduler import Scheduler
 from cadenza.ipc.serving_engine import ServingEngine
+from cadenza.kernels.native import loader
 
 log = logging.getLogger(__name__)
 
@@ -227,11 +230,25 @@ def build_engine(config: CadenzaConfig) -> Engine:
     )
 
 
+def load_native_kernels() -> tuple[NativeKernel, ...]:
+    """Every native kernel library, loaded now for the loader's level (built where this
+    machine has none yet), and one line in the log: which loaded, for which level and ISA; a
+    warning when any is off (no C++ compiler: every one)."""
+    kernels = loader.report()
+    if all(kernel.loaded for kernel in kernels):
+        log.info("%s", summary(kernels))
+    else:
+        log.warning("%s", summary(kernels))
+    return kernels
+
+
 def build_serving_engine(config: CadenzaConfig) -> ServingEngine:
     """The configured engine, ready to serve: the naive baseline, or the batching engine with
     its step time calibrated (or read from the calibration cache) beside the model's other
     replicas, which the edge starts together: what one replica's step costs while the others
-    work, as in service."""
+    work, as in service. Its native kernels are loaded first, and logged
+    (:func:`load_native_kernels`)."""
+    load_native_kernels()
     if config.engine.kind == "naive":
         from cadenza.engine.naive_engine import NaiveEngine
 

@@ -9,6 +9,7 @@ from cadenza.contract.kv_memory import StreamShape
 from cadenza.contract.realtime_plan import RealtimePlan
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.realtime.plan import realtime_plan
+from cadenza.kernels.native import loader
 
 if TYPE_CHECKING:
     from cadenza.engine.engine import Engine
@@ -61,4 +62,5 @@ def describe(engine: Engine) -> EngineInfo:
         default_sampling=engine.model.default_sampling,
         decodes_padded=not engine.runner.fused_decode,
         precision=engine.precision,
+        native_kernels=loader.report(),
     )

@@ -37,6 +37,7 @@ from cadenza.engine.models.cadenza_tiny import MODEL_NAME, CadenzaTinyModel
 from cadenza.engine.realtime.plan import realtime_plan
 from cadenza.engine.sampler import sample_rows
 from cadenza.engine.sequence import Sequence
+from cadenza.kernels.native import loader
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,7 @@ class NaiveEngine:
                 shape.nominal_prompt_tokens,
             ),
             calibration=None,
+            native_kernels=loader.report(),
         )
 
     # -- the engine loop's interface ------------------------------------------------------------

@@ -20,11 +20,11 @@ module                      what it holds
 ``cpu_linear``              CPU linears: prepacked for oneDNN (fp32 or bf16), or cadenza's
                             native bf16 product (``cpu_bf16_linear``) where it is faster
 ``packed_product``          the weight layout of the native products (``cpu_product.h``)
-``cpu_elu``                 the codec decoders' ELU, native
-``cpu_lstm``                a codec decoder's LSTM over a ragged batch, native
-``cpu_mono_conv``           a codec decoder's last conv (to one channel), native
-``cpu_sampling``            the sampler's thresholded draw in one native call
-``native_library``          builds the C++ sources once per machine, loads them via ``ctypes``
+``cpu_elu``                 the codec decoders' ELU through a native kernel
+``cpu_lstm``                the streaming codec's LSTM through a native kernel
+``cpu_mono_conv``           a conv to one output channel through a native kernel
+``cpu_sampling``            the sampler's thresholded draw through a native kernel
+``native``                  the C++ kernels: sources, their one table, one loader, ISA levels
 ``int8_linear``             weight-only int8 linears (W8A16)
 ``triton_int8_linear``      the W8A16 Triton kernel
 ==========================  ==================================================================

@@ -3,7 +3,7 @@
 torch's CPU ELU evaluates ``expm1`` an element at a time, 1.5-1.7 ns an element here: at a
 codec decoder's high-rate end, where every ELU touches tens of thousands of values a frame,
 that was a fifth of EnCodec's streaming decode. :func:`elu` computes the same function
-sixteen lanes at a time in ``cpu_elu.cpp`` (float32 within a few ulp of torch, bfloat16
+sixteen lanes at a time in ``native/cpu_elu.cpp`` (float32 within a few ulp of torch, bfloat16
 computed in float32 and rounded to nearest even as torch does), over any dense tensor's
 storage. Anything else (another device or dtype, a strided view, no C++ compiler) goes to
 ``torch.nn.functional.elu``.
@@ -11,30 +11,21 @@ storage. Anything else (another device or dtype, a strided view, no C++ compiler
 
 from __future__ import annotations
 
-import ctypes
-import functools
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from cadenza.kernels import native_library
+from cadenza.kernels.native import loader
 
-SOURCE = "cpu_elu.cpp"
+LIBRARY = "cpu_elu"
 _ENTRY_POINTS = {torch.float32: "cadenza_elu_f32", torch.bfloat16: "cadenza_elu_bf16"}
 
 
-@functools.cache
 def _native(dtype: torch.dtype) -> Any:
     """The kernel's entry point for ``dtype`` (``None``: no kernel for it, or no library)."""
     name = _ENTRY_POINTS.get(dtype)
-    if name is None:
-        return None
-    library = native_library.load(SOURCE)
-    if library is None:
-        return None
-    argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_float]
-    return native_library.procedure(library, name, argtypes)
+    return None if name is None else loader.function(LIBRARY, name)
 
 
 def _is_dense(x: torch.Tensor) -> bool:

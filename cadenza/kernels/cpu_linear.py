@@ -36,11 +36,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cadenza.kernels import native_library
 from cadenza.kernels.linear_swap import swap_linears
+from cadenza.kernels.native import loader
 from cadenza.kernels.packed_product import pack_weight
 
-NATIVE_SOURCE = "cpu_bf16_linear.cpp"
+NATIVE_LIBRARY = "cpu_bf16_linear"
 NATIVE_WIDTHS = (16, 32)  # outputs and inputs must be multiples of these for the native product
 # Without AMX tiles, the native product's dot products beat oneDNN's at every row count for
 # layers up to about this many weights (a 256 x 8208 head: 1.2-1.8x at 1-16 rows, 0.97x at 200),
@@ -106,18 +106,9 @@ def native_linear_library() -> ctypes.CDLL | None:
     multiply bf16 in hardware (no AVX512-BF16; no compiler)."""
     if not native_bf16_matmul():
         return None
-    library = native_library.load(NATIVE_SOURCE)
-    if library is None:
+    library = loader.load(NATIVE_LIBRARY)
+    if library is None or not library.cadenza_bf16_linear_native():
         return None
-    native = library.cadenza_bf16_linear_native
-    native.argtypes, native.restype = [], ctypes.c_int
-    if not native():
-        return None
-    pointer, count = ctypes.c_void_p, ctypes.c_int
-    # x, B, packed, N, K, y
-    native_library.procedure(
-        library, "cadenza_bf16_linear", [pointer, count, pointer, count, count, pointer]
-    )
     return library
 
 
@@ -125,9 +116,7 @@ def tile_products(library: ctypes.CDLL, enabled: bool | None = None) -> bool:
     """Whether ``library`` (any native kernel library: they all include ``cpu_product.h``)
     runs its bf16 products on AMX tiles; ``enabled`` turns them off or back on first (the
     side-by-side benchmarks do; serving leaves them as the machine allows)."""
-    function = library.cadenza_tile_products
-    function.argtypes, function.restype = [ctypes.c_int], ctypes.c_int
-    return bool(function(-1 if enabled is None else int(enabled)))
+    return bool(library.cadenza_tile_products(-1 if enabled is None else int(enabled)))
 
 
 # On a CPU with AMX tiles a oneDNN call cost 30-40 us however small the product (2 cores), and

@@ -4,8 +4,8 @@ a streaming codec decoder (EnCodec's), each stream with its own state.
 torch's CPU LSTM reorders its weights on every call (oneDNN's RNN for a uniform batch) or runs
 a ragged, packed batch one step and one product at a time; at a streaming decoder's call sizes
 (a few streams of a few to fifteen frames) that is most of the layer's time.
-``cpu_lstm.cpp`` runs a layer in one call over weights packed once, the rows of a ragged batch
-each for its own length (longest first), with float32 state.
+``native/cpu_lstm.cpp`` runs a layer in one call over weights packed once, the rows of a ragged
+batch each for its own length (longest first), with float32 state.
 
 :meth:`NativeLstm.build` returns ``None`` where the kernel does not apply (no C++ compiler, a
 bidirectional or projected LSTM, a weight dtype other than float32 or bfloat16, a hidden size
@@ -15,23 +15,15 @@ that is not a multiple of 16): callers keep ``torch.nn.LSTM``.
 from __future__ import annotations
 
 import ctypes
-from typing import Any
 
 import torch
 from torch import nn
 
-from cadenza.kernels import native_library
+from cadenza.kernels.native import loader
 from cadenza.kernels.packed_product import BLOCK, pack_weight
 
-SOURCE = "cpu_lstm.cpp"
+LIBRARY = "cpu_lstm"
 _ENTRY_POINTS = {torch.float32: "cadenza_lstm_layer_f32", torch.bfloat16: "cadenza_lstm_layer_bf16"}
-
-
-def _entry_point(library: ctypes.CDLL, dtype: torch.dtype) -> Any:
-    pointer, count = ctypes.c_void_p, ctypes.c_int
-    # x, B, T, lengths, K, H, w_ih, w_hh, bias, h, c, y
-    argtypes = [pointer, count, count, pointer, count, count, *[pointer] * 6]
-    return native_library.procedure(library, _ENTRY_POINTS[dtype], argtypes)
 
 
 def unsupported_reason(lstm: nn.LSTM, dtype: torch.dtype) -> str | None:
@@ -48,16 +40,16 @@ def unsupported_reason(lstm: nn.LSTM, dtype: torch.dtype) -> str | None:
 
 
 class NativeLstm:
-    """``lstm``'s layers packed for ``cpu_lstm.cpp`` in ``dtype`` (float32 or bfloat16)."""
+    """``lstm``'s layers packed for ``cpu_lstm.cpp`` in ``dtype`` (float32 or bfloat16), run
+    by ``library`` (as :func:`~cadenza.kernels.native.loader.load` gives it)."""
 
     def __init__(self, lstm: nn.LSTM, dtype: torch.dtype, library: ctypes.CDLL) -> None:
         self.num_layers = lstm.num_layers
         self.hidden_size = lstm.hidden_size
         self.input_size = lstm.input_size
         self.dtype = dtype
-        library.cadenza_lstm_weight_pairs.restype = ctypes.c_int
         pairs = dtype == torch.bfloat16 and bool(library.cadenza_lstm_weight_pairs())
-        self._layer = _entry_point(library, dtype)
+        self._layer = getattr(library, _ENTRY_POINTS[dtype])
         self._weights: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         for layer in range(self.num_layers):
             w_ih = getattr(lstm, f"weight_ih_l{layer}").detach()
@@ -76,7 +68,7 @@ class NativeLstm:
         """The packed stack, or ``None`` where the kernel does not apply (see the module)."""
         if unsupported_reason(lstm, dtype) is not None:
             return None
-        library = native_library.load(SOURCE)
+        library = loader.load(LIBRARY)
         return None if library is None else cls(lstm, dtype, library)
 
     def __call__(

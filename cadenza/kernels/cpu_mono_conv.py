@@ -3,7 +3,7 @@ of a SEANet codec decoder (its few channels into the waveform).
 
 oneDNN runs such a convolution at a few GMAC/s (nothing to block the single output over):
 EnCodec's 32 -> 1 output conv took a tenth of a streaming decode for a hundredth of its work.
-``cpu_mono_conv.cpp`` computes each output as a dot product of its time-major window with the
+``native/cpu_mono_conv.cpp`` computes each output as a dot product of its time-major window with the
 weight, accumulated in float32. :meth:`MonoConv.build` returns ``None`` where it does not apply
 (no C++ compiler, channels not a multiple of 16): callers keep their convolution.
 """
@@ -11,22 +11,14 @@ weight, accumulated in float32. :meth:`MonoConv.build` returns ``None`` where it
 from __future__ import annotations
 
 import ctypes
-from typing import Any
 
 import torch
 
-from cadenza.kernels import native_library
+from cadenza.kernels.native import loader
 
-SOURCE = "cpu_mono_conv.cpp"
+LIBRARY = "cpu_mono_conv"
 _ENTRY_POINTS = {torch.float32: "cadenza_mono_conv_f32", torch.bfloat16: "cadenza_mono_conv_bf16"}
 _CHANNEL_MULTIPLE = 16
-
-
-def _entry_point(library: ctypes.CDLL, dtype: torch.dtype) -> Any:
-    pointer, count = ctypes.c_void_p, ctypes.c_int
-    # x, B, L, C, w, k, dilation, bias, out
-    argtypes = [pointer, count, count, count, pointer, count, count, ctypes.c_float, pointer]
-    return native_library.procedure(library, _ENTRY_POINTS[dtype], argtypes)
 
 
 class MonoConv:
@@ -44,7 +36,7 @@ class MonoConv:
         self.dilation = dilation
         self.taps = weight.detach()[0].t().float().contiguous()  # [k, C]
         self.bias = 0.0 if bias is None else float(bias.detach().float().reshape(-1)[0])
-        self._functions = {dtype: _entry_point(library, dtype) for dtype in _ENTRY_POINTS}
+        self._functions = {dtype: getattr(library, name) for dtype, name in _ENTRY_POINTS.items()}
 
     @classmethod
     def build(
@@ -55,7 +47,7 @@ class MonoConv:
             return None
         if weight.shape[1] % _CHANNEL_MULTIPLE:
             return None
-        library = native_library.load(SOURCE)
+        library = loader.load(LIBRARY)
         return None if library is None else cls(weight, bias, dilation, library)
 
     def applies(self, x: torch.Tensor) -> bool:

@@ -1,4 +1,4 @@
-"""The sampler's thresholded draw on the CPU in one native call (``cpu_sampling.cpp``).
+"""The sampler's thresholded draw on the CPU in one native call (``native/cpu_sampling.cpp``).
 
 :func:`cadenza.engine.sampler.sample_rows` draws serving batches (top-k, min-p, no top-p) by a
 threshold per row and an inverse CDF in id order; in torch that is a dozen passes over ``[S, K,
@@ -10,25 +10,17 @@ sampler keeps its torch path.
 
 from __future__ import annotations
 
-import ctypes
-import functools
 from typing import Any
 
 import torch
 
-from cadenza.kernels import native_library
+from cadenza.kernels.native import loader
 
-SOURCE = "cpu_sampling.cpp"
+LIBRARY = "cpu_sampling"
 
 
-@functools.cache
 def _native() -> Any:
-    library = native_library.load(SOURCE)
-    if library is None:
-        return None
-    pointer, count = ctypes.c_void_p, ctypes.c_int64
-    argtypes = [pointer, count, count, count, pointer, pointer, pointer, pointer, pointer]
-    return native_library.procedure(library, "cadenza_draw_thresholded", argtypes)
+    return loader.function(LIBRARY, "cadenza_draw_thresholded")
 
 
 def available() -> bool:
@@ -49,7 +41,7 @@ def draw_thresholded(
     ``RuntimeError`` when the kernel is not available (check :func:`available`)."""
     function = _native()
     if function is None:
-        raise RuntimeError(f"{SOURCE} is not built on this machine")
+        raise RuntimeError(f"{LIBRARY} is not built on this machine")
     num_seqs, num_codebooks, vocab = logits.shape
     if not (len(temperature) == len(top_k) == len(min_p) == num_seqs):
         raise ValueError("one temperature, top_k and min_p per sequence")

@@ -3,7 +3,7 @@
 On the CPU a small model's decode step costs what its torch ops cost to launch, not their
 arithmetic: cadenza-tiny's layer is ~30 ops, 0.5-0.8 ms for one row, for products whose
 weights stream from cache in tens of microseconds. :class:`FusedCpuDecode` runs every layer of
-a step through the kernel in ``cpu_decode_layers.cpp`` (:mod:`~cadenza.kernels.native_library`
+a step through the kernel in ``native/cpu_decode_layers.cpp`` (:mod:`~cadenza.kernels.native.loader`
 builds it): same math as the torch path (RMSNorm, fused q/k/v, rotary, paged KV store,
 grouped-query attention over the pages in place, SwiGLU), float32 activations and
 accumulation, weights float32 or bfloat16 (on a CPU with AVX512-BF16 dot products, bf16
@@ -29,15 +29,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cadenza.kernels import native_library
 from cadenza.kernels.attention_context import AttentionContext
 from cadenza.kernels.cpu_linear import PackedLinear
+from cadenza.kernels.native import loader
 from cadenza.kernels.packed_product import pack_weight
 
 if TYPE_CHECKING:
     from cadenza.kernels.fusable_decoder import FusableDecoder, PagedCache
 
-SOURCE = "cpu_decode_layers.cpp"
+LIBRARY = "cpu_decode_layers"
 LANES = 16  # widths the kernel takes are multiples of this
 MAX_HEAD_DIM = 128
 MAX_GROUP = 64
@@ -169,7 +169,6 @@ class FusedCpuDecode:
             0,
         )
         # bfloat16 weights go in pairs along k where the CPU multiplies them so.
-        library.cadenza_weight_pairs.restype = ctypes.c_int
         pairs = weight_dtype == torch.bfloat16 and bool(library.cadenza_weight_pairs())
         self.rounds_activations = pairs  # the products' inputs are rounded to bf16 too
         self._tensors: list[torch.Tensor] = []  # what the pointers below point into
@@ -193,13 +192,7 @@ class FusedCpuDecode:
             if weight_dtype == torch.bfloat16
             else library.cadenza_decode_layers_f32
         )
-        pointer, integer = ctypes.c_void_p, ctypes.c_int
-        self._run.argtypes = [pointer, pointer, integer, integer, *[pointer] * 5, integer]
-        self._run.argtypes += [pointer, pointer]
-        self._run.restype = None
         self._scratch_bytes = library.cadenza_decode_scratch_bytes
-        self._scratch_bytes.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
-        self._scratch_bytes.restype = ctypes.c_int64
 
     @classmethod
     def build(cls, backbone: FusableDecoder, weight_dtype: torch.dtype) -> FusedCpuDecode | None:
@@ -207,7 +200,7 @@ class FusedCpuDecode:
         cannot be built on this machine."""
         if unsupported_reason(backbone) is not None:
             return None
-        library = native_library.load(SOURCE)
+        library = loader.load(LIBRARY)
         if library is None:
             return None
         return cls(backbone, weight_dtype, library)

@@ -58,6 +58,10 @@ def test_health_ready_models(http):
     assert http.get("/healthz").json() == {"status": "ok"}
     ready = http.get("/readyz")
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
+    kernels = ready.json()["models"]["cadenza-tiny"]["replicas"][0]["native_kernels"]
+    assert kernels["summary"].startswith("native kernels:")  # loaded or not, and why
+    assert {"status", "level", "isa"} <= set(kernels["libraries"]["cpu_elu"])
+    assert "cadenza_native_kernel_loaded{" in http.get("/metrics").text
     models = http.get("/v1/models").json()
     assert models["object"] == "list"
     assert models["data"][0]["id"] == "cadenza-tiny"

@@ -1,5 +1,6 @@
 """The native ELU against torch's: float32 to a few ulp, bfloat16 bit for bit, any dense
-layout kept, in place or not, and torch's own ELU for whatever the kernel does not take."""
+layout kept, in place or not (at every instruction-set level, ``isa_level``), and torch's own
+ELU for whatever the kernel does not take."""
 
 from __future__ import annotations
 
@@ -7,11 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cadenza.kernels import cpu_elu, native_library
-
-needs_kernel = pytest.mark.skipif(
-    native_library.load(cpu_elu.SOURCE) is None, reason="no C++ compiler on this machine"
-)
+from cadenza.kernels import cpu_elu
 
 
 def _values(dtype: torch.dtype) -> torch.Tensor:
@@ -23,9 +20,8 @@ def _values(dtype: torch.dtype) -> torch.Tensor:
     return spread.to(dtype)
 
 
-@needs_kernel
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
-def test_float32_matches_torch_to_a_few_ulp(alpha):
+def test_float32_matches_torch_to_a_few_ulp(alpha, isa_level):
     x = _values(torch.float32)
     got = cpu_elu.elu(x, alpha)
     want = F.elu(x.double(), alpha).float()
@@ -33,8 +29,7 @@ def test_float32_matches_torch_to_a_few_ulp(alpha):
     assert torch.isnan(got).sum() == 1
 
 
-@needs_kernel
-def test_bfloat16_matches_torch_bit_for_bit():
+def test_bfloat16_matches_torch_bit_for_bit(isa_level):
     x = _values(torch.bfloat16)
     assert torch.equal(
         cpu_elu.elu(x).view(torch.int16).masked_fill(torch.isnan(x), 0),
@@ -43,9 +38,8 @@ def test_bfloat16_matches_torch_bit_for_bit():
     assert torch.isnan(cpu_elu.elu(x)).sum() == 1
 
 
-@needs_kernel
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_a_time_major_tensor_keeps_its_layout_in_place_or_not(dtype):
+def test_a_time_major_tensor_keeps_its_layout_in_place_or_not(dtype, isa_level):
     x = _values(dtype).transpose(1, 2)  # [B, C, T] view of [B, T, C] storage
     want = F.elu(x)
     out = cpu_elu.elu(x)
@@ -77,14 +71,10 @@ def test_what_the_kernel_does_not_take_goes_to_torch(monkeypatch):
     assert calls == [torch.float32, torch.float16, torch.float32]
 
 
-def test_without_a_compiler_it_is_torch(monkeypatch):
-    monkeypatch.setattr(native_library, "load", lambda source: None)
-    cpu_elu._native.cache_clear()
-    try:
-        x = _values(torch.float32)
-        torch.testing.assert_close(cpu_elu.elu(x), F.elu(x), equal_nan=True)
-    finally:
-        cpu_elu._native.cache_clear()
+def test_without_a_compiler_it_is_torch(no_compiler):
+    assert cpu_elu._native(torch.float32) is None
+    x = _values(torch.float32)
+    torch.testing.assert_close(cpu_elu.elu(x), F.elu(x), equal_nan=True)
 
 
 def test_an_empty_tensor():

@@ -1,7 +1,8 @@
 """Prepacked CPU linears: fp32 equals ``F.linear`` to rounding; bf16 is within bf16's rounding
 of it; ``auto`` picks bf16 exactly where the CPU multiplies bf16 natively; on the native bf16
 product (AVX512-BF16, AMX tiles where granted) a bf16 layer equals the product of its
-bf16-rounded input and weight to float32 rounding, with the tiles or without."""
+bf16-rounded input and weight to float32 rounding, with the tiles or without; a build for a
+level without bf16 products (``x86-64-v3``) is never used."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cadenza.kernels.cpu_linear import (
+    NATIVE_LIBRARY,
     PackedLinear,
     bf16_packing_available,
     native_bf16_matmul,
@@ -20,6 +22,7 @@ from cadenza.kernels.cpu_linear import (
     resolve_cpu_linear_dtype,
     tile_products,
 )
+from cadenza.kernels.native import loader
 
 pytestmark = pytest.mark.skipif(
     not packing_available(torch.device("cpu"), torch.float32), reason="no oneDNN packing"
@@ -111,12 +114,22 @@ def _rounded_product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return (x.bfloat16().double() @ weight.bfloat16().double().T).float()
 
 
-@needs_native
+def test_the_native_product_is_used_exactly_where_its_build_multiplies_bf16(
+    isa_level: str,
+) -> None:
+    build = loader.state(NATIVE_LIBRARY)
+    assert build.loaded and build.level == isa_level
+    multiplies_bf16 = build.isa in ("avx512bf16", "amx") and native_bf16_matmul()
+    assert (native_linear_library() is not None) == multiplies_bf16
+
+
 @pytest.mark.parametrize("rows", [1, 5, 16, 17, 32, 40])
 @pytest.mark.parametrize("out_features", [16, 48, 96])
 def test_a_native_layer_is_the_rounded_product_at_every_row_count(
-    rows: int, out_features: int
+    rows: int, out_features: int, isa_level: str
 ) -> None:
+    if native_linear_library() is None:
+        pytest.skip(f"no native bf16 products in the {isa_level} build on this CPU")
     # 17, 40: a second group of rows (tiles hold 16); 16, 48: an odd number of output blocks
     weight = torch.randn(out_features, 64)
     layer = PackedLinear(weight, torch.bfloat16)

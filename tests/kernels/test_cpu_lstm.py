@@ -1,5 +1,6 @@
 """The native LSTM against torch's: each row of a ragged batch for its own length, state carried
-across calls, float32 to rounding and bfloat16 weights to bf16 rounding; garbage refused."""
+across calls, float32 to rounding and bfloat16 weights to bf16 rounding (at every
+instruction-set level, ``isa_level``); garbage refused."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import pytest
 import torch
 from torch import nn
 
-from cadenza.kernels import cpu_lstm, native_library
+from cadenza.kernels import cpu_lstm
 from cadenza.kernels.cpu_lstm import NativeLstm
+from cadenza.kernels.native import loader
 
 needs_kernel = pytest.mark.skipif(
-    native_library.load(cpu_lstm.SOURCE) is None, reason="no C++ compiler on this machine"
+    loader.load(cpu_lstm.LIBRARY) is None, reason="no C++ compiler on this machine"
 )
 
 
@@ -31,9 +33,8 @@ def _reference(lstm: nn.LSTM, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor)
     return out[:, 0].float(), h_out[:, 0].float(), c_out[:, 0].float()
 
 
-@needs_kernel
 @pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)])
-def test_ragged_rows_each_run_their_own_length(dtype, tolerance):
+def test_ragged_rows_each_run_their_own_length(dtype, tolerance, isa_level):
     lstm = _lstm()
     native = NativeLstm.build(lstm, dtype)
     assert native is not None
@@ -54,8 +55,7 @@ def test_ragged_rows_each_run_their_own_length(dtype, tolerance):
         torch.testing.assert_close(c[:, row], c_want, atol=2 * tolerance, rtol=0)
 
 
-@needs_kernel
-def test_state_carries_from_call_to_call():
+def test_state_carries_from_call_to_call(isa_level):
     lstm = _lstm()
     native = NativeLstm.build(lstm, torch.float32)
     assert native is not None

@@ -1,6 +1,6 @@
 """The native one-output-channel conv against torch's conv1d: float32 to rounding, bfloat16
-input to its own rounding, any dilation and length; layouts and shapes it does not take are
-left to the caller."""
+input to its own rounding, any dilation and length (at every instruction-set level,
+``isa_level``); layouts and shapes it does not take are left to the caller."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cadenza.kernels import cpu_mono_conv, native_library
+from cadenza.kernels import cpu_mono_conv
 from cadenza.kernels.cpu_mono_conv import MonoConv
+from cadenza.kernels.native import loader
 
 needs_kernel = pytest.mark.skipif(
-    native_library.load(cpu_mono_conv.SOURCE) is None, reason="no C++ compiler on this machine"
+    loader.load(cpu_mono_conv.LIBRARY) is None, reason="no C++ compiler on this machine"
 )
 
 
@@ -21,10 +22,9 @@ def _time_major(batch: int, channels: int, length: int, dtype: torch.dtype) -> t
     return torch.randn(batch, length, channels, generator=generator).to(dtype).transpose(1, 2)
 
 
-@needs_kernel
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("kernel", "dilation", "length"), [(7, 1, 50), (3, 2, 9), (7, 1, 7)])
-def test_matches_conv1d(dtype, kernel, dilation, length):
+def test_matches_conv1d(dtype, kernel, dilation, length, isa_level):
     weight = torch.randn(1, 32, kernel)
     bias = torch.randn(1)
     conv = MonoConv.build(weight, bias, dilation)

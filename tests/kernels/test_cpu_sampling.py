@@ -1,6 +1,6 @@
 """The native thresholded draw against the sampler's torch path: the same ids for the same
-uniforms, over temperatures, top-k up to the whole vocabulary, min-p, masked ids and ties;
-garbage arguments refused."""
+uniforms, over temperatures, top-k up to the whole vocabulary, min-p, masked ids and ties (at
+every instruction-set level, ``isa_level``); garbage arguments refused."""
 
 from __future__ import annotations
 
@@ -30,9 +30,8 @@ def _draw(logits, settings, native: bool, monkeypatch) -> torch.Tensor:
     return sampler._draw_thresholded(_sequences(settings, seed=7), logits.clone())
 
 
-@needs_kernel
 @pytest.mark.parametrize("vocab", [1026, 37])
-def test_native_draws_the_ids_the_torch_path_draws(vocab, monkeypatch):
+def test_native_draws_the_ids_the_torch_path_draws(vocab, monkeypatch, isa_level):
     generator = torch.Generator().manual_seed(vocab)
     settings = [
         SamplingParams(),

@@ -1,6 +1,6 @@
 """The fused CPU decode against the torch layers it replaces: same hidden states and the same
-keys and values stored, for the shapes the kernel takes; the steps and models it does not
-take stay on torch."""
+keys and values stored, for the shapes the kernel takes (the comparisons at every
+instruction-set level, ``isa_level``); the steps and models it does not take stay on torch."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ import torch
 
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache
 from cadenza.engine.models.llama import LlamaBackbone, LlamaBackboneConfig
-from cadenza.kernels import native_library
 from cadenza.kernels.attention_backends import attention_backend_for
 from cadenza.kernels.attention_context import AttentionContext, PrefillSpan
 from cadenza.kernels.cpu_linear import bf16_packing_available, pack_linears
 from cadenza.kernels.fused_cpu_decode import FusedCpuDecode, unsupported_reason
 from cadenza.kernels.int8_linear import quantize_linears
+from cadenza.kernels.native import loader
 
 PAGE = 4
 
 needs_kernel = pytest.mark.skipif(
-    native_library.load("cpu_decode_layers.cpp") is None,
+    loader.load("cpu_decode_layers") is None,
     reason="no C++ compiler on this machine: the fused decode is not built",
 )
 
@@ -136,13 +136,14 @@ def run_both(
     return (ours, cache), (theirs, reference_cache)
 
 
-@needs_kernel
 @pytest.mark.parametrize(
     ("heads", "kv_heads", "head_dim"),
     [(4, 2, 16), (4, 4, 32), (6, 2, 64), (8, 2, 128), (4, 1, 48)],
 )
 @pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16])
-def test_the_fused_layers_equal_the_torch_layers(heads, kv_heads, head_dim, weight_dtype):
+def test_the_fused_layers_equal_the_torch_layers(
+    heads, kv_heads, head_dim, weight_dtype, isa_level
+):
     model = backbone(heads, kv_heads, head_dim)
     lengths = [1, 5, 16, 17, 40, 3]
     (ours, cache), (theirs, reference) = run_both(model, weight_dtype, lengths)
@@ -184,11 +185,12 @@ def attention_rounded_like_the_kernel(
     return torch.stack(rows).float()
 
 
-@needs_kernel
 @pytest.mark.parametrize(
     ("heads", "kv_heads", "head_dim"), [(4, 2, 64), (6, 2, 32), (4, 1, 128), (4, 2, 48)]
 )
-def test_bfloat16_products_over_a_bfloat16_cache_agree_with_torch(heads, kv_heads, head_dim):
+def test_bfloat16_products_over_a_bfloat16_cache_agree_with_torch(
+    heads, kv_heads, head_dim, isa_level
+):
     """The served CPU setting: bf16 products and a bf16 cache. Where the products round their
     inputs to bf16, attention rounds its query too and takes each key row's products in pairs
     from the cache (head widths a multiple of 32; 48 keeps widening the keys): torch's step
@@ -235,9 +237,8 @@ def rounded_differently(cache: PagedKVCache, reference: PagedKVCache, slot: int)
     )
 
 
-@needs_kernel
 @pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(4, 2, 64), (6, 2, 32), (4, 1, 128)])
-def test_a_bfloat16_cache_is_read_and_written_as_torch_does(heads, kv_heads, head_dim):
+def test_a_bfloat16_cache_is_read_and_written_as_torch_does(heads, kv_heads, head_dim, isa_level):
     model = backbone(heads, kv_heads, head_dim)
     lengths = [1, 5, 16, 17, 40, 3, 100]
     (ours, cache), (theirs, reference) = run_both(
@@ -274,8 +275,7 @@ def test_a_token_without_a_slot_is_not_stored():
     )
 
 
-@needs_kernel
-def test_long_contexts_and_many_rows():
+def test_long_contexts_and_many_rows(isa_level):
     model = backbone(heads=4, kv_heads=2, head_dim=64)
     lengths = [300, 1, 129, 64, 65, 250, 7, 200, 33, 100, 17]
     (ours, _), (theirs, _) = run_both(model, torch.float32, lengths)
@@ -338,18 +338,13 @@ def test_steps_the_kernel_does_not_take_stay_on_torch():
     assert not FusedCpuDecode.supports_cache(half_cache)
 
 
-def test_without_a_compiler_the_backbone_stays_on_torch(monkeypatch):
-    monkeypatch.setattr(native_library, "find_compiler", lambda: None)
-    native_library.load.cache_clear()
-    try:
-        model = backbone()
-        assert not model.enable_fused_cpu_decode(torch.float32)
-        assert model.fused_decode is None
-        embeddings, positions, context, cache = decode_step(model, [3, 4])
-        with torch.inference_mode():
-            assert torch.isfinite(model(embeddings, positions, context, cache)).all()
-    finally:
-        native_library.load.cache_clear()
+def test_without_a_compiler_the_backbone_stays_on_torch(no_compiler):
+    model = backbone()
+    assert not model.enable_fused_cpu_decode(torch.float32)
+    assert model.fused_decode is None
+    embeddings, positions, context, cache = decode_step(model, [3, 4])
+    with torch.inference_mode():
+        assert torch.isfinite(model(embeddings, positions, context, cache)).all()
 
 
 def test_an_unknown_weight_dtype_is_refused():
@@ -358,8 +353,7 @@ def test_an_unknown_weight_dtype_is_refused():
         FusedCpuDecode(model, torch.float16, object())  # type: ignore[arg-type]
 
 
-@needs_kernel
-def test_a_step_with_a_prefill_chunk_runs_fused_each_prompt_row_causally():
+def test_a_step_with_a_prefill_chunk_runs_fused_each_prompt_row_causally(isa_level):
     model = backbone()
     fused = FusedCpuDecode.build(model, torch.float32)
     assert fused is not None
@@ -392,8 +386,7 @@ def test_a_step_with_a_prefill_chunk_runs_fused_each_prompt_row_causally():
     np.testing.assert_allclose(cache.keys.numpy(), reference.keys.numpy(), atol=1e-5)
 
 
-@needs_kernel
-def test_prefill_chunks_alone_continuing_a_cached_prefix_equal_torch():
+def test_prefill_chunks_alone_continuing_a_cached_prefix_equal_torch(isa_level):
     model = backbone(heads=6, kv_heads=2, head_dim=32)
     fused = FusedCpuDecode.build(model, torch.bfloat16)
     assert fused is not None

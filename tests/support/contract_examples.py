@@ -9,6 +9,7 @@ from cadenza.contract.engine_stats import EngineStats, StepRecord, StepReport
 from cadenza.contract.kv_memory import StreamShape
 from cadenza.contract.messages import Stats
 from cadenza.contract.precision import Precision
+from cadenza.contract.native_kernels import NativeKernel
 from cadenza.contract.realtime_plan import RealtimePlan
 from cadenza.contract.step_time_model import StepSample, StepTimeModel
 
@@ -42,9 +43,24 @@ PRECISION = Precision(
     lowered=("bfloat16 products", "bf16 KV cache", "bfloat16 codec"),
 )
 
+# What an engine on the development machine announces, and one on a machine without a compiler.
+NATIVE_KERNELS = (
+    NativeKernel("cpu_decode_layers", "native", "loaded", "avx512bf16"),
+    NativeKernel("cpu_elu", "native", "loaded", "avx512bf16"),
+)
+NO_COMPILER_KERNELS = (
+    NativeKernel(
+        "cpu_decode_layers", "native", "no_compiler", detail="no c++, g++ or clang++ on PATH"
+    ),
+    NativeKernel("cpu_elu", "native", "no_compiler", detail="no c++, g++ or clang++ on PATH"),
+)
+
 
 def engine_info(
-    kv_pages: int = 100_000, max_num_seqs: int = 64, calibrated: bool = True
+    kv_pages: int = 100_000,
+    max_num_seqs: int = 64,
+    calibrated: bool = True,
+    native_kernels: tuple[NativeKernel, ...] = NATIVE_KERNELS,
 ) -> EngineInfo:
     calibration = Calibration(
         STEP_MODEL, (StepSample(1, 400, 1.0), StepSample(32, 12800, 32.0)), 0.2, "cpu", "x", 1.0
@@ -61,6 +77,7 @@ def engine_info(
         realtime=TINY_PLAN,
         calibration=calibration if calibrated else None,
         precision=PRECISION,
+        native_kernels=native_kernels,
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from cadenza.config import CpuConfig
 from cadenza.engine.engine import Engine
-from cadenza.kernels.native_library import find_compiler
+from cadenza.kernels.native.loader import find_compiler
 
 FLOAT32_COMPUTE = {"linear_dtype": "float32", "codec_dtype": "float32"}  # [cpu]
 

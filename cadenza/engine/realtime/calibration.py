@@ -64,13 +64,7 @@ from cadenza.engine.realtime.synthetic_streams import (
     synthetic_request,
     synthetic_streams_fit,
 )
-from cadenza.kernels import (
-    cpu_linear,
-    cpu_lstm,
-    cpu_mono_conv,
-    fused_cpu_decode,
-    native_library,
-)
+from cadenza.kernels.native import loader
 from cadenza.version import __version__
 
 if TYPE_CHECKING:
@@ -100,13 +94,8 @@ def calibration_identity(engine: Engine, seed: int, neighbours: int = 0) -> str:
         "chunk_frames": engine.frames.chunk_frames,
         "first_chunk_frames": engine.frames.first_chunk_frames,
         "pack_cpu_weights": config.cpu.pack_weights,
-        "fused_cpu_decode": config.cpu.fused_decode
-        and native_library.source_digest(fused_cpu_decode.SOURCE),
-        "linear_kernel": native_library.source_digest(cpu_linear.NATIVE_SOURCE),
-        "codec_kernels": [
-            native_library.source_digest(source)
-            for source in (cpu_lstm.SOURCE, cpu_mono_conv.SOURCE)
-        ],
+        "fused_cpu_decode": config.cpu.fused_decode,
+        "native_kernels": native_kernels_key(),
         "batch_sizes": list(config.calibration.batch_sizes),
         "steps": engine.frames.calibration_steps,
         "long_context": config.calibration.long_context_tokens,
@@ -115,6 +104,16 @@ def calibration_identity(engine: Engine, seed: int, neighbours: int = 0) -> str:
         "headroom": config.realtime.headroom,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def native_kernels_key() -> list[list[str]]:
+    """Every native kernel library as the engine runs it: its source's hash, whether it
+    loaded, for which level and ISA (a calibration made with the kernels on is not one of an
+    engine running without them, or built for another instruction set)."""
+    return [
+        [k.library, loader.source_digest(k.library), k.status, k.level, k.isa]
+        for k in loader.report()
+    ]
 
 
 def cache_path(engine: Engine, identity: str) -> Path:

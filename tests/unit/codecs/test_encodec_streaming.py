@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from cadenza.codecs import CodecError, load_codec
 from cadenza.codecs.encodec_streaming import EncodecStreamingDecoder
-from cadenza.kernels import cpu_lstm, native_library
+from cadenza.kernels import cpu_lstm
 from cadenza.kernels.cpu_lstm import NativeLstm
+from cadenza.kernels.native import loader
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +88,7 @@ def test_ragged_calls_match_offline_on_either_lstm(codec, monkeypatch, native):
     if not native:
         monkeypatch.setattr(NativeLstm, "build", classmethod(lambda cls, lstm, dtype: None))
     decoder = EncodecStreamingDecoder(codec, max_streams=3)
-    kernel = native and native_library.load(cpu_lstm.SOURCE) is not None
+    kernel = native and loader.load(cpu_lstm.LIBRARY) is not None
     assert (decoder._stages[1].native is not None) == kernel
     plans = [[9, 6, 7, 8], [3, 12, 1, 14], [15, 2, 8, 5]]
     codes = [_codes(sum(plan), seed) for seed, plan in enumerate(plans)]

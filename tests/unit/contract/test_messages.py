@@ -14,7 +14,12 @@ from cadenza.contract import messages
 from cadenza.contract.engine_stats import StepRecord, StepReport
 from cadenza.contract.request import FinishReason, ResumePoint, StreamOutput, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
-from tests.support.contract_examples import PRECISION, engine_info, engine_stats
+from tests.support.contract_examples import (
+    NO_COMPILER_KERNELS,
+    PRECISION,
+    engine_info,
+    engine_stats,
+)
 
 REQUEST = SynthesisRequest(
     "id1",
@@ -34,6 +39,8 @@ EVERY_KIND = [
     messages.Shutdown(),
     messages.Ready(engine_info()),
     messages.Ready(engine_info(calibrated=False)),
+    messages.Ready(engine_info(native_kernels=NO_COMPILER_KERNELS)),
+    messages.Ready(engine_info(native_kernels=())),
     messages.Output("id2", np.arange(3, dtype="<f4").tobytes()),
     messages.Output("id4", b"", sent_s=1234.5),
     messages.Stats(
@@ -132,6 +139,37 @@ def test_a_garbled_precision_is_a_wire_error(precision: object) -> None:
     garbage = msgpack.packb(raw)
     with pytest.raises(messages.WireError):
         messages.decode(garbage)
+
+
+def _ready_with_kernels(kernels: object) -> bytes:
+    raw = msgpack.unpackb(messages.encode(messages.Ready(engine_info())))
+    raw["info"]["native_kernels"] = kernels
+    return msgpack.packb(raw, use_bin_type=True)
+
+
+GOOD_KERNEL = {"library": "cpu_elu", "level": "native", "status": "loaded", "isa": "avx2"}
+
+
+@pytest.mark.parametrize(
+    "kernels",
+    [
+        "all of them",
+        {"cpu_elu": "loaded"},
+        [None],
+        [{**GOOD_KERNEL, "status": "maybe"}],
+        [{**GOOD_KERNEL, "isa": "pentium"}],
+        [{**GOOD_KERNEL, "library": ""}],
+        [{**GOOD_KERNEL, "library": 7}],
+        [{**GOOD_KERNEL, "level": "x" * 65}],
+        [{**GOOD_KERNEL, "detail": "x" * 2001}],
+        [{"library": "cpu_elu", "level": "native"}],  # no status
+        [GOOD_KERNEL] * 65,
+    ],
+)
+def test_garbage_native_kernels_in_ready_are_a_wire_error(kernels: object) -> None:
+    assert isinstance(messages.decode(_ready_with_kernels([GOOD_KERNEL])), messages.Ready)
+    with pytest.raises(messages.WireError, match="native_kernels"):
+        messages.decode(_ready_with_kernels(kernels))
 
 
 def test_a_broken_add_still_names_its_request() -> None:

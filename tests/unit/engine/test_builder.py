@@ -1,7 +1,10 @@
-"""Building engines from the configuration (and from a name with keyword options): overrides,
-dtypes, the output stage a model gets, and the engine the engine process serves."""
+"""Building engines from names and from the configuration: overrides, dtypes, the output
+stage a model gets, and the engine the engine process serves (which says in its log, and
+announces, which native kernels it runs)."""
 
 from __future__ import annotations
+
+import logging
 
 import pytest
 import torch
@@ -13,12 +16,14 @@ from cadenza.config import (
     RealtimeConfig,
     load_config,
 )
+from cadenza.contract.native_kernels import NO_COMPILER_NOTE
 from cadenza.engine.audio_stage import AudioStage, TokenOutputs
 from cadenza.engine.builder import build_engine, build_serving_engine, pretrained_config
 from cadenza.engine.device import kv_dtype_name, resolve_dtype, resolve_kv_dtype
 from cadenza.engine.engine import Engine
 from cadenza.engine.identity import prompt_overhead_tokens
 from cadenza.engine.naive_engine import NaiveEngine
+from cadenza.kernels.native import loader
 from tests.unit.engine.llama_checkpoints import save_tiny_llama
 
 
@@ -66,12 +71,31 @@ def test_a_text_model_gets_an_output_stage_without_audio(tmp_path) -> None:
     assert engine.info.shape.prompt_overhead_tokens == 0
 
 
-def test_the_engine_process_serves_the_configured_kind() -> None:
+def test_the_engine_process_serves_the_configured_kind(caplog) -> None:
     overrides = {"calibration": {"mode": "off"}, "engine": {"kv_cache_memory_bytes": 4 << 20}}
-    served = build_serving_engine(load_config(overrides=overrides))
+    with caplog.at_level(logging.INFO, logger="cadenza.engine.builder"):
+        served = build_serving_engine(load_config(overrides=overrides))
     assert isinstance(served, Engine) and served.info.calibration is None
+    assert served.info.native_kernels == loader.report()
+    assert "native kernels" in caplog.text
     naive = build_serving_engine(load_config(overrides={"engine": {"kind": "naive"}}))
-    assert isinstance(naive, NaiveEngine)
+    assert isinstance(naive, NaiveEngine) and naive.info.native_kernels == loader.report()
+
+
+def test_without_a_compiler_the_engine_warns_and_announces_its_kernels_off(
+    monkeypatch, caplog
+) -> None:
+    monkeypatch.setattr(loader, "find_compiler", lambda: None)
+    loader.clear_cache()
+    try:
+        overrides = {"engine": {"kind": "naive"}}
+        with caplog.at_level(logging.WARNING, logger="cadenza.engine.builder"):
+            naive = build_serving_engine(load_config(overrides=overrides))
+        assert NO_COMPILER_NOTE in caplog.text
+        kernels = naive.info.native_kernels
+        assert kernels and all(kernel.status == "no_compiler" for kernel in kernels)
+    finally:
+        loader.clear_cache()
 
 
 def test_dtype_names() -> None:

@@ -10,7 +10,7 @@ from cadenza.contract.errors import RequestRejected
 from cadenza.contract.request import FinishReason, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
-from cadenza.kernels import native_library
+from cadenza.kernels.native import loader
 from tests.support.float32_compute import float32_cpu_config
 
 HOP = 320
@@ -368,7 +368,7 @@ def test_after_a_failed_batch_the_dense_copy_gives_the_audio_gathering_gives(
 
 
 @pytest.mark.skipif(
-    native_library.load("cpu_decode_layers.cpp") is None,
+    loader.load("cpu_decode_layers") is None,
     reason="no C++ compiler on this machine: the fused CPU decode is not built",
 )
 def test_the_fused_cpu_decode_and_the_torch_path_give_the_same_audio(

@@ -141,7 +141,7 @@ def test_float32_named_is_float32_math_with_the_fused_step(checkpoint):
     cache and logits, the fused native step on where a compiler is, and greedy tokens equal to
     transformers' float32 for every prompt."""
     from cadenza.kernels.fused_cpu_decode import unsupported_reason
-    from cadenza.kernels.native_library import find_compiler
+    from cadenza.kernels.native.loader import find_compiler
 
     directory, reference = checkpoint
     engine = Engine.from_pretrained(

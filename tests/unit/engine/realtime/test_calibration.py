@@ -21,6 +21,7 @@ from cadenza.engine.realtime.calibration import (
     warm_up,
 )
 from cadenza.engine.realtime.synthetic_streams import SHORT_PROMPT_CHARS
+from cadenza.kernels.native import loader
 
 
 def _engine(
@@ -134,14 +135,29 @@ def test_the_warm_up_needs_an_idle_engine(tmp_path: Path) -> None:
     engine.abort_request("busy")
 
 
-def test_cache_key_changes_with_what_changes_step_time(tmp_path: Path) -> None:
-    base = calibration_identity(_engine(tmp_path), seed=0)
+def test_cache_key_changes_with_what_changes_step_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = _engine(tmp_path)
+    base = calibration_identity(engine, seed=0)
     assert calibration_identity(_engine(tmp_path), seed=1) != base
     assert calibration_identity(_engine(tmp_path), seed=0, neighbours=1) != base
     assert (
         calibration_identity(_engine(tmp_path, realtime=RealtimeConfig(chunk_ms=150.0)), seed=0)
         != base
     )
+    # The native kernels: loaded or not, and for which level and ISA.
+    kernels = loader.report()
+    for changed in (
+        tuple(
+            dataclasses.replace(k, status="no_compiler" if k.loaded else "loaded") for k in kernels
+        ),
+        tuple(dataclasses.replace(k, level=f"not {k.level}", isa="avx2") for k in kernels),
+    ):
+        monkeypatch.setattr(loader, "report", lambda changed=changed: changed)
+        assert calibration_identity(engine, seed=0) != base
+    monkeypatch.setattr(loader, "report", lambda: kernels)
+    assert calibration_identity(engine, seed=0) == base
 
 
 def test_off_and_unreadable_cache(tmp_path: Path) -> None:

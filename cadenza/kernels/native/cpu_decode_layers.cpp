@@ -22,11 +22,12 @@
 // Exponentials use a polynomial accurate to float32 rounding (a few ulp).
 //
 // Portable C++ with GCC/Clang vector extensions in the machine's own vector width (16 floats
-// under AVX-512, 8 under AVX2: cpu_vector.h), compiled under -march=native; register blocks are
-// sized by the machine's register count. The Python side compiles this file once per
-// machine and calls it through ctypes (cadenza/kernels/native_library.py). Built with OpenMP,
-// big products and the attention of many rows are split over the threads torch is set to use
-// (the library shares torch's OpenMP runtime: the same threads, the same count).
+// under AVX-512, 8 under AVX2: cpu_vector.h), compiled under the level's -march (native by
+// default); register blocks are sized by the machine's register count. The Python side
+// compiles this file once per machine and level and calls it through ctypes
+// (cadenza/kernels/native/loader.py). Built with OpenMP, big products and the attention of
+// many rows are split over the threads torch is set to use (the library shares torch's OpenMP
+// runtime: the same threads, the same count).
 
 #include <cmath>
 #include <cstdint>

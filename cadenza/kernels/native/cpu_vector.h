@@ -1,9 +1,10 @@
 // float32 vectors of the machine's width for cadenza's native CPU kernels: loads and stores,
 // bfloat16 widening and rounding, lane sums and a vector exponential.
 //
-// GCC/Clang vector extensions: the compiler maps them to the machine's SIMD (AVX-512, AVX2,
-// NEON) under -march=native. Every kernel source includes this header; the library's build
-// hash covers it (cadenza/kernels/native_library.py).
+// GCC/Clang vector extensions: the compiler maps them to the SIMD of the level's -march
+// (AVX-512, AVX2, NEON; -march=native by default: cadenza/kernels/native/isa.py). Every kernel
+// source includes this header; the library's build hash covers it
+// (cadenza/kernels/native/loader.py).
 
 #pragma once
 
