@@ -10,8 +10,8 @@ from pydantic import Field
 
 from cadenza.contract.calibration import Calibration
 from cadenza.contract.kv_memory import StreamShape
-from cadenza.contract.precision import Precision
 from cadenza.contract.native_kernels import NativeKernel
+from cadenza.contract.precision import Precision
 from cadenza.contract.realtime_plan import RealtimePlan
 from cadenza.contract.sampling import SamplingParams
 

@@ -8,8 +8,8 @@ from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.engine_stats import EngineStats, StepRecord, StepReport
 from cadenza.contract.kv_memory import StreamShape
 from cadenza.contract.messages import Stats
-from cadenza.contract.precision import Precision
 from cadenza.contract.native_kernels import NativeKernel
+from cadenza.contract.precision import Precision
 from cadenza.contract.realtime_plan import RealtimePlan
 from cadenza.contract.step_time_model import StepSample, StepTimeModel
 
