@@ -42,5 +42,5 @@ class Precision:
             parts.append(f"{self.codec} codec")
         how = "named" if self.chosen_by == "named" else "auto"
         if self.lowered:
-            how += f", lowered for speed: {', '.join(self.lowered)} (docs/precision.md)"
+            how += f", lowered for speed: {', '.join(self.lowered)}; docs/precision.md"
         return f"{'; '.join(parts)} ({how})"
