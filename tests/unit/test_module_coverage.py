@@ -33,6 +33,10 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
         "tests/unit/edge/admission/test_capacity_snapshot.py",
         "the snapshot the gate reports",
     ),
+    "cadenza/engine/realtime/calibration_cache.py": (
+        "tests/unit/engine/realtime/test_calibration.py",
+        "the cache key and the cache, as a calibration is loaded or measured",
+    ),
     "cadenza/engine/models/audio_declaration.py": (
         "tests/unit/engine/test_llama_checkpoints.py",
         "declarations are read as the Llama and Orpheus families load (and test_orpheus)",

@@ -16,10 +16,10 @@ from cadenza.engine.engine import Engine
 from cadenza.engine.realtime import calibration as calibration_module
 from cadenza.engine.realtime.calibration import (
     _measure_prefill,
-    calibration_identity,
     load_or_calibrate,
     warm_up,
 )
+from cadenza.engine.realtime.calibration_cache import calibration_identity, read_cache
 from cadenza.engine.realtime.synthetic_streams import SHORT_PROMPT_CHARS
 from cadenza.kernels.native import loader
 
@@ -228,4 +228,4 @@ def test_a_cached_calibration_that_contradicts_itself_is_measured_again(tmp_path
     raw["repeats"][0]["again_ms"] = raw["repeats"][0]["first_ms"] * 5
     path.write_text(json.dumps(raw))
     strict = _engine(tmp_path, tolerance=0.35)
-    assert calibration_module._read_cache(path, strict.config.calibration.tolerance) is None
+    assert read_cache(path, strict.config.calibration.tolerance) is None
