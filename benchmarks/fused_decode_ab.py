@@ -30,6 +30,7 @@ from cadenza.config import CpuConfig, EngineConfig
 from cadenza.contract.request import SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
+from cadenza.engine.offline import generate_ids
 from cadenza.kernels.cpu_linear import bf16_packing_available
 
 # [cpu] fused_decode and linear_dtype, [engine] kv_dtype
@@ -113,7 +114,7 @@ def accuracy() -> None:
                 print(f"({name}: skipped, oneDNN packs no bf16 weights on this CPU)")
                 continue
             engine = Engine.from_pretrained(directory, **sections(fields))
-            outputs[name] = engine.generate_ids(prompts, 64)
+            outputs[name] = generate_ids(engine, prompts, 64)
     print("| setting | greedy tokens equal before the first divergence | mean prefix |")
     print("| --- | --- | --- |")
     base = outputs["torch fp32"]

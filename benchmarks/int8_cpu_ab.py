@@ -42,6 +42,7 @@ from torch import nn
 from cadenza.codecs.encodec_streaming import EncodecStreamingDecoder
 from cadenza.codecs.ragged import Conv
 from cadenza.engine.engine import Engine
+from cadenza.engine.offline import synthesize
 from cadenza.kernels.cpu_linear import PackedLinear
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -80,7 +81,7 @@ def heads(engine: Engine, rounds: int) -> None:
     hook = heads_layer.register_forward_hook(
         lambda _m, args, _out: captured.append(args[0].detach().float().clone())
     )
-    engine.synthesize("Heads see what the engine feeds them.", max_duration_s=3.0)
+    synthesize(engine, "Heads see what the engine feeds them.", max_duration_s=3.0)
     hook.remove()
     hidden = torch.cat(captured)
     print(f"\nheads: {weight.shape[1]} -> {weight.shape[0]}, one thread, medians")

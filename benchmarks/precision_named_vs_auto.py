@@ -24,6 +24,7 @@ import torch
 from cadenza.bench.engine_throughput import reference_llama
 from cadenza.engine import model_runner, sampler
 from cadenza.engine.engine import Engine
+from cadenza.engine.offline import generate_ids
 
 NEW_TOKENS = 32
 PROMPT_TOKENS = 24
@@ -43,7 +44,7 @@ def _engine_logits(engine: Engine, prompts: list[list[int]]) -> tuple[list[list[
     try:
         for prompt in prompts:
             captured.clear()
-            tokens.append(engine.generate_ids([prompt], NEW_TOKENS)[0])
+            tokens.append(generate_ids(engine, [prompt], NEW_TOKENS)[0])
             logits.append(torch.cat(captured))
     finally:
         model_runner.sample_rows = original  # type: ignore[attr-defined]

@@ -41,6 +41,7 @@ def run(config: CadenzaConfig, args: argparse.Namespace) -> int:
     from cadenza.engine.engine import Engine
     from cadenza.engine.models.checkpoint import CheckpointError
     from cadenza.engine.models.registry import UnknownModelError
+    from cadenza.engine.offline import synthesize
     from cadenza.hub_cache import NotInHubCache
 
     started = time.perf_counter()
@@ -67,7 +68,8 @@ def run(config: CadenzaConfig, args: argparse.Namespace) -> int:
         print(f"cadenza: {exc}", file=sys.stderr)
         return 2
     loaded = time.perf_counter()
-    audio = engine.synthesize(
+    audio = synthesize(
+        engine,
         args.text,
         voice=args.voice,
         max_duration_s=args.max_duration_s,

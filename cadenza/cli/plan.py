@@ -92,7 +92,7 @@ def _measured_capacity(config: CadenzaConfig, model: str) -> dict[str, Any]:
     from cadenza.contract.cpu_replicas import core_sharers, replica_count, usable_cores
     from cadenza.edge.admission.capacity import AdmittedLoad, CapacityModel
     from cadenza.engine.builder import build_serving_engine
-    from cadenza.ipc.engine_loop import place_replica
+    from cadenza.ipc.engine_side.replica_placement import place_replica
 
     config = config.model_copy(update={"model": config.model.model_copy(update={"name": model})})
     supervision = config.supervision

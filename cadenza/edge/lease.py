@@ -53,7 +53,7 @@ from cadenza.edge.admission.validation import InvalidRequest, validate_synthesis
 from cadenza.edge.errors import EdgeError
 from cadenza.edge.lifecycle import Lifecycle
 from cadenza.edge.metrics import Metrics, ModelMetrics
-from cadenza.ipc.engine_client import EngineClient
+from cadenza.ipc.edge_side.engine_client import EngineClient
 
 Transport = Literal["http", "websocket", "webrtc"]
 

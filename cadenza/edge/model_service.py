@@ -39,7 +39,7 @@ from cadenza.edge.lease import Admission
 from cadenza.edge.lifecycle import Lifecycle
 from cadenza.edge.metrics import Metrics, ModelMetrics
 from cadenza.edge.replica import REPLICA_STATES, EngineReplica
-from cadenza.ipc.engine_client import EngineClient
+from cadenza.ipc.edge_side.engine_client import EngineClient
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.messages import Probed, Stats
 from cadenza.edge.metrics import ModelMetrics
 from cadenza.edge.restart_policy import RestartPolicy
-from cadenza.ipc.engine_client import EngineClient
+from cadenza.ipc.edge_side.engine_client import EngineClient
 
 log = logging.getLogger(__name__)
 

@@ -27,6 +27,7 @@ from cadenza.engine.audio_stage import AudioStage, TokenOutputs
 from cadenza.engine.chunk_policy import NO_FRAMES, config_in_codec_frames
 from cadenza.engine.device import resolve_device, resolve_dtype, resolve_kv_dtype
 from cadenza.engine.engine import Engine
+from cadenza.engine.identity import describe, plan_of, shape_of
 from cadenza.engine.kv.kv_cache_manager import KVCacheManager
 from cadenza.engine.kv.page_pool import PagePool
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache, kv_budget_bytes
@@ -37,7 +38,7 @@ from cadenza.engine.realtime.deadline_policy import DeadlinePolicy
 from cadenza.engine.realtime.step_telemetry import StepTelemetry
 from cadenza.engine.request_intake import RequestIntake
 from cadenza.engine.scheduler import Scheduler
-from cadenza.ipc.serving_engine import ServingEngine
+from cadenza.engine.serving_engine import ServingEngine
 from cadenza.kernels.native import loader
 
 log = logging.getLogger(__name__)
@@ -200,6 +201,37 @@ def build_engine(config: CadenzaConfig) -> Engine:
         f"linear={linear_dtype}",
         f"codec_dtype={codec_dtype}",
     )
+    scheduler = Scheduler(
+        kv, layout, engine_config.max_num_batched_tokens, engine_config.max_num_seqs, policy
+    )
+    precision = precision_of(
+        model,
+        kv_dtype,
+        codec_dtype if codec_model is not None else None,
+        named,
+        int8_weights=weights_dtype == "int8",
+    )
+    shape = shape_of(model, engine_config.page_size)
+    frame_rate = 0.0 if codec_model is None else codec_model.frame_rate
+    announced = describe(
+        model,
+        model_name=config.model.public_name,
+        sample_rate=0 if codec_model is None else codec_model.sample_rate,
+        frame_rate=frame_rate,
+        shape=shape,
+        plan=plan_of(
+            model,
+            shape,
+            config.realtime,
+            frames,
+            frame_rate,
+            0 if codec_model is None else codec_model.lookahead_frames,
+        ),
+        kv_pages_total=kv.pool.num_pages,
+        max_num_seqs=scheduler.max_num_seqs,
+        decodes_padded=decodes_padded,
+        precision=precision,
+    )
     return Engine(
         model,
         model_name=config.model.public_name,
@@ -207,9 +239,7 @@ def build_engine(config: CadenzaConfig) -> Engine:
         frames=frames,
         kv_cache=kv_cache,
         kv=kv,
-        scheduler=Scheduler(
-            kv, layout, engine_config.max_num_batched_tokens, engine_config.max_num_seqs, policy
-        ),
+        scheduler=scheduler,
         intake=RequestIntake(
             model,
             codec_model,
@@ -220,13 +250,7 @@ def build_engine(config: CadenzaConfig) -> Engine:
         audio=audio,
         policy=policy,
         telemetry=telemetry,
-        precision=precision_of(
-            model,
-            kv_dtype,
-            codec_dtype if codec_model is not None else None,
-            named,
-            int8_weights=weights_dtype == "int8",
-        ),
+        announced=announced,
     )
 
 

@@ -8,43 +8,43 @@ Each :meth:`Engine.step` is the algorithm, in four calls::
     outputs = audio.emit(outcome)               due chunks decoded in one batched codec call
 
 and the step's cost goes to the telemetry (the deadline policy's online correction, the edge's
-reports). Requests come in through :class:`RequestIntake`; the parts are built by
-:mod:`cadenza.engine.builder`. Offline use (:meth:`Engine.generate_ids`,
-:meth:`Engine.synthesize`) runs the same steps (:mod:`cadenza.engine.offline`).
+reports). Requests come in through :class:`RequestIntake`; the parts, and the announcement
+the edge reads (:mod:`cadenza.engine.identity`), are built by :mod:`cadenza.engine.builder`.
+
+What drives an engine from outside lives beside it as module functions over an ``Engine``, so
+this module imports none of them: offline use (:func:`cadenza.engine.offline.synthesize`,
+:func:`~cadenza.engine.offline.generate_ids`), the idle probes
+(:func:`cadenza.engine.realtime.probe.probe_engine`) and the calibration
+(:mod:`cadenza.engine.realtime.calibration`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable
-from functools import cached_property
 from typing import Any
-
-import numpy as np
 
 from cadenza.config import CadenzaConfig
 from cadenza.contract.calibration import Calibration
 from cadenza.contract.engine_info import EngineInfo
-from cadenza.contract.engine_stats import EngineStats, ProbeResult, StepReport
+from cadenza.contract.engine_stats import EngineStats, StepReport
 from cadenza.contract.errors import RequestRejected
 from cadenza.contract.precision import Precision
 from cadenza.contract.realtime_plan import RealtimePlan
 from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
-from cadenza.engine import offline
 from cadenza.engine.audio_stage import AudioStage, TokenOutputs, ending
 from cadenza.engine.chunk_policy import CodecFrames
-from cadenza.engine.identity import describe, plan_of
 from cadenza.engine.kv.kv_cache_manager import KVCacheManager
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache
 from cadenza.engine.model_runner import ModelRunner
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.realtime.deadline_policy import DeadlinePolicy
-from cadenza.engine.realtime.probe import run_probe
 from cadenza.engine.realtime.step_telemetry import StepTelemetry
 from cadenza.engine.request_intake import RequestIntake
 from cadenza.engine.scheduler import Scheduler
 from cadenza.engine.sequence import Sequence
+from cadenza.kernels.native import loader
 
 
 class Engine:
@@ -65,7 +65,7 @@ class Engine:
         audio: AudioStage | TokenOutputs,
         policy: DeadlinePolicy | None,
         telemetry: StepTelemetry,
-        precision: Precision | None = None,
+        announced: EngineInfo,
     ) -> None:
         self.model = model
         self.model_name = model_name
@@ -80,7 +80,9 @@ class Engine:
         self.audio = audio
         self.policy = policy
         self.telemetry = telemetry
-        self.precision = precision
+        self.announced = announced
+        self.realtime_plan: RealtimePlan = announced.realtime
+        self.precision: Precision | None = announced.precision
         self.calibration: Calibration | None = None
         self._live: dict[str, Sequence] = {}
         self._outputs: list[StreamOutput] = []
@@ -109,13 +111,11 @@ class Engine:
 
     @property
     def info(self) -> EngineInfo:
-        """What the edge needs to know about this engine (sent once, in ``ready``)."""
-        return describe(self)
-
-    @cached_property
-    def realtime_plan(self) -> RealtimePlan:
-        """The chunk plan and real-time targets this engine runs its streams by."""
-        return plan_of(self)
+        """What the edge needs to know about this engine (sent once, in ``ready``): the
+        builder's announcement with the calibration and the native kernels as they are now."""
+        return dataclasses.replace(
+            self.announced, calibration=self.calibration, native_kernels=loader.report()
+        )
 
     def first_chunk_due_after_s(self, prompt_rows: int) -> float:
         """How long after its arrival a stream with ``prompt_rows`` prompt rows has its first
@@ -247,10 +247,6 @@ class Engine:
     def take_report(self) -> StepReport:
         return self.telemetry.take_report()
 
-    def run_probe(self, batch: int, max_ms: float, interrupted: Callable[[], bool]) -> ProbeResult:
-        """See :func:`cadenza.engine.realtime.probe.run_probe`."""
-        return run_probe(self, batch, max_ms, interrupted)
-
     def apply_calibration(self, calibration: Calibration | None) -> None:
         """Let the deadline policy (and, through :attr:`info`, admission) use a measured
         step-time model."""
@@ -267,31 +263,6 @@ class Engine:
         self.runner.check_integrity(self.scheduler.running)
         scheduled = {s.request_id for s in (*self.scheduler.running, *self.scheduler.waiting)}
         assert scheduled == set(self._live), "engine and scheduler disagree on live sequences"
-
-    # -- offline ----------------------------------------------------------------------------
-
-    def generate_ids(
-        self,
-        prompts: list[list[int]],
-        max_new_tokens: int,
-        greedy: bool = True,
-        seed: int | None = None,
-    ) -> list[list[int]]:
-        """See :func:`cadenza.engine.offline.generate_ids`."""
-        return offline.generate_ids(self, prompts, max_new_tokens, greedy=greedy, seed=seed)
-
-    def synthesize(
-        self,
-        text: str,
-        *,
-        voice: str = "default",
-        max_duration_s: float | None = None,
-        sampling: SamplingParams | None = None,
-    ) -> np.ndarray:
-        """See :func:`cadenza.engine.offline.synthesize`."""
-        return offline.synthesize(
-            self, text, voice=voice, max_duration_s=max_duration_s, sampling=sampling
-        )
 
     # -- internals --------------------------------------------------------------------------
 

@@ -1,28 +1,31 @@
-"""The engine as the edge sees it: the :class:`EngineInfo` announced in ``ready``."""
+"""The engine as the edge sees it: the :class:`EngineInfo` announced in ``ready``.
+
+Computed from the engine's parts when :mod:`cadenza.engine.builder` assembles it (before the
+engine exists), so this module never needs the :class:`~cadenza.engine.engine.Engine` itself;
+the engine adds what changes after the build (its calibration, the native kernels loaded).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from cadenza.config.realtime import RealtimeConfig
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.kv_memory import StreamShape
+from cadenza.contract.precision import Precision
 from cadenza.contract.realtime_plan import RealtimePlan
+from cadenza.engine.chunk_policy import CodecFrames
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.realtime.plan import realtime_plan
-from cadenza.kernels.native import loader
-
-if TYPE_CHECKING:
-    from cadenza.engine.engine import Engine
 
 
-def shape_of(engine: Engine) -> StreamShape:
-    """How the engine's streams use KV memory (what admission costs a stream with)."""
-    layout = engine.layout
+def shape_of(model: AudioTokenModel, page_size: int) -> StreamShape:
+    """How ``model``'s streams use KV memory in pages of ``page_size`` tokens (what admission
+    costs a stream with)."""
+    layout = model.layout
     return StreamShape(
-        page_size=engine.kv.page_size,
+        page_size=page_size,
         steps_per_frame=layout.steps_per_frame,
         tail_steps=layout.tail_steps,
-        prompt_overhead_tokens=prompt_overhead_tokens(engine.model),
+        prompt_overhead_tokens=prompt_overhead_tokens(model),
     )
 
 
@@ -33,34 +36,58 @@ def prompt_overhead_tokens(model: AudioTokenModel) -> int:
     return max(len(model.build_prompt("", voice)) for voice in model.voices)
 
 
-def plan_of(engine: Engine) -> RealtimePlan:
-    """The engine's chunk plan and real-time targets (all zeros for a text model)."""
-    audio = engine.layout.produces_audio
+def plan_of(
+    model: AudioTokenModel,
+    shape: StreamShape,
+    realtime: RealtimeConfig,
+    frames: CodecFrames,
+    frame_rate: float,
+    lookahead_frames: int,
+) -> RealtimePlan:
+    """The chunk plan and real-time targets of an engine serving ``model`` with a codec of
+    ``frame_rate`` frames a second and ``lookahead_frames`` of look-ahead (all zeros for a
+    text model, whatever the codec arguments say)."""
+    audio = model.layout.produces_audio
     return realtime_plan(
-        engine.config.realtime,
-        engine.frames,
-        engine.layout,
-        engine.frame_rate if audio else 0.0,
-        engine.codec_lookahead_frames if audio else 0,
-        shape_of(engine).nominal_prompt_tokens,
+        realtime,
+        frames,
+        model.layout,
+        frame_rate if audio else 0.0,
+        lookahead_frames if audio else 0,
+        shape.nominal_prompt_tokens,
     )
 
 
-def describe(engine: Engine) -> EngineInfo:
-    audio = engine.layout.produces_audio
+def describe(
+    model: AudioTokenModel,
+    *,
+    model_name: str,
+    sample_rate: int,
+    frame_rate: float,
+    shape: StreamShape,
+    plan: RealtimePlan,
+    kv_pages_total: int,
+    max_num_seqs: int,
+    decodes_padded: bool,
+    precision: Precision | None,
+) -> EngineInfo:
+    """The announcement of an engine serving ``model`` (rates are 0 for a text model), before
+    calibration and with no native kernels reported: the engine adds both when asked
+    (:attr:`Engine.info <cadenza.engine.engine.Engine.info>`)."""
+    audio = model.layout.produces_audio
     return EngineInfo(
-        model_name=engine.model_name,
-        voices=engine.voices,
-        sample_rate=engine.sample_rate if audio else 0,
-        frame_rate=engine.frame_rate if audio else 0.0,
-        device=str(engine.model.device),
-        shape=shape_of(engine),
-        kv_pages_total=engine.kv.pool.num_pages,
-        max_num_seqs=engine.scheduler.max_num_seqs,
-        realtime=engine.realtime_plan,
-        calibration=engine.calibration,
-        default_sampling=engine.model.default_sampling,
-        decodes_padded=not engine.runner.fused_decode,
-        precision=engine.precision,
-        native_kernels=loader.report(),
+        model_name=model_name,
+        voices=model.voices,
+        sample_rate=sample_rate if audio else 0,
+        frame_rate=frame_rate if audio else 0.0,
+        device=str(model.device),
+        shape=shape,
+        kv_pages_total=kv_pages_total,
+        max_num_seqs=max_num_seqs,
+        realtime=plan,
+        calibration=None,
+        default_sampling=model.default_sampling,
+        decodes_padded=decodes_padded,
+        precision=precision,
+        native_kernels=(),
     )

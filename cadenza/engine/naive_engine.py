@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,7 @@ import torch
 from cadenza.codecs import load_codec
 from cadenza.config import CadenzaConfig
 from cadenza.contract.engine_info import EngineInfo
-from cadenza.contract.engine_stats import EngineStats, ProbeResult, StepReport
+from cadenza.contract.engine_stats import EngineStats, StepReport
 from cadenza.contract.errors import RequestRejected
 from cadenza.contract.kv_memory import StreamShape
 from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
@@ -209,10 +208,6 @@ class NaiveEngine:
             skipped_steps=0,
             step_correction=1.0,
         )
-
-    def run_probe(self, batch: int, max_ms: float, interrupted: Callable[[], bool]) -> ProbeResult:
-        """Nothing to probe: the baseline admits by memory and slots only."""
-        return ProbeResult(StepReport(), 0, "unsupported")
 
     def take_report(self) -> StepReport:
         """No batched steps, no playout clocks: nothing to report."""

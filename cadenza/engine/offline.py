@@ -4,16 +4,13 @@ utterances for ``cadenza generate``. Both run the engine's ordinary steps."""
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from cadenza.contract.request import FinishReason, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
+from cadenza.engine.engine import Engine
 from cadenza.engine.sequence import SequenceStatus
-
-if TYPE_CHECKING:
-    from cadenza.engine.engine import Engine
 
 
 def generate_ids(

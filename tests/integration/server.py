@@ -79,7 +79,7 @@ class RunningServer:
                 command = (stat.parent / "cmdline").read_bytes()
             except OSError:
                 continue
-            if b"cadenza.ipc.engine_loop" in command:
+            if b"cadenza.ipc.engine_side" in command:
                 pids.append(int(stat.parent.name))
         return pids
 

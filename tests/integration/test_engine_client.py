@@ -11,7 +11,7 @@ import zmq
 from cadenza.config import load_config
 from cadenza.contract.request import FinishReason, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
-from cadenza.ipc.engine_client import EngineClient, EngineError
+from cadenza.ipc.edge_side.engine_client import EngineClient, EngineError
 
 HOP = 320
 

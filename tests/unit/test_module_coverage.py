@@ -125,7 +125,7 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
         "the clock and its policy",
     ),
     "cadenza/engine/sequence.py": ("tests/unit/engine/test_scheduler.py", "request state"),
-    "cadenza/ipc/serving_engine.py": ("tests/unit/engine/test_naive_engine.py", "a protocol"),
+    "cadenza/engine/serving_engine.py": ("tests/unit/engine/test_naive_engine.py", "a protocol"),
     "cadenza/kernels/attention_context.py": ("tests/unit/engine/test_model_runner.py", "-"),
     "cadenza/kernels/linear_swap.py": ("tests/kernels/test_int8_linear.py", "one function"),
     "cadenza/kernels/triton_decode_attention.py": (

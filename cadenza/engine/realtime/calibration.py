@@ -39,7 +39,6 @@ import logging
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -52,6 +51,7 @@ from cadenza.contract.step_time_model import (
     step_budget_s,
 )
 from cadenza.engine.device import device_name
+from cadenza.engine.engine import Engine
 from cadenza.engine.realtime.calibration_cache import (
     cache_path,
     calibration_identity,
@@ -65,9 +65,6 @@ from cadenza.engine.realtime.synthetic_streams import (
     synthetic_request,
     synthetic_streams_fit,
 )
-
-if TYPE_CHECKING:
-    from cadenza.engine.engine import Engine
 
 log = logging.getLogger(__name__)
 

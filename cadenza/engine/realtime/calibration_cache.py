@@ -10,19 +10,16 @@ import logging
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from pydantic import ValidationError
 
 from cadenza.contract.calibration import CALIBRATION_ADAPTER, Calibration
 from cadenza.engine.device import device_name
+from cadenza.engine.engine import Engine
 from cadenza.engine.realtime.calibration_checks import calibration_problems
 from cadenza.kernels.native import loader
 from cadenza.version import __version__
-
-if TYPE_CHECKING:
-    from cadenza.engine.engine import Engine
 
 log = logging.getLogger(__name__)
 

@@ -14,26 +14,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from cadenza.contract.engine_stats import ProbeOutcome, ProbeResult, StepReport
+from cadenza.engine.engine import Engine
 from cadenza.engine.realtime.synthetic_streams import (
     SHORT_PROMPT_CHARS,
     synthetic_request,
     synthetic_streams_fit,
 )
-
-if TYPE_CHECKING:
-    from cadenza.engine.engine import Engine
+from cadenza.engine.serving_engine import ServingEngine
 
 
-def run_probe(
-    engine: Engine, batch: int, max_ms: float, interrupted: Callable[[], bool]
+def probe_engine(
+    engine: ServingEngine, batch: int, max_ms: float, interrupted: Callable[[], bool]
 ) -> ProbeResult:
     """Probe ``engine`` with up to ``batch`` synthetic streams (fewer where the KV pages or
     ``max_num_seqs`` hold fewer). The caller sends out what the engine reported before (it
-    takes the report here, to keep the probe's steps apart)."""
-    if engine.policy is None or engine.policy.step_model is None:
+    takes the report here, to keep the probe's steps apart). Only a batching
+    :class:`~cadenza.engine.engine.Engine` with a calibrated step model has anything to probe;
+    any other engine (the naive baseline) answers ``unsupported``."""
+    if not isinstance(engine, Engine) or engine.policy is None or engine.policy.step_model is None:
         return ProbeResult(StepReport(), 0, "unsupported")
     if engine.has_unfinished_requests():
         return ProbeResult(StepReport(), 0, "busy")

@@ -9,15 +9,12 @@ the prefill being measured), long enough to run its first chunk and then
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING
 
 from cadenza.contract.request import SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.contract.stream_length import frames_for_duration
+from cadenza.engine.engine import Engine
 from cadenza.engine.layouts.token_layout import layout_steps_for_frames
-
-if TYPE_CHECKING:
-    from cadenza.engine.engine import Engine
 
 SHORT_PROMPT_CHARS = 32  # the prompts of the calibration's decode points and of probes
 _WORDS = ("calibrate", "measure", "steady", "tempo", "voice", "step", "time", "frame")

@@ -10,6 +10,7 @@ from cadenza.contract.errors import RequestRejected
 from cadenza.contract.request import FinishReason, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
+from cadenza.engine.offline import synthesize
 from cadenza.kernels.native import loader
 from tests.support.float32_compute import float32_cpu_config
 
@@ -40,7 +41,7 @@ def _run_rows(engine, *requests):
 
 def test_duration_is_derived_from_text(tiny_engine):
     text = "x" * 42  # 42 chars at 14 chars/s: 3 s, 225 frames
-    audio = tiny_engine.synthesize(text, sampling=SamplingParams(seed=1))
+    audio = synthesize(tiny_engine, text, sampling=SamplingParams(seed=1))
     assert len(audio) == 225 * HOP
     assert audio.dtype == np.float32
     assert np.abs(audio).max() <= 1.0
@@ -48,15 +49,15 @@ def test_duration_is_derived_from_text(tiny_engine):
 
 
 def test_short_text_gets_one_second_and_max_duration_caps(tiny_engine):
-    assert len(tiny_engine.synthesize("hi", sampling=SamplingParams(seed=1))) == 75 * HOP
-    capped = tiny_engine.synthesize("x" * 140, max_duration_s=0.5, sampling=SamplingParams(seed=1))
+    assert len(synthesize(tiny_engine, "hi", sampling=SamplingParams(seed=1))) == 75 * HOP
+    capped = synthesize(tiny_engine, "x" * 140, max_duration_s=0.5, sampling=SamplingParams(seed=1))
     assert len(capped) == round(0.5 * 75) * HOP
 
 
 def test_same_seed_same_audio_other_seed_other_audio(tiny_engine):
-    a = tiny_engine.synthesize("reproducible", sampling=SamplingParams(seed=5))
-    b = tiny_engine.synthesize("reproducible", sampling=SamplingParams(seed=5))
-    c = tiny_engine.synthesize("reproducible", sampling=SamplingParams(seed=6))
+    a = synthesize(tiny_engine, "reproducible", sampling=SamplingParams(seed=5))
+    b = synthesize(tiny_engine, "reproducible", sampling=SamplingParams(seed=5))
+    c = synthesize(tiny_engine, "reproducible", sampling=SamplingParams(seed=6))
     assert np.array_equal(a, b)
     assert not np.array_equal(a, c)
 

@@ -8,6 +8,7 @@ import torch
 from cadenza.config import AdmissionConfig, EngineConfig
 from cadenza.edge.admission.capacity import CapacityModel
 from cadenza.engine.engine import Engine
+from cadenza.engine.offline import generate_ids, synthesize
 from tests.unit.engine.llama_checkpoints import save_tiny_llama
 
 
@@ -32,7 +33,7 @@ def _record_logits(engine: Engine) -> list[torch.Tensor]:
 def _greedy(engine: Engine, recorded: list[torch.Tensor], prompt: list[int], steps: int):
     """One prompt's greedy tokens and, for each, the logits it was drawn from."""
     recorded.clear()
-    tokens = engine.generate_ids([prompt], max_new_tokens=steps)[0]
+    tokens = generate_ids(engine, [prompt], max_new_tokens=steps)[0]
     logits = [step[0].flatten() for step in recorded if step.shape[0]]
     assert len(logits) == len(tokens) == steps
     return tokens, logits
@@ -70,7 +71,7 @@ def test_int8_kv_serves_cadenza_tiny_audio() -> None:
     engine = Engine.from_pretrained(
         "cadenza-tiny", engine_config=EngineConfig(kv_dtype="int8", kv_cache_memory_bytes=16 << 20)
     )
-    audio = engine.synthesize("int8 pages", max_duration_s=0.5)
+    audio = synthesize(engine, "int8 pages", max_duration_s=0.5)
     assert audio.size == 38 * 320 and bool(torch.isfinite(torch.from_numpy(audio)).all())
 
 

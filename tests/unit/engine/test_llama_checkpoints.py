@@ -16,6 +16,7 @@ from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
 from cadenza.engine.models.checkpoint import CheckpointError
 from cadenza.engine.models.registry import UnknownModelError, load_model
+from cadenza.engine.offline import generate_ids
 from tests.support.float32_compute import float32_cpu_config
 from tests.unit.engine.llama_checkpoints import save_tiny_llama
 
@@ -91,7 +92,7 @@ def test_plain_checkpoint_cannot_synthesize(tmp_path):
     with pytest.raises(RequestRejected, match="text model"):
         engine.add_request(SynthesisRequest("x", "hello"))
     with pytest.raises(RequestRejected, match="prompt ids"):
-        engine.generate_ids([[1, 999]], 3)
+        generate_ids(engine, [[1, 999]], 3)
 
 
 def _write(directory, config=None, layout=None):

@@ -12,6 +12,7 @@ from cadenza.config import EngineConfig
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
 from cadenza.engine.kv.paged_kv_cache import KVSpec
+from cadenza.engine.offline import generate_ids
 from cadenza.engine.sequence import SequenceStatus
 from tests.unit.engine.llama_checkpoints import CONFIGS, hf_greedy, save_tiny_llama
 
@@ -48,7 +49,7 @@ def test_one_request(checkpoint):
     directory, reference = checkpoint
     engine = _engine(directory)
     prompt = _prompts(1, seed=1)[0]
-    assert engine.generate_ids([prompt], 24) == [hf_greedy(reference, prompt, 24)]
+    assert generate_ids(engine, [prompt], 24) == [hf_greedy(reference, prompt, 24)]
     _assert_clean(engine)
 
 
@@ -56,7 +57,7 @@ def test_batched_requests_of_ragged_lengths(checkpoint):
     directory, reference = checkpoint
     engine = _engine(directory)
     prompts = _prompts(6, seed=2)
-    got = engine.generate_ids(prompts, 20)
+    got = generate_ids(engine, prompts, 20)
     assert got == [hf_greedy(reference, p, 20) for p in prompts]
     assert max(step.decodes for step in engine.take_report().steps) == len(prompts)  # batched
     _assert_clean(engine)
@@ -85,7 +86,7 @@ def test_chunked_prefill_under_a_small_token_budget(checkpoint):
     directory, reference = checkpoint
     engine = _engine(directory, max_num_batched_tokens=8, max_num_seqs=4)
     prompts = _prompts(4, seed=4, low=20, high=40)
-    assert engine.generate_ids(prompts, 12) == [hf_greedy(reference, p, 12) for p in prompts]
+    assert generate_ids(engine, prompts, 12) == [hf_greedy(reference, p, 12) for p in prompts]
     _assert_clean(engine)
 
 
@@ -94,8 +95,8 @@ def test_prefix_cache_hits_give_identical_tokens(checkpoint):
     engine = _engine(directory, page_size=8)
     shared = _prompts(1, seed=5, low=33, high=33)[0]
     prompts = [shared + tail for tail in _prompts(4, seed=6, low=1, high=9)]
-    first = engine.generate_ids(prompts[:1], 10)
-    rest = engine.generate_ids(prompts[1:], 10)
+    first = generate_ids(engine, prompts[:1], 10)
+    rest = generate_ids(engine, prompts[1:], 10)
     assert first + rest == [hf_greedy(reference, p, 10) for p in prompts]
     stats = engine.stats()
     assert stats.prefix_hit_tokens >= 3 * 32  # 4 full pages of the shared prefix, 3 times
@@ -115,7 +116,7 @@ def test_preemption_recomputes_and_still_matches(checkpoint):
         max_num_seqs=8,
     )
     prompts = _prompts(5, seed=7, low=8, high=14)
-    got = engine.generate_ids(prompts, 24)
+    got = generate_ids(engine, prompts, 24)
     assert engine.stats().num_preemptions > 0
     assert got == [hf_greedy(reference, p, 24) for p in prompts]
     _assert_clean(engine)
@@ -158,7 +159,7 @@ def test_float32_named_is_float32_math_with_the_fused_step(checkpoint):
     fits = unsupported_reason(engine.model.model) is None  # the kernel's widths: gqa3's fit
     assert engine.runner.fused_decode == (fits and find_compiler() is not None)
     prompts = _prompts(10, seed=11)
-    assert engine.generate_ids(prompts, 24) == [hf_greedy(reference, p, 24) for p in prompts]
+    assert generate_ids(engine, prompts, 24) == [hf_greedy(reference, p, 24) for p in prompts]
     _assert_clean(engine)
 
 

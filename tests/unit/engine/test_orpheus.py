@@ -18,6 +18,7 @@ from cadenza.engine.engine import Engine
 from cadenza.engine.models import orpheus
 from cadenza.engine.models.checkpoint import CheckpointError
 from cadenza.engine.models.registry import load_model
+from cadenza.engine.offline import synthesize
 from tests.support.float32_compute import assert_float32_named_with_the_fused_step
 from tests.unit.codecs.test_snac import SMALL, _reference, _silence_noise
 from tests.unit.engine.orpheus_checkpoints import (
@@ -133,8 +134,8 @@ def test_text_to_audio_equals_transformers_then_snac(checkpoint, snac_dir) -> No
     directory, reference, tokenizer = checkpoint
     snac_dir, snac_reference = snac_dir
     engine = _engine(directory, snac_dir)
-    audio = engine.synthesize(
-        "Good morning.", voice="mia", max_duration_s=0.35, sampling=_greedy(1.1)
+    audio = synthesize(
+        engine, "Good morning.", voice="mia", max_duration_s=0.35, sampling=_greedy(1.1)
     )
     tokens = reference_tokens(
         reference, reference_prompt(tokenizer, "mia", "Good morning."), FRAMES * 7, 1.1

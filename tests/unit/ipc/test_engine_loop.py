@@ -8,10 +8,11 @@ import numpy as np
 import zmq
 
 from cadenza.config import load_config
-from cadenza.contract import cpu_replicas, messages
+from cadenza.contract import messages
 from cadenza.contract.engine_stats import ProbeResult, StepReport
 from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
-from cadenza.ipc import engine_loop
+from cadenza.engine.realtime import probe
+from cadenza.ipc.engine_side import engine_loop
 from tests.support.contract_examples import engine_info
 
 
@@ -103,24 +104,8 @@ def test_rejection_outputs_carry_no_audio() -> None:
     assert stream.finish_reason is FinishReason.ERROR and np.size(stream.audio) == 0
 
 
-def test_a_placed_replica_knows_how_many_replicas_share_the_machine(monkeypatch) -> None:
-    """The engine process is pinned to its share of the cores; the count it calibrates beside
-    is the one decided before that, named in the configuration it runs with."""
-    pinned: list[set[int]] = []
-    monkeypatch.setattr(engine_loop, "usable_cores", lambda: [0, 1])
-    monkeypatch.setattr(cpu_replicas, "usable_cores", lambda: [0, 1])
-    monkeypatch.setattr(
-        engine_loop.os, "sched_setaffinity", lambda _pid, cores: pinned.append(set(cores))
-    )
-    config = load_config(overrides={"model": {"device": "cpu"}, "supervision": {"replicas": None}})
-    placed = engine_loop.place_replica(config, 1)
-    assert placed.supervision.replicas == 2
-    assert pinned == [{1}]
-    assert placed.model.torch_threads == 1
-
-
 class _Probed:
-    """An engine that records the probe asked of it."""
+    """An engine that records the probe asked of it (through :func:`_recorded_probe`)."""
 
     def __init__(self, busy: bool) -> None:
         self.busy = busy
@@ -137,10 +122,11 @@ class _Probed:
     def take_report(self) -> StepReport:
         return StepReport()
 
-    def run_probe(self, batch, max_ms, interrupted) -> ProbeResult:
-        self.asked.append((batch, max_ms, interrupted()))
-        outcome = "busy" if self.busy else "done"
-        return ProbeResult(StepReport(), 0 if self.busy else batch, outcome)
+
+def _recorded_probe(engine: _Probed, batch, max_ms, interrupted) -> ProbeResult:
+    engine.asked.append((batch, max_ms, interrupted()))
+    outcome = "busy" if engine.busy else "done"
+    return ProbeResult(StepReport(), 0 if engine.busy else batch, outcome)
 
 
 class _Inbound:
@@ -151,7 +137,8 @@ class _Inbound:
         return self.waiting
 
 
-def test_a_probe_sends_the_reports_before_it_then_its_own_steps() -> None:
+def test_a_probe_sends_the_reports_before_it_then_its_own_steps(monkeypatch) -> None:
+    monkeypatch.setattr(probe, "probe_engine", _recorded_probe)
     idle, outbound = _Probed(busy=False), _Outbound()
     engine_loop._probe(idle, messages.Probe(6, 250.0), _Inbound(1), outbound)  # type: ignore[arg-type]
     stats, probed = outbound.sent

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from cadenza.config import EngineConfig
+from cadenza.config import EngineConfig, load_config
 from cadenza.contract.calibration import Calibration
 from cadenza.contract.request import SynthesisRequest
 from cadenza.contract.step_time_model import StepSample, StepTimeModel
 from cadenza.engine.engine import Engine
-from cadenza.engine.realtime.probe import run_probe
+from cadenza.engine.naive_engine import NaiveEngine
+from cadenza.engine.realtime.probe import probe_engine
 
 MODEL = StepTimeModel(2.0, 0.5, 0.0, ((1, 40, 2.5), (8, 320, 6.0)))
 
@@ -34,7 +35,7 @@ def _idle_afterwards(engine: Engine) -> None:
 
 def test_a_probe_decodes_its_batch_and_reports_every_step(engine: Engine) -> None:
     engine.take_report()
-    result = run_probe(engine, 4, max_ms=10_000, interrupted=lambda: False)
+    result = probe_engine(engine, 4, max_ms=10_000, interrupted=lambda: False)
     assert result.outcome == "done" and result.batch == 4
     decodes = [s for s in result.report.steps if s.decodes == 4 and s.tokens == 4]
     plan = engine.realtime_plan
@@ -51,13 +52,13 @@ def test_a_probe_stops_as_soon_as_something_arrives(engine: Engine) -> None:
         polls.append(1)
         return len(polls) >= 3
 
-    result = run_probe(engine, 4, max_ms=10_000, interrupted=arrives_on_the_third_look)
+    result = probe_engine(engine, 4, max_ms=10_000, interrupted=arrives_on_the_third_look)
     assert result.outcome == "interrupted" and len(result.report.steps) == 2
     _idle_afterwards(engine)
 
 
 def test_a_probe_stops_when_its_time_is_up(engine: Engine) -> None:
-    result = run_probe(engine, 4, max_ms=1e-3, interrupted=lambda: False)
+    result = probe_engine(engine, 4, max_ms=1e-3, interrupted=lambda: False)
     assert result.outcome == "timed_out"
     _idle_afterwards(engine)
 
@@ -65,7 +66,7 @@ def test_a_probe_stops_when_its_time_is_up(engine: Engine) -> None:
 def test_a_busy_engine_runs_no_probe(engine: Engine) -> None:
     engine.add_request(SynthesisRequest("live", "hello", max_duration_s=0.2))
     try:
-        result = run_probe(engine, 4, max_ms=10_000, interrupted=lambda: False)
+        result = probe_engine(engine, 4, max_ms=10_000, interrupted=lambda: False)
         assert result.outcome == "busy" and result.batch == 0 and result.report.steps == ()
         assert engine.sequence("live") is not None  # the stream is untouched
     finally:
@@ -79,10 +80,16 @@ def test_a_probe_fits_its_batch_to_the_pages_and_slots_it_has() -> None:
         "cadenza-tiny", engine_config=EngineConfig(kv_cache_memory_bytes=4 << 20, max_num_seqs=3)
     )
     small.apply_calibration(Calibration(MODEL, (StepSample(1, 40, 2.5),), 0.3, "cpu", "x", 1.0))
-    result = run_probe(small, 64, max_ms=10_000, interrupted=lambda: False)
+    result = probe_engine(small, 64, max_ms=10_000, interrupted=lambda: False)
     assert result.outcome == "done" and 1 <= result.batch <= 3
     _idle_afterwards(small)
     uncalibrated = Engine.from_pretrained(
         "cadenza-tiny", engine_config=EngineConfig(kv_cache_memory_bytes=4 << 20)
     )
-    assert run_probe(uncalibrated, 4, 100.0, lambda: False).outcome == "unsupported"
+    assert probe_engine(uncalibrated, 4, 100.0, lambda: False).outcome == "unsupported"
+
+
+def test_the_naive_baseline_has_nothing_to_probe() -> None:
+    """Only the batching engine runs probes: the baseline admits by memory and slots."""
+    naive = NaiveEngine.from_config(load_config(overrides={"engine": {"kind": "naive"}}))
+    assert probe_engine(naive, 4, 100.0, lambda: False).outcome == "unsupported"

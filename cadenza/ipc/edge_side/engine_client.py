@@ -111,7 +111,7 @@ class EngineClient:
                 [
                     sys.executable,
                     "-m",
-                    "cadenza.ipc.engine_loop",
+                    "cadenza.ipc.engine_side",
                     "--config-json",
                     json.dumps(self.config.model_dump(mode="json")),
                     "--inbound",
@@ -275,7 +275,7 @@ class EngineClient:
 
     def _run_in_thread(self, inbound: str, outbound: str) -> None:
         # In-process mode only: the engine (and torch) load into this process on purpose.
-        from cadenza.ipc.engine_loop import run_engine_loop
+        from cadenza.ipc.engine_side.engine_loop import run_engine_loop
 
         run_engine_loop(self.config, self._sync_context, inbound, outbound, self._thread_stop)
 

@@ -1,8 +1,8 @@
 """The engine process's busy loop around a :class:`ServingEngine`, fed over ZeroMQ.
 
-Run as its own process (``python -m cadenza.ipc.engine_loop``, started by
-:class:`~cadenza.ipc.engine_client.EngineClient`) or, for tests and offline use, in a thread of
-the caller's process with ``inproc://`` sockets. The edge binds both sockets; the engine
+Run as its own process (``python -m cadenza.ipc.engine_side``, started by
+:class:`~cadenza.ipc.edge_side.engine_client.EngineClient`) or, for tests and offline use, in a
+thread of the caller's process with ``inproc://`` sockets. The edge binds both sockets; the engine
 connects.
 
 Loop: drain every waiting message (block briefly when idle, or until the first stream needs a
@@ -17,8 +17,6 @@ step is using them.
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import math
 import os
@@ -31,18 +29,10 @@ import zmq
 
 from cadenza.config import CadenzaConfig
 from cadenza.contract import messages
-from cadenza.contract.cpu_replicas import (
-    core_sharers,
-    cores_per_replica,
-    replica_count,
-    usable_cores,
-)
 from cadenza.contract.engine_stats import STATS_INTERVAL_S
 from cadenza.contract.errors import RequestRejected
 from cadenza.contract.request import FinishReason, StreamOutput
-from cadenza.gc_pauses import settle_after_loading
-from cadenza.ipc.serving_engine import ServingEngine
-from cadenza.logs import configure_logging
+from cadenza.engine.serving_engine import ServingEngine
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +144,9 @@ def _probe(
     ``stats``, the probe's steps apart in ``probed``; anything arriving ends the probe."""
     if not engine.has_unfinished_requests():
         outbound.send(messages.encode(messages.Stats(engine.stats(), engine.take_report())))
-    result = engine.run_probe(message.batch, message.max_ms, lambda: inbound.poll(0) > 0)
+    from cadenza.engine.realtime.probe import probe_engine  # torch: only in this process
+
+    result = probe_engine(engine, message.batch, message.max_ms, lambda: inbound.poll(0) > 0)
     probed = messages.Probed(result.report, result.batch, result.outcome)
     outbound.send(messages.encode(probed))
 
@@ -183,69 +175,3 @@ def _reject(request_id: str, reason: str, outbound: zmq.Socket[bytes]) -> None:
         request_id, np.zeros(0, np.float32), FinishReason.ERROR, reason, error_code="rejected"
     )
     outbound.send(messages.encode(messages.Output.of(rejected)))
-
-
-def place_replica(config: CadenzaConfig, replica: int) -> CadenzaConfig:
-    """Where replica ``replica`` of ``supervision.replicas`` runs, and the configuration it runs
-    with (call before torch is imported). On a GPU machine the replicas spread over the
-    devices, one per device (round robin). On the CPU they divide the cores as
-    :mod:`cadenza.contract.cpu_replicas` says: each pinned to its own share, running that many
-    torch threads (unless ``model.torch_threads`` says otherwise), or all sharing every core
-    with OpenMP threads that sleep instead of spinning when idle, so that a busy replica gets
-    the cores an idle one leaves. The configuration returned names the replica count
-    (``supervision.replicas``) as decided here, before the process is pinned to its share."""
-    replicas = replica_count(
-        config.supervision.replicas,
-        config.model.device,
-        config.supervision.mode,
-        config.engine.kind,
-    )
-    # The count as the edge decided it (this process is about to see only its own cores).
-    supervision = config.supervision.model_copy(update={"replicas": replicas})
-    config = config.model_copy(update={"supervision": supervision})
-    cores = usable_cores()
-    share = cores_per_replica(replicas, len(cores))
-    if core_sharers(replicas, len(cores)) > 1:
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    import torch
-
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if config.model.device != "cpu" and count > 0:
-        if count > 1:
-            torch.cuda.set_device(replica % count)
-        return config
-    if share == 0:
-        return config
-    mine = cores[replica % replicas * share : (replica % replicas + 1) * share]
-    os.sched_setaffinity(0, mine)
-    if config.model.torch_threads:
-        return config
-    model = config.model.model_copy(update={"torch_threads": len(mine)})
-    return config.model_copy(update={"model": model})
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description="cadenza engine process (started by the edge)")
-    parser.add_argument("--config-json", required=True)
-    parser.add_argument("--inbound", required=True)
-    parser.add_argument("--outbound", required=True)
-    parser.add_argument("--replica", type=int, default=0, help="replica index (GPU choice)")
-    args = parser.parse_args()
-    config = CadenzaConfig.model_validate(json.loads(args.config_json))
-    configure_logging(config.server.log_level, process=f"engine-{args.replica}")
-    config = place_replica(config, args.replica)
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    try:
-        run_engine_loop(
-            config,
-            context,
-            args.inbound,
-            args.outbound,
-            after_load=lambda: settle_after_loading(config.server.gc_freeze),
-        )
-    finally:
-        context.term()
-
-
-if __name__ == "__main__":
-    main()

@@ -1,13 +1,13 @@
-"""What the engine loop needs from an engine: the batching engine and the naive baseline both
-implement it, and the loop reads nothing else."""
+"""What the engine process's loop (:mod:`cadenza.ipc.engine_side.engine_loop`) needs from an
+engine: the batching engine and the naive baseline both implement it, and the loop reads
+nothing else (idle probes go through :func:`cadenza.engine.realtime.probe.probe_engine`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol
 
 from cadenza.contract.engine_info import EngineInfo
-from cadenza.contract.engine_stats import EngineStats, ProbeResult, StepReport
+from cadenza.contract.engine_stats import EngineStats, StepReport
 from cadenza.contract.request import StreamOutput, SynthesisRequest
 
 
@@ -40,12 +40,6 @@ class ServingEngine(Protocol):
         ...
 
     def stats(self) -> EngineStats: ...
-
-    def run_probe(self, batch: int, max_ms: float, interrupted: Callable[[], bool]) -> ProbeResult:
-        """Measure ``batch`` synthetic streams' steps if idle (see
-        :mod:`cadenza.engine.realtime.probe`); the engine's report until then is taken and
-        dropped: send it first."""
-        ...
 
     def take_report(self) -> StepReport:
         """Every step and delivered chunk since the last call (and forget them)."""
