@@ -21,6 +21,13 @@ class AdmissionConfig(Section):
     standard_max_wait_s: float = Field(30.0, ge=0, description="same for standard requests")
     batch_max_wait_s: float = Field(120.0, ge=0, description="same for batch requests")
     max_queue_length: int = Field(64, ge=0, description="requests waiting per priority class")
+    max_streams: int | None = Field(
+        None,
+        ge=1,
+        description="a cap on the streams each model admits on this node at once, below what "
+        "the node measures it holds (unset: the measured capacity alone); /v1/capacity and "
+        "the HAProxy agent check count it",
+    )
     aging_s: float = Field(
         10.0, gt=0, description="waiting this long raises a request by one priority class"
     )

@@ -34,6 +34,9 @@ def snapshot_of(gate: AdmissionGate) -> CapacitySnapshot:
         for line in placed
         if line.admission_open
     )
+    cap = gate.config.max_streams
+    if cap is not None:
+        available = min(available, cap - len(gate.active))
     queues = gate.queues
     return CapacitySnapshot(
         max_streams=gate.max_streams(),
@@ -55,6 +58,7 @@ def snapshot_of(gate: AdmissionGate) -> CapacitySnapshot:
             kv_memory=sum(c.kv_limit() for c in capacities),
             max_num_seqs=sum(c.info.max_num_seqs for c in capacities),
             prefill_burst=sum(line.prefill_burst for line in placed),
+            operator=cap,
         ),
         claim=claim_evidence_of(gate),
         bounds=machine_bounds([c.bounds() for c in capacities]),

@@ -21,13 +21,15 @@ class QueueState:
 @dataclass(frozen=True)
 class CapacityLimits:
     """The placeable replicas' limits, summed: nominal streams the real-time budget and the
-    KV memory hold, the engines' ``max_num_seqs``, and ``prefill_burst``: nominal streams that
-    arriving together now would all have their prompts prefilled by their deadlines."""
+    KV memory hold, the engines' ``max_num_seqs``, ``prefill_burst``: nominal streams that
+    arriving together now would all have their prompts prefilled by their deadlines, and
+    ``operator``: the operator's cap (``admission.max_streams``; ``None``: unset)."""
 
     realtime: int
     kv_memory: int
     max_num_seqs: int
     prefill_burst: int
+    operator: int | None = None
 
 
 @dataclass(frozen=True)

@@ -249,8 +249,11 @@ class AdmissionGate:
         return ticket.replica
 
     def max_streams(self) -> int:
-        """Streams the placeable replicas hold now, together."""
-        return sum(self.replicas[i].max_streams() for i in self.placeable)
+        """Streams the placeable replicas hold now, together, within the operator's cap
+        (``admission.max_streams``)."""
+        measured = sum(self.replicas[i].max_streams() for i in self.placeable)
+        cap = self.config.max_streams
+        return measured if cap is None else min(measured, cap)
 
     # -- capacity changes -----------------------------------------------------------------------
 
@@ -294,7 +297,11 @@ class AdmissionGate:
     # -- internals ------------------------------------------------------------------------------
 
     def _placement(self, cost: StreamCost, prefix: str | None = None) -> Placement:
-        """The replica a stream of ``cost`` should start on (:func:`~.placement.place`)."""
+        """The replica a stream of ``cost`` should start on (:func:`~.placement.place`); none
+        (``operator_cap``) while the operator's cap is reached."""
+        cap = self.config.max_streams
+        if cap is not None and len(self.active) >= cap:
+            return Placement(None, "operator_cap")
         return place(
             self.replicas,
             self.placeable,

@@ -18,10 +18,16 @@ from tests.support.contract_examples import engine_info as info
 COST = StreamCost(10, 4.0)
 
 
-def gate(max_streams: int = 2, metrics: Metrics | None = None, **admission: float) -> AdmissionGate:
-    """A gate of ``max_streams``; realtime requests may wait 30 s unless told otherwise (the
-    tests of queueing need waits longer than a stream)."""
-    admission = {"realtime_max_wait_s": 30.0, **admission}
+def gate(
+    max_streams: int = 2,
+    metrics: Metrics | None = None,
+    max_streams_cap: int | None = None,
+    **admission: float,
+) -> AdmissionGate:
+    """A gate of ``max_streams`` (the engine's; ``max_streams_cap``: the operator's);
+    realtime requests may wait 30 s unless told otherwise (the tests of queueing need waits
+    longer than a stream)."""
+    admission = {"realtime_max_wait_s": 30.0, "max_streams": max_streams_cap, **admission}
     config = AdmissionConfig(**admission)  # type: ignore[arg-type]
     capacity = CapacityModel(info(max_num_seqs=max_streams), config)
     return AdmissionGate(config, capacity, ModelMetrics(metrics or Metrics(), "cadenza-tiny"))
@@ -348,3 +354,31 @@ def test_a_short_prompt_is_not_kept_waiting_behind_long_ones_held_by_their_prefi
         assert not g.active and not g.queues
 
     asyncio.run(scenario())
+
+
+def test_the_operators_cap_holds_below_the_measured_capacity() -> None:
+    """``admission.max_streams`` caps what the gate admits and what it claims: a stream past
+    the cap waits (held by ``operator_cap``) though the engine has room, and starts when one
+    ends; /v1/capacity counts the cap."""
+
+    async def scenario() -> None:
+        g = gate(max_streams=4, max_streams_cap=2)
+        first = await g.acquire("realtime", COST)
+        await g.acquire("realtime", COST)
+        snapshot = g.snapshot()
+        assert (snapshot.max_streams, snapshot.available_now) == (2, 0)
+        assert snapshot.limits.operator == 2 and snapshot.limits.max_num_seqs == 4
+        third = asyncio.create_task(g.acquire("standard", COST))
+        await asyncio.sleep(0.01)
+        assert not third.done() and [w.held_by for w in g.queues] == ["operator_cap"]
+        g.release(first)
+        await asyncio.wait_for(third, 1)
+        assert len(g.active) == 2
+
+    asyncio.run(scenario())
+
+
+def test_the_operators_cap_must_be_a_positive_count() -> None:
+    for garbage in (0, -3, "many", 2.5):
+        with pytest.raises(ValueError, match="max_streams"):
+            AdmissionConfig(max_streams=garbage)  # type: ignore[arg-type]
