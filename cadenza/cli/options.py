@@ -61,6 +61,8 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "server": {
             "host": getattr(args, "host", None),
             "port": getattr(args, "port", None),
+            "node_id": getattr(args, "node_id", None),
+            "agent_port": getattr(args, "agent_port", None),
             "api_keys_file": getattr(args, "api_keys_file", None),
             "drain_timeout_s": getattr(args, "drain_timeout_s", None),
         },

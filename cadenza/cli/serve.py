@@ -13,6 +13,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve = command_parser(commands, "serve", "run the HTTP server (engine in its own process)")
     serve.add_argument("--host", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="TCP port (default 8000)")
+    serve.add_argument(
+        "--node-id", help="this node's name in a fleet (header x-cadenza-node; default host:port)"
+    )
+    serve.add_argument(
+        "--agent-port",
+        type=int,
+        help="answer HAProxy's agent check on this port: 'up N%%' (free headroom), 'drain', 'down'",
+    )
     serve.add_argument("--api-keys-file", help="accepted API keys, one per line (or sha256:<hex>)")
     serve.add_argument(
         "--engine",

@@ -12,8 +12,29 @@ from cadenza.config.section import Section
 class ServerConfig(Section):
     """The edge process: where it listens and how it logs."""
 
+    @property
+    def node_name(self) -> str:
+        """The node's name: ``node_id``, or ``host:port`` where none is set."""
+        return self.node_id or f"{self.host}:{self.port}"
+
     host: str = Field("127.0.0.1", description="address the HTTP server binds to")
     port: int = Field(8000, ge=0, le=65535, description="TCP port (0 picks a free one)")
+    node_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$",
+        description="this node's name in a fleet: the x-cadenza-node header, the WebSocket "
+        "greeting's node and the metrics' node label (letters, digits, '.', '_', ':', '-'; "
+        "unset: host:port)",
+    )
+    agent_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="TCP port of the HAProxy agent check on the server's host (unset: no agent; "
+        "0 picks a free one): 'up N%' with the free real-time headroom, 'drain', 'down'",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="log level of the edge and engine processes"
     )

@@ -27,11 +27,13 @@ from cadenza.edge import admin, speech_http, webrtc, websocket
 from cadenza.edge.admission.api_keys import ApiKeys
 from cadenza.edge.admission.guard import build_guard
 from cadenza.edge.admission.rate_limit import RateLimiter
+from cadenza.edge.agent_check import AgentCheckServer, NodeState
 from cadenza.edge.errors import install_error_handlers
 from cadenza.edge.lazy_modules import import_lazy_modules
 from cadenza.edge.lifecycle import Lifecycle
 from cadenza.edge.metrics import Metrics
 from cadenza.edge.model_service import ModelService
+from cadenza.edge.node_identity import NODE_HEADER, with_node_label
 from cadenza.edge.state import EdgeState
 from cadenza.loop_lag import LoopLagProbe
 from cadenza.version import __version__
@@ -62,6 +64,13 @@ def create_app(config: CadenzaConfig) -> FastAPI:
         state: EdgeState | None = None
         loop_lag = LoopLagProbe("edge", observe=metrics.edge_loop_lag.observe, watch=True).start()
         import_lazy_modules()
+        agent = None
+        if config.server.agent_port is not None:
+            agent = AgentCheckServer(
+                config.server.host, config.server.agent_port, lambda: _node_state(state)
+            )
+            await agent.start()  # says "down" until every model has loaded
+            app.state.agent_port = agent.port
         try:
             for served in config.served_models():  # one at a time: loading is CPU-bound
                 service = await ModelService.start(served, metrics, rate_limiter, guard, lifecycle)
@@ -85,6 +94,8 @@ def create_app(config: CadenzaConfig) -> FastAPI:
                     with contextlib.suppress(Exception):
                         await session.close()
             finally:
+                if agent is not None:
+                    await agent.stop()
                 for service in services.values():
                     await service.close()
                 loop_lag.cancel()
@@ -106,6 +117,7 @@ def create_app(config: CadenzaConfig) -> FastAPI:
     app.include_router(admin.router)
 
     app.add_middleware(_CountRequests, metrics=metrics)
+    app.add_middleware(_NameTheNode, node=config.server.node_name)
 
     @app.get("/", response_class=HTMLResponse)
     async def browser_client() -> HTMLResponse:
@@ -156,9 +168,23 @@ def create_app(config: CadenzaConfig) -> FastAPI:
         pending = sum(session.pending for session in state.webrtc_sessions)
         metrics.webrtc_peers.labels(state="pending").set(pending)
         metrics.webrtc_peers.labels(state="connected").set(len(state.webrtc_sessions) - pending)
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        exposition = generate_latest(metrics.registry).decode()
+        labelled = with_node_label(exposition, config.server.node_name)
+        return Response(labelled, media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _node_state(state: EdgeState | None) -> NodeState:
+    """What the agent check reads of the node (not ready until every model has loaded)."""
+    if state is None:
+        return NodeState(draining=False, ready=False, snapshots=())
+    services = state.services.values()
+    return NodeState(
+        draining=state.lifecycle.draining,
+        ready=all(service.is_ready() for service in services),
+        snapshots=[service.snapshot() for service in services],
+    )
 
 
 def _log_ready(service: ModelService) -> None:
@@ -211,3 +237,23 @@ class _CountRequests:
         finally:
             path = getattr(scope.get("route"), "path", "unmatched")
             self.metrics.http_requests.labels(route=path, status=str(status)).inc()
+
+
+class _NameTheNode:
+    """Adds ``x-cadenza-node`` to every HTTP response (:mod:`~cadenza.edge.node_identity`)."""
+
+    def __init__(self, app: ASGIApp, node: str) -> None:
+        self.app = app
+        self.header = (NODE_HEADER.encode(), node.encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_named(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), self.header]}
+            await send(message)
+
+        await self.app(scope, receive, send_named)

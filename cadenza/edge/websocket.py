@@ -354,7 +354,7 @@ class WebSocketEndpoint:
 
 def _ready_message(info: EngineInfo, state: EdgeState) -> str:
     """``model``, ``voices`` and ``sample_rate``: the default model's; ``models``: every
-    served model with its voices."""
+    served model with its voices; ``node``: the node that answered (``server.node_id``)."""
     models = [
         {"name": s.identity.model_name, "voices": list(s.identity.voices)}
         for s in state.services.values()
@@ -363,6 +363,7 @@ def _ready_message(info: EngineInfo, state: EdgeState) -> str:
         "ready",
         protocol=protocol.PROTOCOL_VERSION,
         session=uuid.uuid4().hex,
+        node=state.config.server.node_name,
         model=info.model_name,
         voices=list(info.voices),
         models=models,

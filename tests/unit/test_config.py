@@ -122,6 +122,13 @@ def test_the_tree_reads_no_environment(monkeypatch):
         ("CADENZA_SERVER__DRAIN_TIMEOUT_S", "-1", "server.drain_timeout_s"),
         ("CADENZA_SERVER__RESUME_TIMEOUT_S", "later", "server.resume_timeout_s"),
         ("CADENZA_SERVER__GC_FREEZE", "sometimes", "server.gc_freeze"),
+        ("CADENZA_SERVER__NODE_ID", "node a", "server.node_id"),
+        ("CADENZA_SERVER__NODE_ID", "-leading-dash", "server.node_id"),
+        ("CADENZA_SERVER__NODE_ID", "x" * 65, "server.node_id"),
+        ("CADENZA_SERVER__AGENT_PORT", "70000", "server.agent_port"),
+        ("CADENZA_SERVER__AGENT_PORT", "eighty", "server.agent_port"),
+        ("CADENZA_ADMISSION__MAX_STREAMS", "0", "admission.max_streams"),
+        ("CADENZA_ADMISSION__MAX_STREAMS", "lots", "admission.max_streams"),
     ],
 )
 def test_admission_engine_availability_and_kernel_settings_refuse_garbage(
