@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser serve test test-fast lint gpu-check clean
+.PHONY: install browser infra serve test test-fast lint gpu-check clean
 
 # torch goes in first and alone, pinned to the exact release, so pip takes the CPU build that
 # lies on disk and no later requirement pulls a CUDA build.
@@ -21,10 +21,14 @@ install: $(STAMP)
 browser:
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
+# The cluster tests start Debian's HAProxy, Redis and coturn (TURN) on loopback.
+infra:
+	command -v haproxy >/dev/null && command -v redis-server >/dev/null && command -v turnserver >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy redis-server coturn >/dev/null)
+
 serve: install
 	$(VENV)/bin/cadenza serve $(ARGS)
 
-test: install lint browser
+test: install lint browser infra
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: install

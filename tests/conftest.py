@@ -47,3 +47,7 @@ def tiny_engine():
         seed=0,
         kv_cache_memory_bytes=64 << 20,
     )
+
+
+# Real infrastructure on loopback (started per test, stopped after).
+from tests.support.redis_process import redis_server  # noqa: E402, F401

@@ -66,6 +66,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
             "api_keys_file": getattr(args, "api_keys_file", None),
             "drain_timeout_s": getattr(args, "drain_timeout_s", None),
         },
+        "limits": {"redis_url": getattr(args, "redis_url", None)},
         "model": {
             "name": getattr(args, "model", None),
             "codec": getattr(args, "codec", None),

@@ -21,6 +21,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=int,
         help="answer HAProxy's agent check on this port: 'up N%%' (free headroom), 'drain', 'down'",
     )
+    serve.add_argument(
+        "--redis-url",
+        help="share the per-client rate limits across the fleet in Redis (redis://HOST:PORT/DB)",
+    )
     serve.add_argument("--api-keys-file", help="accepted API keys, one per line (or sha256:<hex>)")
     serve.add_argument(
         "--engine",

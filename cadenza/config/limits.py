@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
 
 from cadenza.config.section import Section
 
@@ -22,6 +25,16 @@ class LimitsConfig(Section):
     audio_seconds_per_minute: float = Field(
         0, ge=0, description="seconds of audio one client may request per minute; 0: any"
     )
+    redis_url: str | None = Field(
+        None,
+        description="share the request and audio-second buckets across the fleet in this Redis "
+        "(redis://HOST:PORT/DB, rediss:// with TLS, unix:///PATH); unset: this node's own",
+    )
+    redis_failure: Literal["open", "closed"] = Field(
+        "open",
+        description="while Redis cannot be reached: 'open' admits by this node's own buckets, "
+        "'closed' refuses new streams with 503 quota_unavailable (sharing resumes by itself)",
+    )
     max_prompt_audio_s: float = Field(
         20.0, gt=0, description="longest speech prompt (microphone audio) a request may carry"
     )
@@ -31,3 +44,22 @@ class LimitsConfig(Section):
         description="conversation sessions keep their most recent turns up to this many "
         "seconds of audio as the next turn's context (older turns are dropped)",
     )
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        parts = urlsplit(url)
+        if parts.scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(f"{url!r} is not a Redis URL (redis://HOST:PORT/DB)")
+        if parts.scheme != "unix" and not parts.hostname:
+            raise ValueError(f"{url!r} names no host (redis://HOST:PORT/DB)")
+        try:
+            parts.port  # noqa: B018 (raises on a port that is not a number or out of range)
+        except ValueError as exc:
+            raise ValueError(f"{url!r} has a bad port: {exc}") from None
+        database = parts.path.strip("/")
+        if parts.scheme != "unix" and database and not database.isdigit():
+            raise ValueError(f"{url!r}: the database must be a number (redis://HOST:PORT/DB)")
+        return url

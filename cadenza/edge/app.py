@@ -26,7 +26,7 @@ from cadenza.contract.errors import ENGINE_RETRY_AFTER_S
 from cadenza.edge import admin, speech_http, webrtc, websocket
 from cadenza.edge.admission.api_keys import ApiKeys
 from cadenza.edge.admission.guard import build_guard
-from cadenza.edge.admission.rate_limit import RateLimiter
+from cadenza.edge.admission.shared_rate_limit import SharedRateLimiter, quotas_for
 from cadenza.edge.agent_check import AgentCheckServer, NodeState
 from cadenza.edge.errors import install_error_handlers
 from cadenza.edge.lazy_modules import import_lazy_modules
@@ -56,9 +56,7 @@ def create_app(config: CadenzaConfig) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        rate_limiter = RateLimiter(
-            config.limits.requests_per_minute, config.limits.audio_seconds_per_minute
-        )
+        rate_limiter = quotas_for(config.limits, metrics)
         services: dict[str, ModelService] = {}
         lifecycle = Lifecycle()
         state: EdgeState | None = None
@@ -98,6 +96,8 @@ def create_app(config: CadenzaConfig) -> FastAPI:
                     await agent.stop()
                 for service in services.values():
                     await service.close()
+                if isinstance(rate_limiter, SharedRateLimiter):
+                    await rate_limiter.close()
                 loop_lag.cancel()
 
     # No generated API pages: the protocols are documented in docs/protocol.md, and an open

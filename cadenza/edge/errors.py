@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cadenza.contract.errors import EngineError, EngineUnavailable
 from cadenza.edge.admission.gate import AdmissionRefused
-from cadenza.edge.admission.rate_limit import RateLimited
+from cadenza.edge.admission.rate_limit import QuotasUnavailable, RateLimited
 from cadenza.edge.admission.validation import InvalidRequest
 
 _ENGINE_STATUS = {
@@ -66,6 +66,12 @@ class EdgeError(Exception):
     @classmethod
     def from_rate_limit(cls, exc: RateLimited) -> EdgeError:
         return cls(429, str(exc), code="rate_limited", retry_after_s=exc.retry_after_s)
+
+    @classmethod
+    def from_quotas_unavailable(cls, exc: QuotasUnavailable) -> EdgeError:
+        """503 ``quota_unavailable`` with ``Retry-After``: the fleet's quotas cannot be read
+        and ``limits.redis_failure = "closed"`` says not to admit without them."""
+        return cls(503, str(exc), code="quota_unavailable", retry_after_s=exc.retry_after_s)
 
     @classmethod
     def from_engine(cls, exc: EngineError) -> EdgeError:

@@ -48,7 +48,7 @@ from cadenza.contract.stream_length import request_duration_s
 from cadenza.edge.admission.gate import AdmissionGate, AdmissionRefused, QueuedCallback, Ticket
 from cadenza.edge.admission.guard import TextGuard, run_guard
 from cadenza.edge.admission.priority_queues import Priority
-from cadenza.edge.admission.rate_limit import Grant, RateLimited, RateLimiter
+from cadenza.edge.admission.rate_limit import Grant, Quotas, QuotasUnavailable, RateLimited
 from cadenza.edge.admission.validation import InvalidRequest, validate_synthesis
 from cadenza.edge.errors import EdgeError
 from cadenza.edge.lifecycle import Lifecycle
@@ -79,7 +79,7 @@ class Admission:
         config: CadenzaConfig,
         engines: StreamEngines,
         gate: AdmissionGate,
-        rate_limiter: RateLimiter,
+        rate_limiter: Quotas,
         guard: TextGuard | None,
         metrics: Metrics,
         *,
@@ -146,9 +146,11 @@ class Admission:
             raise EdgeError(400, reason, code="content_refused", param="input")
         audio_s = request_duration_s(request.text, request.max_duration_s, self.config.limits)
         try:
-            grant = self.rate_limiter.admit(client, audio_s)
+            grant = await self.rate_limiter.acquire(client, audio_s)
         except RateLimited as exc:
             raise EdgeError.from_rate_limit(exc) from exc
+        except QuotasUnavailable as exc:
+            raise EdgeError.from_quotas_unavailable(exc) from exc
         prompt_s = request.prompt_audio_samples / request.prompt_sample_rate
         prompt_s += request.context_audio_s(info.frame_rate)
         prompt_text = "".join(turn.text for turn in request.context) + request.text

@@ -35,6 +35,17 @@ class Metrics:
             ["route", "status"],
             registry=r,
         )
+        self.quota_shared = Gauge(
+            "cadenza_quota_shared",
+            "1 while the rate limits are the fleet's (Redis answers), 0 while this node's own "
+            "or refusing (limits.redis_failure); absent without limits.redis_url",
+            registry=r,
+        )
+        self.quota_redis_failures = Counter(
+            "cadenza_quota_redis_failures",
+            "round trips to the rate limits' Redis that failed (refused, timed out, an error)",
+            registry=r,
+        )
         self.streams_active = Gauge(
             "cadenza_streams_active", "streams currently producing audio", registry=r
         )
@@ -204,7 +215,7 @@ class Metrics:
             "cadenza_admission_holds",
             "streams that could not start at once, by what held them (realtime_budget, "
             "prefill_budget, deadlines_slipping, max_streams, kv_memory, engine_unavailable, "
-            "behind_others: streams already waiting)",
+            "operator_cap, behind_others: streams already waiting)",
             labelnames=["model", "reason"],
             registry=r,
         )

@@ -33,7 +33,7 @@ from cadenza.edge.admission.capacity_snapshot import CapacitySnapshot, ReplicaCa
 from cadenza.edge.admission.factor_memory import FactorMemory, default_dir, measured_under_load
 from cadenza.edge.admission.gate import AdmissionGate
 from cadenza.edge.admission.guard import TextGuard
-from cadenza.edge.admission.rate_limit import RateLimiter
+from cadenza.edge.admission.rate_limit import Quotas
 from cadenza.edge.errors import EdgeError
 from cadenza.edge.lease import Admission
 from cadenza.edge.lifecycle import Lifecycle
@@ -55,7 +55,7 @@ class ModelService:
         config: CadenzaConfig,
         metrics: ModelMetrics,
         edge_metrics: Metrics,
-        rate_limiter: RateLimiter,
+        rate_limiter: Quotas,
         guard: TextGuard | None,
         lifecycle: Lifecycle,
     ) -> None:
@@ -97,7 +97,7 @@ class ModelService:
         cls,
         config: CadenzaConfig,
         edge_metrics: Metrics,
-        rate_limiter: RateLimiter,
+        rate_limiter: Quotas,
         guard: TextGuard | None,
         lifecycle: Lifecycle | None = None,
     ) -> ModelService:

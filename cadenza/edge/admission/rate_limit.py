@@ -5,6 +5,10 @@ and ``max_duration_s``) in audio tokens; when it ends, what it did not use is gi
 (:meth:`RateLimiter.settle`). Each bucket holds one minute's allowance and refills continuously.
 A refusal says how long until the bucket would allow the request (``Retry-After``). A rate of 0
 means unlimited.
+
+:class:`RateLimiter` keeps the buckets of this node; with ``limits.redis_url`` the buckets are
+the fleet's, in Redis (:mod:`~cadenza.edge.admission.shared_rate_limit`). Admission reads
+either through :class:`Quotas`.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 MAX_CLIENTS = 10_000  # least recently seen clients beyond this are forgotten (full buckets)
 
@@ -21,6 +26,15 @@ class RateLimited(Exception):
     def __init__(self, reason: str, retry_after_s: float) -> None:
         super().__init__(f"{reason} rate limit reached; retry in {retry_after_s:.1f} s")
         self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+class QuotasUnavailable(Exception):
+    """The fleet's buckets cannot be read and the configuration says not to admit without
+    them (``limits.redis_failure = "closed"``)."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
         self.retry_after_s = retry_after_s
 
 
@@ -51,8 +65,29 @@ class TokenBucket:
 
 @dataclass
 class Grant:
+    """What a request was charged: one request token and ``audio_s`` seconds, in the fleet's
+    buckets (``shared``) or this node's."""
+
     client: str
     audio_s: float
+    shared: bool = False
+
+
+class Quotas(Protocol):
+    """The per-client buckets admission charges, this node's or the fleet's."""
+
+    async def acquire(self, client: str, audio_s: float) -> Grant:
+        """Charge one request and ``audio_s`` seconds to ``client``; raises
+        :class:`RateLimited` (charging nothing) when either bucket is short."""
+        ...
+
+    def settle(self, grant: Grant, used_audio_s: float) -> None:
+        """Give back the audio a granted request did not use."""
+        ...
+
+    def refund(self, grant: Grant) -> None:
+        """Give back a request that never started: its request token and all its audio."""
+        ...
 
 
 class RateLimiter:
@@ -68,6 +103,10 @@ class RateLimiter:
         self._buckets: OrderedDict[str, tuple[TokenBucket | None, TokenBucket | None]] = (
             OrderedDict()
         )
+
+    async def acquire(self, client: str, audio_s: float) -> Grant:
+        """:meth:`admit` (this node's buckets answer at once)."""
+        return self.admit(client, audio_s)
 
     def admit(self, client: str, audio_s: float) -> Grant:
         """Charge one request and ``audio_s`` seconds to ``client``. Raises
