@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import numpy as np
-from aiortc import RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
 
@@ -26,11 +26,19 @@ class ReceivedAudio:
 
 
 class WebRTCPeer:
-    def __init__(self, base_url: str, microphone: Any = None, api_key: str | None = None) -> None:
-        """``microphone``: an audio ``MediaStreamTrack`` to send (none: receive only)."""
+    def __init__(
+        self,
+        base_url: str,
+        microphone: Any = None,
+        api_key: str | None = None,
+        configuration: RTCConfiguration | None = None,
+    ) -> None:
+        """``microphone``: an audio ``MediaStreamTrack`` to send (none: receive only);
+        ``configuration``: ICE servers and policy (e.g. the server's TURN relay, relayed
+        candidates only), as ``GET /v1/webrtc/config`` names the servers."""
         self.base_url = base_url
         self.api_key = api_key
-        self.pc = RTCPeerConnection()
+        self.pc = RTCPeerConnection(configuration)
         self.result = ReceivedAudio()
         self.channel = self.pc.createDataChannel("control")
         self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()

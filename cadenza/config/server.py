@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from cadenza.config.ice_server import IceServer
 from cadenza.config.section import Section
 
 
@@ -79,6 +80,21 @@ class ServerConfig(Section):
     )
     max_pending_webrtc_offers: int = Field(
         32, ge=1, description="WebRTC peers waiting to connect at once; more offers get 503"
+    )
+    webrtc_ice_servers: list[IceServer] = Field(
+        default_factory=list,
+        max_length=8,
+        description="STUN/TURN servers for WebRTC, used by the server's peers and handed to the "
+        'browser page (JSON: [{"urls": ["turn:HOST:3478"], "username": ..., "credential": ...}]); '
+        "empty: host candidates only",
+    )
+    webrtc_public_address: str | None = Field(
+        None,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[A-Za-z0-9.:-]+$",
+        description="the address clients reach this node's WebRTC media at (a pod's or NAT's "
+        "public IP, same ports): the answer's host candidates name it; unset: the node's own",
     )
     ws_max_message_bytes: int = Field(
         65536, ge=1024, description="largest WebSocket message a client may send"

@@ -47,6 +47,7 @@ from cadenza.edge.speak_session import (
 from cadenza.edge.state import EdgeState
 from cadenza.edge.untrusted_json import JsonRejected, parse_json
 from cadenza.edge.utterance_tasks import UtteranceTasks
+from cadenza.edge.webrtc_ice import announce_address, browser_ice_servers, rtc_configuration
 
 log = logging.getLogger(__name__)
 
@@ -379,7 +380,7 @@ async def webrtc_offer(request: Request) -> dict[str, str]:
             code="too_many_offers",
             retry_after_s=server.webrtc_connect_timeout_s,
         )
-    pc = RTCPeerConnection()
+    pc = RTCPeerConnection(rtc_configuration(server))
     session = WebRTCSession(pc, state, client)
     session.attach()
     state.webrtc_sessions.add(session)
@@ -389,4 +390,13 @@ async def webrtc_offer(request: Request) -> dict[str, str]:
     except Exception as exc:  # aiortc raises several types for bad SDP
         await session.close()
         raise EdgeError(400, f"invalid SDP: {exc}", code="invalid_sdp") from exc
-    return {"sdp": pc.localDescription.sdp, "type": pc.localDescription.type}
+    answer = announce_address(pc.localDescription.sdp, server.webrtc_public_address)
+    return {"sdp": answer, "type": pc.localDescription.type}
+
+
+@router.get("/v1/webrtc/config")
+async def webrtc_config(request: Request) -> dict[str, Any]:
+    """What a browser needs before its offer: the ICE servers (``RTCPeerConnection``'s
+    ``iceServers``), so that it relays through the same TURN server as the node."""
+    state: EdgeState = request.app.state.edge
+    return {"ice_servers": browser_ice_servers(state.config.server)}

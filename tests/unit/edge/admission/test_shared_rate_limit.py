@@ -69,7 +69,7 @@ def test_unused_audio_goes_back_and_a_refused_stream_is_refunded(
 
 def test_redis_away_open_admits_locally_closed_refuses_and_both_recover(tmp_path) -> None:
     redis = RedisProcess(tmp_path).start()
-    port = redis.port
+    again = RedisProcess(tmp_path, port=redis.port)
 
     async def scenario() -> None:
         opened, open_metrics = node(redis.url, per_minute=2, failure="open")
@@ -86,7 +86,7 @@ def test_redis_away_open_admits_locally_closed_refuses_and_both_recover(tmp_path
             assert "cadenza_quota_shared 0.0" in text
             assert "cadenza_quota_redis_failures_total 1.0" in text
         opened.settle(local, 0)  # back to the bucket it came from
-        RedisProcess(tmp_path, port=port).start()
+        again.start()
         for limiter in (opened, closed):
             limiter._retry_at = 0.0  # no need to wait out the retry interval in a test
         assert (await opened.acquire("c", 1)).shared and opened.sharing
@@ -98,7 +98,7 @@ def test_redis_away_open_admits_locally_closed_refuses_and_both_recover(tmp_path
     try:
         asyncio.run(scenario())
     finally:
-        RedisProcess(tmp_path, port=port).stop()
+        again.stop()
         redis.stop()
 
 
