@@ -63,6 +63,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="SIGKILL a random engine replica every A to B seconds (the server must run on "
         "this machine; its /admin/replicas gives the process ids)",
     )
+    loadtest.add_argument(
+        "--chaos-kill-nodes",
+        metavar="PID,-PGID,...",
+        help="with --chaos-kill-every: SIGKILL whole nodes of this list instead of engine "
+        "replicas (a negative number is a process group: a node's edge and engines at once)",
+    )
     loadtest.add_argument("--out", required=True, type=Path, help="output directory")
     loadtest.add_argument("--quiet", action="store_true", help="no progress line")
     loadtest.add_argument("--config", type=Path, help=argparse.SUPPRESS)
@@ -106,7 +112,7 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
             ramp_s=args.ramp_s,
             chaos=None
             if args.chaos_kill_every is None
-            else ChaosSchedule.parse(args.chaos_kill_every),
+            else ChaosSchedule.parse(args.chaos_kill_every, args.chaos_kill_nodes),
         )
         # The clients' own arrival times are the measurement: a full collection of this
         # process would show up as a gap in every stream's audio that the server never made

@@ -39,6 +39,7 @@ class WebRTCPeer:
         self.base_url = base_url
         self.api_key = api_key
         self.pc = RTCPeerConnection(configuration)
+        self.node: str | None = None  # the node that answered the offer (x-cadenza-node)
         self.result = ReceivedAudio()
         self.channel = self.pc.createDataChannel("control")
         self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -74,6 +75,7 @@ class WebRTCPeer:
                 headers=headers,
             )
         response.raise_for_status()
+        self.node = response.headers.get("x-cadenza-node")
         answer = response.json()
         await self.pc.setRemoteDescription(RTCSessionDescription(answer["sdp"], answer["type"]))
         await asyncio.wait_for(self._opened.wait(), 20)

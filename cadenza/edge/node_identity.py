@@ -9,9 +9,8 @@ NODE_HEADER = "x-cadenza-node"
 
 
 def with_node_label(exposition: str, node: str) -> str:
-    """Prometheus text ``exposition`` with ``node="<node>"`` added to every sample (comment
-    lines unchanged). ``node`` is a validated ``server.node_id`` or ``host:port``: it needs no
-    escaping beyond the format's own."""
+    """Prometheus text ``exposition`` with ``node="<node>"`` added to every sample, after its
+    own labels (comment lines unchanged); ``node`` is escaped as the format wants."""
     label = 'node="' + node.replace("\\", "\\\\").replace('"', '\\"') + '"'
     lines = []
     for line in exposition.splitlines():
@@ -20,10 +19,11 @@ def with_node_label(exposition: str, node: str) -> str:
             continue
         name_end = min(i for i in (line.find("{"), line.find(" ")) if i >= 0)
         name, rest = line[:name_end], line[name_end:]
-        if rest.startswith("{}"):
-            rest = rest[2:]
-        if rest.startswith("{"):
-            lines.append(f"{name}{{{label},{rest[1:]}")
+        if rest.startswith("{"):  # the sample's own labels first, the node's last
+            close = rest.rindex("}")
+            own = rest[1:close]
+            labels = f"{own},{label}" if own else label
+            lines.append(f"{name}{{{labels}}}{rest[close + 1 :]}")
         else:
             lines.append(f"{name}{{{label}}}{rest}")
     return "\n".join(lines) + "\n"

@@ -1,5 +1,5 @@
-"""Chaos during a load level: SIGKILL a random engine replica every so often, and time how long
-the server takes to have it back.
+"""Chaos during a load level: SIGKILL a random engine replica (or a whole node) every so often,
+and time how long the server takes to have it back.
 
 ``--chaos-kill-every 20-30`` kills one ready replica (of any served model, picked at random)
 every 20 to 30 seconds while the level offers streams. The replicas and their process ids come
@@ -8,6 +8,12 @@ the harness runs on. After each kill the harness polls until that replica is rea
 a new process id: its *time to ready*. What the listeners went through is in the level's own
 numbers; :func:`summarize_chaos` adds the share of admitted streams that completed and the
 gaps they heard.
+
+``--chaos-kill-nodes PID,-PGID,...`` kills whole nodes instead, for a run through a front door
+to several nodes: each kill takes one node of the list still alive (a negative number is a
+process group: the node's edge and engines at once, as a lost machine loses them). Nothing in
+the harness restarts a node, so a node's kill has no time to ready; the listeners' side
+(completed share, gaps, refusals) is the measurement.
 """
 
 from __future__ import annotations
@@ -32,17 +38,20 @@ _READY_TIMEOUT_S = 300.0
 
 @dataclass(frozen=True)
 class ChaosSchedule:
-    """Seconds between kills, uniform in ``[low_s, high_s]``."""
+    """Seconds between kills, uniform in ``[low_s, high_s]``; ``nodes``: whole nodes to kill
+    instead of engine replicas (process ids, negative for a process group)."""
 
     low_s: float
     high_s: float
+    nodes: tuple[int, ...] = ()
 
     @classmethod
-    def parse(cls, spec: str) -> ChaosSchedule:
-        """``A-B`` or ``A`` (seconds)."""
+    def parse(cls, spec: str, nodes: str | None = None) -> ChaosSchedule:
+        """``A-B`` or ``A`` (seconds); ``nodes``: ``PID,-PGID,...`` (``--chaos-kill-nodes``)."""
         low, _, high = spec.partition("-")
+        targets = parse_nodes(nodes)
         try:
-            schedule = cls(float(low), float(high or low))
+            schedule = cls(float(low), float(high or low), targets)
         except ValueError:
             raise WorkloadError(f"--chaos-kill-every {spec!r}: expected A-B (seconds)") from None
         if not 0 < schedule.low_s <= schedule.high_s:
@@ -50,12 +59,31 @@ class ChaosSchedule:
         return schedule
 
 
+def parse_nodes(spec: str | None) -> tuple[int, ...]:
+    """``PID,-PGID,...`` as numbers; raises :class:`WorkloadError` naming the flag."""
+    if spec is None:
+        return ()
+    nodes = []
+    for part in spec.split(","):
+        try:
+            node = int(part.strip())
+        except ValueError:
+            node = 0
+        if node in (0, 1, -1) or part.strip() != part.strip().lstrip("+"):
+            raise WorkloadError(
+                f"--chaos-kill-nodes {spec!r}: {part!r} is not a process id (PID) or a process "
+                "group (-PGID)"
+            )
+        nodes.append(node)
+    return tuple(nodes)
+
+
 @dataclass
 class Kill:
     at_s: float  # since the level started
-    model: str
-    replica: int
-    pid: int
+    model: str  # "(node)" for a whole node
+    replica: int  # a node's index in --chaos-kill-nodes
+    pid: int  # negative: a process group
     ready_after_s: float | None = None  # None: not back within the harness's patience
 
 
@@ -79,6 +107,11 @@ async def run_chaos(
             if time.monotonic() + wait >= stop_at:
                 break
             await asyncio.sleep(wait)
+            if schedule.nodes:
+                node = _kill_a_node(schedule.nodes, kills, rng)
+                if node is not None:
+                    kills.append(Kill(time.monotonic() - start, "(node)", *node))
+                continue
             victims = [r for r in await _replicas(http, url, headers) if r["status"] == "ready"]
             if not victims:
                 continue
@@ -93,6 +126,24 @@ async def run_chaos(
         for task in returns:
             task.cancel()
     return kills
+
+
+def _kill_a_node(
+    nodes: tuple[int, ...], kills: list[Kill], rng: random.Random
+) -> tuple[int, int] | None:
+    """SIGKILL one node of ``nodes`` not killed yet (a process, or a process group); its
+    index and number, or ``None`` when none is left."""
+    killed = {kill.pid for kill in kills}
+    left = [(index, node) for index, node in enumerate(nodes) if node not in killed]
+    if not left:
+        return None
+    index, node = rng.choice(left)
+    with contextlib.suppress(ProcessLookupError):
+        if node < 0:
+            os.killpg(-node, signal.SIGKILL)
+        else:
+            os.kill(node, signal.SIGKILL)
+    return index, node
 
 
 async def _replicas(

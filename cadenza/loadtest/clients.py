@@ -27,6 +27,7 @@ REFUSAL_CODES = frozenset(
     {"queue_full", "queue_timeout", "too_large", "rate_limited", "engine_unavailable"}
 )
 HTTP_PCM_RATE = 24000
+NODE_HEADER = "x-cadenza-node"  # the server's node name (cadenza/edge/node_identity.py)
 
 
 def _outcome_of_error(code: str) -> str:
@@ -60,7 +61,9 @@ async def ws_stream(
     started = session.last_started or {}
     queued_s = float(started.get("queued_s") or 0.0)
     queued = session.last_queued is not None or queued_s > 0.001
-    return _served(chunks, sent, level_start, options, queued, queued_s)
+    result = _served(chunks, sent, level_start, options, queued, queued_s)
+    result.node = session.ready.get("node")
+    return result
 
 
 async def http_stream(
@@ -81,11 +84,12 @@ async def http_stream(
         async with client.stream(
             "POST", f"{options.url}/v1/audio/speech", json=body, headers=headers
         ) as response:
+            node = response.headers.get(NODE_HEADER)
             if response.status_code != 200:
                 await response.aread()
                 code = _error_code(response.content) or f"http_{response.status_code}"
                 outcome = "refused" if response.status_code in (429, 503) else "error"
-                return StreamResult(outcome, sent - level_start, reason=code)
+                return StreamResult(outcome, sent - level_start, reason=code, node=node)
             carry = 0
             async for data in response.aiter_raw():
                 usable = (len(data) + carry) // 2 * 2 - carry
@@ -94,7 +98,9 @@ async def http_stream(
     except httpx.HTTPError as exc:
         reason = type(exc).__name__
         return StreamResult("error", sent - level_start, reason=reason, broken=bool(chunks))
-    return _served(chunks, sent, level_start, options, queued=False, queued_s=0.0)
+    result = _served(chunks, sent, level_start, options, queued=False, queued_s=0.0)
+    result.node = node
+    return result
 
 
 async def webrtc_stream(text: str, options: LoadOptions, level_start: float) -> StreamResult:
@@ -141,6 +147,7 @@ async def webrtc_stream(text: str, options: LoadOptions, level_start: float) -> 
         queued_s=queued_s,
         ttfa_s=None if ttfa is None else queued_s + float(ttfa) / 1000.0,
         playout=playout,
+        node=peer.node,
     )
 
 

@@ -10,6 +10,8 @@ Definitions (docs/loadtest.md):
 * ``cX``: share of admitted streams whose longest underrun stays under X ms; ``c_slo`` the same
   at the run's ``--slo-underrun-ms`` (100 ms by default, so equal to ``c100``).
 * RTF: time from first to last chunk over the audio's duration (below 1: faster than real time).
+* ``admitted_by_node``: admitted streams by the node that served them (its ``x-cadenza-node``
+  header, or the WebSocket greeting's ``node``): how a front door spread the load.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class StreamResult:
     ttfa_s: float | None = None  # from the request, queue wait included
     playout: Playout | None = None
     broken: bool = False  # an error after the stream's audio had started
+    node: str | None = None  # the node that answered (x-cadenza-node, or the greeting's node)
 
     @property
     def admitted(self) -> bool:
@@ -100,6 +103,7 @@ def summarize_level(
         "c_slo": share_under(results, slo_underrun_ms / 1000.0),
         "rtf": {f"p{q}": _round(percentile(rtf, q)) for q in (50, 95)},
         "audio_s": round(sum(r.playout.audio_s for r in admitted if r.playout), 2),
+        "admitted_by_node": dict(sorted(Counter(r.node or "unknown" for r in admitted).items())),
         "server": server or {},
         "client_cpu": client_cpu,
         "client_loop": client_loop or {},
@@ -113,6 +117,7 @@ def _stream_entry(result: StreamResult) -> dict[str, Any]:
         "sent_s": round(result.sent_s, 3),
         "outcome": result.outcome,
         "reason": result.reason,
+        "node": result.node,
         "queued_ms": _ms(result.queued_s),
         "ttfa_ms": _ms(result.ttfa_s),
         "audio_s": None if playout is None else round(playout.audio_s, 3),

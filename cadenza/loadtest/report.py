@@ -128,6 +128,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"{report.get('capacity_vs_baseline')})"
         )
     lines += ["", *_level_table(report["levels"])]
+    lines += _by_node(report["levels"])
     if "baseline" in report:
         lines += ["", "## Baseline", "", *_level_table(report["baseline"]["levels"])]
     return "\n".join(lines) + "\n"
@@ -152,6 +153,19 @@ def _level_table(levels: list[dict[str, Any]]) -> list[str]:
             f"{'yes' if level.get('passed') else 'no'} |"
         )
     return rows
+
+
+def _by_node(levels: list[dict[str, Any]]) -> list[str]:
+    """Admitted streams by the node that served them, per level: only when the run went
+    through a front door to more than one node (or named nodes at all)."""
+    named = [level for level in levels if set(level.get("admitted_by_node") or {}) - {"unknown"}]
+    if not named:
+        return []
+    lines = ["", "## Admitted streams by node", ""]
+    for level in named:
+        spread = ", ".join(f"{node} {count}" for node, count in level["admitted_by_node"].items())
+        lines.append(f"- {level['concurrency']} streams: {spread}")
+    return lines
 
 
 def _stalls(level: dict[str, Any]) -> str:

@@ -50,7 +50,7 @@ def test_a_node_names_itself_and_tells_haproxy_its_headroom(tmp_path) -> None:
         capacity = httpx.get(f"{server.url}/v1/capacity", timeout=10).json()
         assert capacity["max_streams"] <= 4 and capacity["limits"]["operator"] == 4
         metrics = httpx.get(f"{server.url}/metrics", timeout=10).text
-        assert 'cadenza_streams_admitted{node="node-a",model="cadenza-tiny"}' in metrics
+        assert 'cadenza_streams_admitted{model="cadenza-tiny",node="node-a"}' in metrics
 
         async def greeting_and_one_stream() -> tuple[dict, list[str]]:
             seen = []

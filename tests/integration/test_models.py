@@ -51,7 +51,7 @@ def test_models_are_listed_with_their_voices(server) -> None:
     capacity = httpx.get(f"{server.url}/v1/capacity").json()
     assert set(capacity["models"]) == {"cadenza-tiny", "orpheus-tiny", "csm-tiny"}
     metrics = httpx.get(f"{server.url}/metrics").text
-    assert 'cadenza_kv_pages_total{model="orpheus-tiny"}' in metrics
+    assert 'cadenza_kv_pages_total{model="orpheus-tiny",node=' in metrics
 
 
 VOICE = {"cadenza-tiny": "default", "orpheus-tiny": "tara", "csm-tiny": "1"}
@@ -132,7 +132,7 @@ def test_webrtc_picks_the_model_per_speak(server, model, voice) -> None:
 
 def _prefix_hit_tokens(server, model: str) -> float:
     for line in httpx.get(f"{server.url}/metrics").text.splitlines():
-        if line.startswith(f'cadenza_prefix_hit_tokens_total{{model="{model}"}}'):
+        if line.startswith(f'cadenza_prefix_hit_tokens_total{{model="{model}",'):
             return float(line.split()[-1])
     raise AssertionError("no prefix-hit metric")
 

@@ -35,7 +35,8 @@ class TurnRelay:
             "--listening-ip=127.0.0.1", "--relay-ip=127.0.0.1", f"--listening-port={self.port}",
             f"--min-port={relay_low}", f"--max-port={relay_low + 200}", "--lt-cred-mech",
             f"--user={USER}:{PASSWORD}", "--realm=cadenza", f"--log-file={self.log_path}",
-            "--simple-log", "--no-stdout-log", "--verbose", f"--pidfile={workdir / 'turnserver.pid'}",
+            "--simple-log", "--no-stdout-log", "--verbose",
+            f"--pidfile={workdir / 'turnserver.pid'}",
         ]  # fmt: skip
         self.process = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT

@@ -83,3 +83,22 @@ def test_stalls_on_the_way_out_are_counted_from_the_scrapes_and_shown_by_where()
     assert "| 2 / 3 / 1 (max 130.5 ms) |" in markdown(report)
     bare = build_report({}, [summarize_level(4, [])], None, None)
     assert "| - / - / - |" in markdown(bare)
+
+
+def test_admitted_streams_are_counted_by_the_node_that_served_them() -> None:
+    from cadenza.loadtest.level_summary import StreamResult
+    from cadenza.loadtest.playout import Playout
+
+    played = Playout(audio_s=1.0, longest_underrun_s=0.0, total_underrun_s=0.0, underruns=())
+    results = [
+        StreamResult("served", 0.0, ttfa_s=0.1, playout=played, node="node-a"),
+        StreamResult("served", 0.1, ttfa_s=0.1, playout=played, node="node-b"),
+        StreamResult("queued_served", 0.2, ttfa_s=0.3, playout=played, node="node-a"),
+        StreamResult("refused", 0.3, reason="queue_full", node="node-b"),
+    ]
+    level = summarize_level(4, results)
+    assert level["admitted_by_node"] == {"node-a": 2, "node-b": 1}
+    assert level["streams"][0]["node"] == "node-a"
+    text = markdown(build_report({}, [level], None, None))
+    assert "- 4 streams: node-a 2, node-b 1" in text
+    assert "by node" not in markdown(build_report({}, [summarize_level(4, [])], None, None))
