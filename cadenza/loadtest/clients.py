@@ -24,7 +24,14 @@ from cadenza.loadtest.playout import Chunk, Playout, Underrun, simulate_playout
 from cadenza.loadtest.workload import LoadOptions
 
 REFUSAL_CODES = frozenset(
-    {"queue_full", "queue_timeout", "too_large", "rate_limited", "engine_unavailable"}
+    {
+        "queue_full",
+        "queue_timeout",
+        "too_large",
+        "rate_limited",
+        "quota_unavailable",
+        "engine_unavailable",
+    }
 )
 HTTP_PCM_RATE = 24000
 NODE_HEADER = "x-cadenza-node"  # the server's node name (cadenza/edge/node_identity.py)
