@@ -39,7 +39,7 @@ def child(which: str) -> None:
         assert engine is not None
     else:
         from cadenza.config import CadenzaConfig
-        from cadenza.edge.app import create_app
+        from cadenza.edge.server.app import create_app
 
         create_app(CadenzaConfig())
     tracked, before = len(gc.get_objects()), full_collection_ms()

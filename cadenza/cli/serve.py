@@ -19,7 +19,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve.add_argument(
         "--agent-port",
         type=int,
-        help="answer HAProxy's agent check on this port: 'up N%%' (free headroom), 'drain', 'down'",
+        help="answer HAProxy's agent check on this port: 'up ready N%%' (free headroom), "
+        "'drain', 'down'",
     )
     serve.add_argument(
         "--redis-url",
@@ -64,9 +65,9 @@ def run(config: CadenzaConfig, _: argparse.Namespace) -> int:
 
     from cadenza.edge.admission.api_keys import ApiKeyFileError
     from cadenza.edge.admission.guard import GuardError
-    from cadenza.edge.app import create_app
-    from cadenza.edge.draining_server import DrainingServer
-    from cadenza.edge.http_protocol import timed_h11_protocol
+    from cadenza.edge.server.app import create_app
+    from cadenza.edge.server.draining_server import DrainingServer
+    from cadenza.edge.transports.http_protocol import timed_h11_protocol
     from cadenza.logs import configure_logging
 
     configure_logging(config.server.log_level, process="edge")

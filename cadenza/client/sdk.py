@@ -12,7 +12,7 @@ from typing import Any
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from cadenza.edge import protocol
+from cadenza.edge.streams import protocol
 
 
 class StreamError(RuntimeError):

@@ -34,7 +34,7 @@ class ServerConfig(Section):
         ge=0,
         le=65535,
         description="TCP port of the HAProxy agent check on the server's host (unset: no agent; "
-        "0 picks a free one): 'up N%' with the free real-time headroom, 'drain', 'down'",
+        "0 picks a free one): 'up ready N%' with the free real-time headroom, 'drain', 'down'",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="log level of the edge and engine processes"

@@ -1,5 +1,5 @@
 """``[supervision]``: how the edge runs its engine processes, replaces a lost one and resumes
-its streams (``edge/replica.py``, ``edge/restart_policy.py``)."""
+its streams (``edge/replicas/replica.py``, ``edge/replicas/restart_policy.py``)."""
 
 from __future__ import annotations
 

@@ -1,33 +1,25 @@
 """The edge process: everything between clients and the engine, in asyncio, without torch.
 
+Its modules are grouped by role, one sub-package each:
+
 ==================  ==========================================================================
-module              what it does
+sub-package         what it holds
 ==================  ==========================================================================
-``app``             the FastAPI app: routes, lifespan (starts the engine), health, metrics
-``state``           what the handlers share (configuration, engine client, admission)
-``model_service``   one served model: its engine replicas, capacity, admission and metrics
-``replica``         one supervised engine replica: started, watched, started again
-``restart_policy``  when to restart a lost engine, and when to stop trying
-``lifecycle``       whether the server takes new streams (drain), and the ones it has open
-``draining_server`` the HTTP server process: uvicorn, with SIGTERM turned into a drain
-``admin``           operator routes: drain, restart a model's replicas, list replicas
-``lazy_modules``    what the web stack would import on a first request, imported at start
-``lease``           one admission sequence and stream lifecycle for every transport
-``speech_http``     ``POST /v1/audio/speech`` (OpenAI) and ``GET /v1/models``
-``websocket``       ``WS /v1/stream``: the I/O around a speak session
-``webrtc``          ``POST /v1/webrtc/offer``: aiortc peers, paced track, control channel
-``speak_session``   the WebSocket/WebRTC session rules, without I/O
-``conversation``    a session's conversation: the turns a conversational model hears
-``sampling_fields`` the sampling extensions every speech request accepts, validated
-``protocol``        the WebSocket protocol's messages, without I/O
-``untrusted_json``  one JSON decoding policy for every surface
-``http_io``         bounded, timed request bodies and streamed responses
-``http_protocol``   the HTTP server protocol with a request-head timeout
-``utterance_tasks`` the utterances a session plays, one task each
-``jitter_buffer``   WebRTC playout buffer
-``microphone``      microphone audio for speech prompts
-``errors``          :class:`EdgeError`, rendered by every transport
-``metrics``         Prometheus metrics
+``server/``         the HTTP application and its life cycle: ``app`` (routes, lifespan, health,
+                    the browser page in ``static/``), ``state``, ``lifecycle`` (drain),
+                    ``draining_server`` (uvicorn, SIGTERM as a drain), ``admin`` (operator
+                    routes), ``metrics`` (Prometheus), ``lazy_modules`` (imports at start)
+``transports/``     the I/O of each way in: ``speech_http`` (``POST /v1/audio/speech``),
+                    ``websocket`` (``WS /v1/stream``), ``webrtc`` (``POST /v1/webrtc/offer``),
+                    ``http_io`` (bounded bodies), ``http_protocol`` (request-head deadline),
+                    ``jitter_buffer`` (WebRTC playout)
+``streams/``        what every transport shares: ``lease`` (one admission sequence
+                    and stream lifecycle), ``speak_session`` (session rules), ``protocol``
+                    (WebSocket messages), ``conversation``, ``microphone``, ``utterance_tasks``,
+                    ``sampling_fields``, ``untrusted_json`` (one JSON policy), ``errors``
+                    (:class:`EdgeError`)
+``replicas/``       engine replicas and their supervision: ``model_service`` (one served
+                    model), ``replica`` (one supervised engine process), ``restart_policy``
 ``admission/``      keys, validation, guard, rate limits, capacity, queues
 ``media/``          PyAV: containers, Opus packets, resampling, tempo, WAV
 ==================  ==========================================================================

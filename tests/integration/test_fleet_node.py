@@ -43,7 +43,7 @@ def test_a_node_names_itself_and_tells_haproxy_its_headroom(tmp_path) -> None:
             time.sleep(0.05)
         assert lines and set(lines) == {"down"}, "the agent says down while the model loads"
         server.wait_ready()
-        assert ask_agent(agent_port) == "up 100%"
+        assert ask_agent(agent_port) == "up ready 100%"
 
         ready = httpx.get(f"{server.url}/readyz", timeout=10)
         assert ready.headers["x-cadenza-node"] == "node-a"
@@ -69,7 +69,7 @@ def test_a_node_names_itself_and_tells_haproxy_its_headroom(tmp_path) -> None:
 
         ready_message, seen = asyncio.run(greeting_and_one_stream())
         assert ready_message["node"] == "node-a"
-        assert seen[0] == "up 75%"  # one stream of a cap of 4
+        assert seen[0] == "up ready 75%"  # one stream of a cap of 4
         assert seen[-1] == "drain"
     finally:
         server.stop()

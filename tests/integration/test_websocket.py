@@ -11,8 +11,8 @@ import pytest
 import websockets
 
 from cadenza.client import StreamError, connect, speak_sync
-from cadenza.edge import protocol
 from cadenza.edge.media.opus import OpusPacketDecoder
+from cadenza.edge.streams import protocol
 from tests.integration.server import serving
 
 IDLE_TIMEOUT_S = 2.0

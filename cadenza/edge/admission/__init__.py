@@ -6,6 +6,6 @@ holds, from its measured memory and step time; ``realtime_factor``: how much slo
 calibrated its steps run live; ``factor_memory``: that factor kept across restarts;
 ``prefill_schedule``: whether the admitted prompts can all be prefilled in time;
 ``capacity_snapshot``: what ``GET /v1/capacity`` says), ``priority_queues`` and ``gate``
-(waiting for capacity, refusing with a reason). :mod:`cadenza.edge.lease` runs them in one
+(waiting for capacity, refusing with a reason). :mod:`cadenza.edge.streams.lease` runs them in one
 order for every transport.
 """

@@ -38,7 +38,7 @@ from cadenza.edge.admission.capacity_report import claim_evidence_of, snapshot_o
 from cadenza.edge.admission.capacity_snapshot import CapacitySnapshot, ClaimEvidence
 from cadenza.edge.admission.placement import Placement, admitted_load, place
 from cadenza.edge.admission.priority_queues import PRIORITIES, Priority, PriorityQueues, Waiter
-from cadenza.edge.metrics import ModelMetrics
+from cadenza.edge.server.metrics import ModelMetrics
 
 QueuedCallback = Callable[[int, float], Awaitable[None]]
 """Awaited once when a request has to wait, with its 1-based position and estimated wait (s)."""

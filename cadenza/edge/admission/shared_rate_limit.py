@@ -36,7 +36,7 @@ from cadenza.edge.admission.rate_limit import (
     RateLimited,
     RateLimiter,
 )
-from cadenza.edge.metrics import Metrics
+from cadenza.edge.server.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

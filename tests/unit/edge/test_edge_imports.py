@@ -7,9 +7,10 @@ import sys
 def test_edge_modules_do_not_import_torch():
     code = (
         "import sys\n"
-        "import cadenza, cadenza.cli, cadenza.edge.app, cadenza.ipc.edge_side.engine_client\n"
+        "import cadenza, cadenza.cli, cadenza.edge.server.app\n"
+        "import cadenza.ipc.edge_side.engine_client\n"
         "from cadenza.config import load_config\n"
-        "cadenza.edge.app.create_app(load_config())\n"
+        "cadenza.edge.server.app.create_app(load_config())\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
         "assert 'transformers' not in sys.modules, 'transformers was imported'\n"
     )

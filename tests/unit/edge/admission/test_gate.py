@@ -12,7 +12,7 @@ from cadenza.config import AdmissionConfig
 from cadenza.edge.admission.capacity import CapacityModel, StreamCost
 from cadenza.edge.admission.gate import AdmissionGate, AdmissionRefused
 from cadenza.edge.admission.priority_queues import PriorityQueues, Waiter
-from cadenza.edge.metrics import Metrics, ModelMetrics
+from cadenza.edge.server.metrics import Metrics, ModelMetrics
 from tests.support.contract_examples import engine_info as info
 
 COST = StreamCost(10, 4.0)

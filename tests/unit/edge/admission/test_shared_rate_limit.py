@@ -12,7 +12,7 @@ from cadenza.config import LimitsConfig, load_config
 from cadenza.config.loading import ConfigError
 from cadenza.edge.admission.rate_limit import QuotasUnavailable, RateLimited, RateLimiter
 from cadenza.edge.admission.shared_rate_limit import SharedRateLimiter, quotas_for
-from cadenza.edge.metrics import Metrics
+from cadenza.edge.server.metrics import Metrics
 from tests.support.redis_process import RedisProcess
 
 

@@ -1,0 +1,92 @@
+"""What the edge's request handlers share: the configuration, the served models (each with
+its engine and admission), the metrics, and who may connect."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from cadenza.config import CadenzaConfig
+from cadenza.contract.engine_info import EngineInfo
+from cadenza.edge.admission.api_keys import ApiKeys, bearer_token
+from cadenza.edge.admission.guard import TextGuard
+from cadenza.edge.replicas.model_service import ModelService
+from cadenza.edge.server.lifecycle import Lifecycle
+from cadenza.edge.server.metrics import Metrics
+from cadenza.edge.streams.errors import EdgeError
+from cadenza.edge.streams.lease import Transport
+
+if TYPE_CHECKING:
+    from cadenza.edge.transports.webrtc import WebRTCSession
+
+
+@dataclass
+class EdgeState:
+    """What every handler shares. ``services``: the served models by name, the first the
+    default (for requests that name none)."""
+
+    config: CadenzaConfig
+    services: dict[str, ModelService]
+    metrics: Metrics
+    api_keys: ApiKeys | None = None  # None: the server is open
+    guard: TextGuard | None = None
+    started_at: int = field(default_factory=lambda: int(time.time()))
+    webrtc_sessions: set[WebRTCSession] = field(default_factory=set)
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
+    admin_tasks: set[asyncio.Task[None]] = field(default_factory=set)  # drains, restarts
+
+    @property
+    def default(self) -> ModelService:
+        return next(iter(self.services.values()))
+
+    def service(self, model: str | None, transport: Transport | None = None) -> ModelService:
+        """The service for ``model`` (``None``: the default); :class:`EdgeError` 400
+        ``model_not_found`` naming the models served. With ``transport``,
+        a refusal counts as a refused stream request, as admission counts its own."""
+        if model is None:
+            return self.default
+        service = self.services.get(model)
+        if service is None:
+            available = ", ".join(repr(name) for name in self.services)
+            if transport is not None:
+                self.metrics.stream_requests.labels(transport=transport).inc()
+                self.metrics.stream_refusals.labels(
+                    transport=transport, code="model_not_found"
+                ).inc()
+            raise EdgeError(
+                400,
+                f"model {model!r} is not served here; available: {available}",
+                code="model_not_found",
+                param="model",
+            )
+        return service
+
+    # -- who is asking ----------------------------------------------------------------------
+
+    def client_identity(self, api_key: str | None, peer: str | None) -> str | None:
+        """The client's identity for rate limits: its key's id, or its address when the server
+        is open; ``None`` when a key is required and ``api_key`` is not a valid one."""
+        if self.api_keys is None:
+            return f"ip:{peer}"
+        key_id = self.api_keys.check(api_key)
+        return f"key:{key_id}" if key_id else None
+
+    def authenticate(self, authorization: str | None, peer: str | None) -> str:
+        """Check an ``Authorization: Bearer`` header; raises :class:`EdgeError` 401 unless the
+        key is valid or none is needed. Returns the client's identity."""
+        client = self.client_identity(bearer_token(authorization), peer)
+        if client is None:
+            raise EdgeError(
+                401,
+                "missing or invalid API key (send Authorization: Bearer <key>)",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        return client
+
+    def engine_info(self, model: str | None = None) -> EngineInfo:
+        """The model's identity (see :meth:`service`); :class:`EdgeError` 503 (with
+        ``Retry-After``) while its engine cannot take work."""
+        return self.service(model).info()

@@ -1,0 +1,198 @@
+"""The WebSocket protocol, version 1, without I/O: parse what clients send, build what the
+server sends. The speak session (:mod:`cadenza.edge.streams.speak_session`, behind WebSocket and the
+WebRTC control channel) and the SDK (``cadenza.client``) both use it; docs/protocol.md
+describes every message and error code.
+
+Text messages are JSON objects with a ``type``. Audio travels in binary messages::
+
+    offset  size  field
+    0       4     magic b"CZA1"
+    4       4     stream id (uint32 LE): which ``speak`` this audio belongs to
+    8       4     chunk index (uint32 LE), from 0 per stream
+    12      ...   payload: pcm -> s16le samples; opus -> one 20 ms Opus packet;
+                  encodec -> frames x codebooks uint16 LE codes, frame-major
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from cadenza.edge.streams.sampling_fields import SamplingFields
+from cadenza.edge.streams.untrusted_json import JsonRejected, dump_json, parse_json
+
+PROTOCOL_VERSION = 1
+AUDIO_MAGIC = b"CZA1"
+AUDIO_HEADER = struct.Struct("<4sII")
+FORMATS = ("pcm", "opus", "encodec")
+PCM_SAMPLE_RATES = (16000, 24000, 48000)
+
+
+class ProtocolError(ValueError):
+    """A client message the server refuses; ``code`` is the documented error code."""
+
+    def __init__(self, code: str, message: str, stream_id: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.stream_id = stream_id
+
+
+class _Message(BaseModel):
+    # Strict: a field of the wrong JSON type (``true`` or ``"48000"`` for a sample rate, ``1.5``
+    # for a seed) is refused as invalid_message, not coerced.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Speak(_Message, SamplingFields):
+    type: Literal["speak"]
+    text: str
+    model: str | None = None  # a served model's name; None: the server's default
+    voice: str = "default"
+    format: Literal["pcm", "opus", "encodec"] = "pcm"
+    sample_rate: int | None = None
+    max_duration_s: float | None = None
+    priority: Literal["realtime", "standard", "batch"] = "realtime"
+    use_audio_prompt: bool = False
+    # Conversation mode (models that take context, such as Sesame CSM): the session's earlier
+    # turns come before the text; with use_audio_prompt the microphone audio is the user's
+    # turn, spoken as ``user_voice`` (a speaker id of the model), transcribed as ``user_text``.
+    conversation: bool = False
+    user_voice: str | None = None
+    user_text: str = ""
+
+
+class AudioIn(_Message):
+    """Announces microphone audio: the binary messages that follow carry it."""
+
+    type: Literal["audio_in"]
+    format: Literal["pcm", "opus"] = "pcm"
+    sample_rate: Literal[16000, 24000, 48000] = 16000
+
+
+class Hello(_Message):
+    """Authentication for clients that cannot set an Authorization header (browsers)."""
+
+    type: Literal["hello"]
+    api_key: str
+
+
+class Cancel(_Message):
+    type: Literal["cancel"]
+
+
+class Ping(_Message):
+    type: Literal["ping"]
+    data: Any = None
+
+
+class Close(_Message):
+    type: Literal["close"]
+
+
+class ResetConversation(_Message):
+    """Forget the session's conversation turns."""
+
+    type: Literal["reset_conversation"]
+
+
+ClientMessage = Annotated[
+    Speak | AudioIn | Hello | Cancel | Ping | Close | ResetConversation,
+    Field(discriminator="type"),
+]
+_CLIENT_MESSAGE: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
+CLIENT_TYPES = ("speak", "audio_in", "hello", "cancel", "ping", "close", "reset_conversation")
+
+
+def parse_client_message(
+    text: str,
+) -> Speak | AudioIn | Hello | Cancel | Ping | Close | ResetConversation:
+    """One text message from a client. Raises :class:`ProtocolError` with ``invalid_json``,
+    ``unknown_type`` or ``invalid_message``."""
+    try:
+        payload = parse_json(text)
+    except JsonRejected as exc:
+        raise ProtocolError("invalid_json", f"message: {exc}") from exc
+    if not isinstance(payload, dict):
+        raise ProtocolError("invalid_json", "message must be a JSON object")
+    kind = payload.get("type")
+    if kind not in CLIENT_TYPES:
+        raise ProtocolError(
+            "unknown_type", f"unknown message type {kind!r}; expected one of {CLIENT_TYPES}"
+        )
+    try:
+        return _CLIENT_MESSAGE.validate_python(payload)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"][1:]) or "message"
+        raise ProtocolError("invalid_message", f"{where}: {first['msg']}") from exc
+
+
+def resolve_sample_rate(speak: Speak, native_rate: int) -> int:
+    """The rate the stream's audio will have. Raises :class:`ProtocolError`."""
+    if speak.format == "opus":
+        if speak.sample_rate not in (None, 48000):
+            raise ProtocolError("invalid_sample_rate", "opus audio is always 48000 Hz")
+        return 48000
+    if speak.format == "encodec":
+        if speak.sample_rate not in (None, native_rate):
+            raise ProtocolError("invalid_sample_rate", f"encodec codes are at {native_rate} Hz")
+        return native_rate
+    rate = native_rate if speak.sample_rate is None else speak.sample_rate
+    if rate not in PCM_SAMPLE_RATES:
+        raise ProtocolError(
+            "invalid_sample_rate", f"pcm sample_rate must be one of {PCM_SAMPLE_RATES}"
+        )
+    return rate
+
+
+def server_message(kind: str, **fields: Any) -> str:
+    """A server text message (``ready``, ``started``, ``done``, ``error``, ``pong``, ...), as
+    standard JSON."""
+    return dump_json({"type": kind, **fields})
+
+
+def error_message(
+    code: str,
+    message: str,
+    stream_id: int | None = None,
+    retry_after_s: float | None = None,
+) -> str:
+    """An ``error``; ``retry_after_s`` when the refusal will pass (capacity, rate limits)."""
+    fields: dict[str, Any] = {"code": code, "message": message, "stream_id": stream_id}
+    if retry_after_s is not None:
+        fields["retry_after_s"] = round(retry_after_s, 1)
+    return server_message("error", **fields)
+
+
+def queued_message(stream_id: int, position: int, estimated_wait_s: float) -> str:
+    return server_message(
+        "queued",
+        stream_id=stream_id,
+        position=position,
+        estimated_wait_s=round(estimated_wait_s, 1),
+    )
+
+
+@dataclass(frozen=True)
+class AudioFrame:
+    stream_id: int
+    index: int
+    payload: bytes
+
+
+def encode_audio_frame(stream_id: int, index: int, payload: bytes) -> bytes:
+    return AUDIO_HEADER.pack(AUDIO_MAGIC, stream_id, index) + payload
+
+
+def decode_audio_frame(data: bytes) -> AudioFrame:
+    """A binary server message. Raises :class:`ProtocolError` (``invalid_audio_frame``)."""
+    if len(data) < AUDIO_HEADER.size:
+        raise ProtocolError("invalid_audio_frame", "binary message shorter than its header")
+    magic, stream_id, index = AUDIO_HEADER.unpack_from(data)
+    if magic != AUDIO_MAGIC:
+        raise ProtocolError("invalid_audio_frame", f"bad magic {magic!r}")
+    return AudioFrame(stream_id, index, data[AUDIO_HEADER.size :])

@@ -1,0 +1,211 @@
+"""OpenAI-compatible speech API: ``POST /v1/audio/speech`` and ``GET /v1/models``.
+
+The body is read with a size cap and a stall timeout, decoded under the edge's JSON policy and
+checked against the schema (unknown fields are refused), then the stream goes through the
+admission lease like every other transport's. The response starts only after the engine's
+first chunk, so a refusal is still a JSON error; after that the audio streams as chunked
+transfer, chunk by chunk as the engine produces it. A client that disconnects, or stops
+reading for ``server.send_timeout_s``, has its stream cancelled. ``speed`` changes the tempo
+(not the pitch) as the audio streams; ``stream_format: "sse"`` wraps the same bytes in
+OpenAI's ``speech.audio.delta`` / ``speech.audio.done`` events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import uuid
+from collections.abc import AsyncGenerator, Awaitable
+from typing import Literal, TypeVar
+
+from fastapi import APIRouter, Request
+from pydantic import ConfigDict, Field, ValidationError
+
+from cadenza.contract.request import StreamOutput, SynthesisRequest
+from cadenza.edge.media.containers import StreamEncoder, open_encoder
+from cadenza.edge.media.tempo import TempoChanger
+from cadenza.edge.server.state import EdgeState
+from cadenza.edge.streams.errors import EdgeError
+from cadenza.edge.streams.lease import StreamLease
+from cadenza.edge.streams.sampling_fields import SamplingFields
+from cadenza.edge.streams.untrusted_json import JsonRejected, dump_json, parse_json
+from cadenza.edge.transports.http_io import StreamedBody, read_body
+
+MAX_BODY_BYTES = 64 * 1024
+DISCONNECT_POLL_S = 0.5
+
+router = APIRouter()
+
+T = TypeVar("T")
+
+
+class SpeechRequest(SamplingFields):
+    """OpenAI's speech request, plus the extensions ``max_duration_s``, the sampling settings
+    (``seed``, ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``repetition_penalty``; unset
+    ones take the model's defaults) and ``priority``: the admission class (``realtime``,
+    ``standard``, ``batch``; see docs/capacity.md). Over capacity a request waits in its
+    class's queue or gets 503 with ``Retry-After``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    input: str
+    voice: str = "default"
+    response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
+    speed: float = Field(1.0, ge=0.25, le=4.0)
+    stream_format: Literal["audio", "sse"] = "audio"
+    max_duration_s: float | None = None
+    priority: Literal["realtime", "standard", "batch"] = "standard"
+
+
+def parse_speech_request(raw: bytes) -> SpeechRequest:
+    """A speech request body. Raises :class:`EdgeError` 400 ``invalid_json``,
+    ``unknown_field`` or ``invalid_value``."""
+    try:
+        payload = parse_json(raw)
+    except JsonRejected as exc:
+        raise EdgeError(400, f"request body: {exc}", code="invalid_json") from exc
+    if not isinstance(payload, dict):
+        raise EdgeError(400, "request body must be a JSON object", code="invalid_json")
+    try:
+        return SpeechRequest.model_validate(payload)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(p) for p in first["loc"]) or None
+        message = f"{param}: {first['msg']}" if param else first["msg"]
+        code = "unknown_field" if first["type"] == "extra_forbidden" else "invalid_value"
+        raise EdgeError(400, message, code=code, param=param) from exc
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> dict[str, object]:
+    state: EdgeState = request.app.state.edge
+    state.authenticate(request.headers.get("authorization"), _peer(request))
+    # Every served model, whether or not its engines can take work right now (a model whose
+    # engines are restarting is still this server's; streams to it get 503 meanwhile).
+    infos = [s.identity for s in state.services.values()]
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": info.model_name,
+                "object": "model",
+                "created": state.started_at,
+                "owned_by": "cadenza",
+                "voices": list(info.voices),
+                "sample_rate": info.sample_rate,
+            }
+            for info in infos
+        ],
+    }
+
+
+@router.post("/v1/audio/speech")
+async def create_speech(request: Request) -> StreamedBody:
+    state: EdgeState = request.app.state.edge
+    server = state.config.server
+    client = state.authenticate(request.headers.get("authorization"), _peer(request))
+    raw = await read_body(
+        request, max_bytes=MAX_BODY_BYTES, timeout_s=server.request_body_timeout_s
+    )
+    body = parse_speech_request(raw)
+    service = state.service(body.model, transport="http")
+    info = service.info()
+    encoder = open_encoder(body.response_format, info.sample_rate)
+    tempo = TempoChanger(info.sample_rate, body.speed) if body.speed != 1.0 else None
+    request_id = uuid.uuid4().hex
+    synthesis = SynthesisRequest(
+        request_id=request_id,
+        text=body.input,
+        voice=body.voice,
+        max_duration_s=body.max_duration_s,
+        sampling=body.sampling(info.default_sampling),
+    )
+    lease = await _unless_client_leaves(
+        request,
+        service.admission.open(
+            transport="http", client=client, request=synthesis, priority=body.priority
+        ),
+    )
+    outputs = lease.outputs()
+
+    async def end_stream() -> None:
+        try:
+            await outputs.aclose()  # aborts the engine request if it did not finish
+        finally:
+            lease.close()
+
+    try:
+        first = await anext(outputs)
+    except BaseException:
+        await end_stream()
+        raise
+    audio = _encode(outputs, first, encoder, tempo)
+    return StreamedBody(
+        _as_sse(audio) if body.stream_format == "sse" else audio,
+        media_type="text/event-stream" if body.stream_format == "sse" else encoder.media_type,
+        headers={"X-Request-Id": request_id},
+        send_timeout_s=server.send_timeout_s,
+        on_close=end_stream,
+    )
+
+
+async def _unless_client_leaves(request: Request, admission: Awaitable[StreamLease]) -> StreamLease:
+    """Wait for the lease, giving up (and leaving the queue) if the client hangs up meanwhile:
+    nothing is sent before the slot, so only polling notices a departure."""
+    task = asyncio.ensure_future(admission)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                raise EdgeError(499, "the client closed the request", code="client_closed")
+    except BaseException:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, EdgeError):
+            (await task).close()  # admitted just as the client left
+        raise
+
+
+async def _encode(
+    outputs: AsyncGenerator[StreamOutput, None],
+    first: StreamOutput,
+    encoder: StreamEncoder,
+    tempo: TempoChanger | None,
+) -> AsyncGenerator[bytes, None]:
+    """The response body: every output encoded as it arrives, then the encoder's tail. The
+    stream behind it is ended by the response's ``on_close``."""
+    output = first
+    while True:
+        samples = output.audio if tempo is None else tempo.process(output.audio)
+        data = encoder.encode(samples)
+        if data:
+            yield data
+        if output.finished:
+            break
+        output = await anext(outputs)
+    tail = encoder.encode(tempo.flush()) if tempo is not None else b""
+    tail += encoder.finish()
+    if tail:
+        yield tail
+
+
+async def _as_sse(audio: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, None]:
+    """OpenAI's SSE framing: ``speech.audio.delta`` events with base64 audio, then
+    ``speech.audio.done``."""
+    sent = 0
+    try:
+        async for data in audio:
+            sent += len(data)
+            event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
+            yield f"data: {dump_json(event)}\n\n".encode()
+    finally:
+        await audio.aclose()
+    done = {"type": "speech.audio.done", "usage": {"audio_bytes": sent}}
+    yield f"data: {dump_json(done)}\n\n".encode()
+
+
+def _peer(request: Request) -> str | None:
+    return request.client.host if request.client else None

@@ -1,0 +1,410 @@
+"""``WS /v1/stream``: the I/O around a :class:`SpeakSession`, protocol version 1
+(docs/protocol.md).
+
+After the handshake and authentication the server sends ``ready``; each client message goes
+through the session's rules, and each utterance the session starts plays as a task: admission
+lease, ``started``, binary audio frames, ``done``. Bad messages get an ``error`` and the session
+goes on.
+
+Timeouts keep hung clients from holding anything: a session that sends nothing while nothing
+plays is closed after ``server.ws_idle_timeout_s``; a client that stops reading is dropped with
+``slow_consumer`` (close 4001) once a send has waited ``server.send_timeout_s``, or as soon as
+its queue of ``server.max_queued_chunks`` undelivered chunks fills. Its stream's slot is freed
+first, before the server tries to tell it anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import numpy as np
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+
+from cadenza.contract.engine_info import EngineInfo
+from cadenza.contract.errors import EngineError
+from cadenza.contract.request import StreamOutput
+from cadenza.edge.admission.api_keys import bearer_token
+from cadenza.edge.media.opus import OpusPacketEncoder
+from cadenza.edge.media.resampler import StreamResampler
+from cadenza.edge.media.wav import float_to_s16le
+from cadenza.edge.server.state import EdgeState
+from cadenza.edge.streams import protocol
+from cadenza.edge.streams.conversation import SaidFrames
+from cadenza.edge.streams.errors import EdgeError
+from cadenza.edge.streams.protocol import Hello, ProtocolError
+from cadenza.edge.streams.speak_session import (
+    CloseConnection,
+    Event,
+    Send,
+    SpeakSession,
+    StartUtterance,
+    StopUtterance,
+)
+from cadenza.edge.streams.utterance_tasks import UtteranceTasks
+
+log = logging.getLogger(__name__)
+
+router = APIRouter()
+
+# WebSocket close codes (RFC 6455 and the private range).
+CLOSE_UNAVAILABLE = 1013
+CLOSE_SLOW_CONSUMER = 4001
+CLOSE_UNAUTHORIZED = 4003
+HELLO_TIMEOUT_S = 10.0
+GOODBYE_TIMEOUT_S = 1.0  # a client being dropped gets this long to take its last messages
+
+
+@router.websocket("/v1/stream")
+async def stream_endpoint(websocket: WebSocket) -> None:
+    state: EdgeState = websocket.app.state.edge
+    await WebSocketEndpoint(websocket, state).run()
+
+
+class _ClientGone(Exception):
+    """The client disconnected, or was dropped for not reading."""
+
+
+class _SlowConsumer(_ClientGone):
+    """A send waited ``server.send_timeout_s``: the client is to be dropped, once whatever
+    stream was sending has released its slot."""
+
+
+@dataclass
+class ListenerEstimate:
+    """What a listener who starts playing at the first audio would hear: a chunk sent after
+    its own playback time would have found the player empty (an underrun, by how late).
+    Times are seconds since the utterance started."""
+
+    first_audio_s: float | None = None
+    audio_s: float = 0.0
+    chunks: int = 0
+    underruns: int = 0
+    longest_underrun_ms: float = 0.0
+
+    def sent(self, seconds: float, now: float) -> None:
+        if self.first_audio_s is None:
+            self.first_audio_s = now
+        late_ms = 1000 * (now - (self.first_audio_s + self.audio_s))
+        if late_ms > 0:
+            self.underruns += 1
+            self.longest_underrun_ms = max(self.longest_underrun_ms, late_ms)
+        self.audio_s += seconds
+        self.chunks += 1
+
+    def done_message(self, stream_id: int, reason: str) -> str:
+        """The ``done`` message, with this estimate as its ``stats``."""
+        stats = {
+            "ttfa_ms": round(1000 * (self.first_audio_s or 0.0), 1),
+            "audio_s": round(self.audio_s, 3),
+            "chunks": self.chunks,
+            "underruns": self.underruns,
+            "longest_underrun_ms": round(self.longest_underrun_ms, 1),
+        }
+        return protocol.server_message("done", stream_id=stream_id, reason=reason, stats=stats)
+
+
+class WebSocketEndpoint:
+    def __init__(self, websocket: WebSocket, state: EdgeState) -> None:
+        self.websocket = websocket
+        self.state = state
+        self.config = state.config.server
+        self.client = "unknown"  # identity for rate limits, set by _authenticate
+        self._send_lock = asyncio.Lock()
+        self._playing = UtteranceTasks()
+        self._wake = asyncio.Event()  # an utterance ended, or the client was dropped
+        self._dropped = False
+
+    async def run(self) -> None:
+        await self.websocket.accept()
+        try:
+            self.state.lifecycle.check_open()
+            info = self.state.default.require_ready()
+        except (EngineError, EdgeError) as exc:
+            error = exc if isinstance(exc, EdgeError) else EdgeError.from_engine(exc)
+            await self._goodbye(CLOSE_UNAVAILABLE, error.code, error.message, error.retry_after_s)
+            return
+        if not await self._authenticate():
+            return
+        session = SpeakSession(
+            check_speak=lambda speak: protocol.resolve_sample_rate(speak, info.sample_rate),
+            codec_sample_rate=info.sample_rate,
+            max_prompt_audio_s=self.state.config.limits.max_prompt_audio_s,
+            max_context_s=self.state.config.limits.max_context_s,
+            binary_audio=True,
+            idle_timeout_s=self.config.ws_idle_timeout_s,
+        )
+        try:
+            await self._send_text(_ready_message(info, self.state))
+            await self._receive_loop(session)
+        except _SlowConsumer:
+            with contextlib.suppress(_ClientGone):
+                await self._drop("slow_consumer", "client is not reading fast enough")
+        except (WebSocketDisconnect, _ClientGone):
+            pass
+        finally:
+            await self._playing.stop_all()
+
+    async def _authenticate(self) -> bool:
+        """With API keys configured: a valid ``Authorization: Bearer`` header, or (with no
+        header at all) a ``hello`` with a valid key as the first message, within 10 s."""
+        header = self.websocket.headers.get("authorization")
+        peer = self.websocket.client.host if self.websocket.client else None
+        client = self.state.client_identity(bearer_token(header), peer)
+        if client is None and header is None:
+            with contextlib.suppress(TimeoutError, ProtocolError):
+                async with asyncio.timeout(HELLO_TIMEOUT_S):
+                    message = await self.websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    return False
+                hello = protocol.parse_client_message(message.get("text") or "")
+                if isinstance(hello, Hello):
+                    client = self.state.client_identity(hello.api_key, peer)
+        if client is None:
+            await self._goodbye(CLOSE_UNAUTHORIZED, "invalid_api_key", "missing or invalid API key")
+            return False
+        self.client = client
+        return True
+
+    async def _receive_loop(self, session: SpeakSession) -> None:
+        receiving = asyncio.ensure_future(self.websocket.receive())
+        try:
+            while True:
+                limit = session.idle_timeout_s()
+                self._wake.clear()
+                woken = asyncio.ensure_future(self._wake.wait())
+                try:
+                    done, _ = await asyncio.wait(
+                        {receiving, woken}, timeout=limit, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    woken.cancel()
+                if self._dropped:
+                    return
+                if receiving in done:
+                    message = receiving.result()
+                    if message["type"] == "websocket.disconnect":
+                        return
+                    receiving = asyncio.ensure_future(self.websocket.receive())
+                    if message.get("bytes") is not None:
+                        events = session.receive_bytes(message["bytes"])
+                    else:
+                        events = session.receive_text(message.get("text") or "")
+                elif woken in done:
+                    continue  # an utterance ended: the idle clock starts now
+                else:
+                    events = session.timed_out()
+                if await self._execute(events, session):
+                    return
+        finally:
+            receiving.cancel()
+            with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, RuntimeError):
+                await receiving
+
+    async def _execute(self, events: list[Event], session: SpeakSession) -> bool:
+        """Carry out the session's events in order; ``True`` once the connection is closed."""
+        for event in events:
+            if isinstance(event, Send):
+                await self._send_text(event.text)
+            elif isinstance(event, StartUtterance):
+                self._playing.start(event.stream_id, self._play(event, session))
+            elif isinstance(event, StopUtterance):
+                await self._playing.stop(event.stream_id)
+            elif isinstance(event, CloseConnection):
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(GOODBYE_TIMEOUT_S):
+                        await self.websocket.close(event.code)
+                return True
+        return False
+
+    async def _play(self, start: StartUtterance, session: SpeakSession) -> None:
+        stream_id = start.stream_id
+        said = SaidFrames()
+        try:
+            await self._play_utterance(start, said)
+        except _SlowConsumer:  # its lease is closed by now: the slot is free
+            with contextlib.suppress(_ClientGone):
+                await self._drop("slow_consumer", "client is not reading fast enough", stream_id)
+        except _ClientGone:
+            pass
+        finally:
+            events = session.utterance_ended(stream_id, said)
+            with contextlib.suppress(_ClientGone, _SlowConsumer):
+                for event in events:
+                    if isinstance(event, Send):
+                        await self._send_text(event.text)
+            self._wake.set()
+
+    async def _play_utterance(self, start: StartUtterance, said: SaidFrames) -> None:
+        stream_id = start.stream_id
+
+        async def queued(position: int, wait_s: float) -> None:
+            await self._send_text(protocol.queued_message(stream_id, position, wait_s))
+
+        try:
+            service = self.state.service(start.speak.model, transport="websocket")
+            info = service.info()
+            said.frame_rate = info.frame_rate
+            encode = _payload_encoder(
+                start.speak.format, info.sample_rate, start.sample_rate, info.frame_rate
+            )
+            lease = await service.admission.open(
+                transport="websocket",
+                client=self.client,
+                request=start.synthesis_request(info.default_sampling),
+                priority=start.speak.priority,
+                on_queued=queued,
+            )
+        except EdgeError as exc:
+            await self._send_error(exc, stream_id)
+            return
+        listener = ListenerEstimate()
+        try:
+            await self._send_text(
+                protocol.server_message(
+                    "started",
+                    stream_id=stream_id,
+                    format=start.speak.format,
+                    sample_rate=start.sample_rate,
+                    queued_s=round(lease.queued_s, 3),
+                )
+            )
+            started = time.perf_counter()
+            async with contextlib.aclosing(lease.outputs()) as outputs:
+                async for output in outputs:
+                    said.add(output)
+                    for payload, seconds in encode(output, output.finished):
+                        frame = protocol.encode_audio_frame(stream_id, listener.chunks, payload)
+                        await self._send_bytes(frame)
+                        listener.sent(seconds, time.perf_counter() - started)
+                    if output.finished:
+                        reason = output.finish_reason.value if output.finish_reason else "eos"
+                        await self._send_text(listener.done_message(stream_id, reason))
+        except EdgeError as exc:
+            lease.close()  # free the slot before telling the client anything
+            if exc.code == "slow_consumer":
+                await self._drop(exc.code, exc.message, stream_id)
+            else:
+                await self._send_error(exc, stream_id)
+        finally:
+            lease.close()
+
+    # -- sending ----------------------------------------------------------------------------
+
+    async def _send_error(self, exc: EdgeError, stream_id: int | None) -> None:
+        await self._send_text(
+            protocol.error_message(exc.code, exc.message, stream_id, exc.retry_after_s)
+        )
+
+    async def _send_text(self, text: str) -> None:
+        await self._send(lambda: self.websocket.send_text(text))
+
+    async def _send_bytes(self, data: bytes) -> None:
+        await self._send(lambda: self.websocket.send_bytes(data))
+
+    async def _send(self, send: Callable[[], Awaitable[None]]) -> None:
+        """One send, waited for at most ``server.send_timeout_s``. Raises :class:`_ClientGone`
+        when the client has left, :class:`_SlowConsumer` when it did not take the send."""
+        if self._dropped:
+            raise _ClientGone
+        async with self._send_lock:
+            try:
+                async with asyncio.timeout(self.config.send_timeout_s):
+                    await send()
+            except TimeoutError:
+                log.warning(
+                    "dropping a WebSocket client that took nothing for %.1f s",
+                    self.config.send_timeout_s,
+                )
+                raise _SlowConsumer from None
+            except (WebSocketDisconnect, RuntimeError, OSError) as exc:
+                raise _ClientGone from exc
+
+    async def _drop(self, code: str, message: str, stream_id: int | None = None) -> None:
+        """End the connection with a last ``error`` and close 4001, each given a moment at
+        most; whatever plays stops. Raises :class:`_ClientGone`."""
+        if not self._dropped:
+            self._dropped = True
+            self._wake.set()
+            await self._goodbye(CLOSE_SLOW_CONSUMER, code, message, stream_id=stream_id)
+        raise _ClientGone
+
+    async def _goodbye(
+        self,
+        close_code: int,
+        code: str,
+        message: str,
+        retry_after_s: float | None = None,
+        stream_id: int | None = None,
+    ) -> None:
+        """A last ``error`` and a close, neither waited for longer than a moment."""
+        text = protocol.error_message(code, message, stream_id, retry_after_s)
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(GOODBYE_TIMEOUT_S):
+                await self.websocket.send_text(text)
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(GOODBYE_TIMEOUT_S):
+                await self.websocket.close(close_code)
+
+
+def _ready_message(info: EngineInfo, state: EdgeState) -> str:
+    """``model``, ``voices`` and ``sample_rate``: the default model's; ``models``: every
+    served model with its voices; ``node``: the node that answered (``server.node_id``)."""
+    models = [
+        {"name": s.identity.model_name, "voices": list(s.identity.voices)}
+        for s in state.services.values()
+    ]
+    return protocol.server_message(
+        "ready",
+        protocol=protocol.PROTOCOL_VERSION,
+        session=uuid.uuid4().hex,
+        node=state.config.server.node_name,
+        model=info.model_name,
+        voices=list(info.voices),
+        models=models,
+        formats=list(protocol.FORMATS),
+        sample_rate=info.sample_rate,
+    )
+
+
+PayloadEncoder = Callable[[StreamOutput, bool], list[tuple[bytes, float]]]
+
+
+def _payload_encoder(fmt: str, native_rate: int, rate: int, frame_rate: float) -> PayloadEncoder:
+    """A function turning each engine output into ``(payload, audio seconds)`` pairs."""
+    if fmt == "encodec":
+        frame_s = 1.0 / frame_rate
+
+        def encodec(output: StreamOutput, final: bool) -> list[tuple[bytes, float]]:
+            codes = output.codes
+            if codes is None or not codes.size:
+                return []
+            return [(codes.astype("<u2").tobytes(), codes.shape[0] * frame_s)]
+
+        return encodec
+    if fmt == "opus":
+        opus = OpusPacketEncoder(native_rate)
+
+        def opus_packets(output: StreamOutput, final: bool) -> list[tuple[bytes, float]]:
+            packets = opus.encode(output.audio)
+            if final:
+                packets += opus.finish()
+            return [(packet, 0.02) for packet in packets]
+
+        return opus_packets
+    resampler = StreamResampler(native_rate, rate)
+
+    def pcm(output: StreamOutput, final: bool) -> list[tuple[bytes, float]]:
+        samples = resampler.process(output.audio)
+        if final:
+            samples = np.concatenate([samples, resampler.flush()])
+        if not samples.size:
+            return []
+        return [(float_to_s16le(samples), samples.size / rate)]
+
+    return pcm
