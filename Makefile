@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser serve test test-fast lint gpu-check clean
+.PHONY: install browser infra serve test test-fast lint gpu-check clean
 
 # torch goes in first and alone, pinned to the exact release, so pip takes the CPU build that
 # lies on disk and no later requirement pulls a CUDA build.
@@ -21,10 +21,17 @@ install: $(STAMP)
 browser:
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
+# The cluster tests run real infrastructure (tests/support/): Debian's HAProxy (the front door,
+# docs/scaling.md), Redis and coturn (a TURN server). Each program missing is installed.
+infra:
+	command -v haproxy >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null)
+	command -v redis-server >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null)
+	command -v turnserver >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq coturn >/dev/null)
+
 serve: install
 	$(VENV)/bin/cadenza serve $(ARGS)
 
-test: install lint browser
+test: install lint browser infra
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: install
