@@ -21,9 +21,12 @@ install: $(STAMP)
 browser:
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
-# The cluster tests start Debian's HAProxy, Redis and coturn (TURN) on loopback.
+# The cluster tests run real infrastructure (tests/support/): Debian's HAProxy (the front door,
+# docs/scaling.md), Redis and coturn (a TURN server). Each program missing is installed.
 infra:
-	command -v haproxy >/dev/null && command -v redis-server >/dev/null && command -v turnserver >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy redis-server coturn >/dev/null)
+	command -v haproxy >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null)
+	command -v redis-server >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null)
+	command -v turnserver >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq coturn >/dev/null)
 
 serve: install
 	$(VENV)/bin/cadenza serve $(ARGS)

@@ -10,6 +10,10 @@ import tempfile
 import pytest
 from hypothesis import settings
 
+# Real infrastructure for the tests that need it (each skips when its program is missing):
+# the fixtures `haproxy` and `redis_server`.
+pytest_plugins = ("tests.support.haproxy_process", "tests.support.redis_process")
+
 # CI replays the same examples every run (a failure there must be reproducible); locally every
 # run explores new ones.
 settings.register_profile("ci", derandomize=True, deadline=None)
@@ -47,7 +51,3 @@ def tiny_engine():
         seed=0,
         kv_cache_memory_bytes=64 << 20,
     )
-
-
-# Real infrastructure on loopback (started per test, stopped after).
-from tests.support.redis_process import redis_server  # noqa: E402, F401

@@ -1,17 +1,18 @@
-"""Command line: ``cadenza serve | generate | plan | loadtest | bench`` (also
-``python -m cadenza``). One module per command, each with its ``add_parser`` and the ``run``
-it sets as the parsed command's handler; :mod:`cadenza.cli.options` holds what they share."""
+"""Command line: ``cadenza serve | generate | plan | loadtest | bench | haproxy-config``
+(also ``python -m cadenza``). One module per command, each with its ``add_parser`` and the
+``run`` it sets as the parsed command's handler; :mod:`cadenza.cli.options` holds what they
+share."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from cadenza.cli import bench, generate, loadtest, plan, serve
+from cadenza.cli import bench, generate, haproxy_config, loadtest, plan, serve
 from cadenza.cli.options import overrides
 from cadenza.config import ConfigError, load_config
 
-COMMANDS = (serve, generate, plan, loadtest, bench)
+COMMANDS = (serve, generate, plan, loadtest, bench, haproxy_config)
 
 
 def main(argv: list[str] | None = None) -> int:

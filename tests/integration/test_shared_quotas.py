@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from tests.integration.server import RunningServer
-from tests.support.redis_process import RedisProcess
+from tests.support.redis_process import running_redis
 
 DETERMINISTIC = {"CADENZA_CALIBRATION__MODE": "off", "CADENZA_ADMISSION__SLACK_CLOSE_MS": "-1e9"}
 BODY = {"model": "cadenza-tiny", "input": "hi", "response_format": "pcm", "max_duration_s": 0.3}
@@ -25,8 +25,11 @@ def metric(server: RunningServer, name: str) -> float:
 
 
 def test_two_nodes_share_one_allowance_and_survive_redis(tmp_path) -> None:
-    redis = RedisProcess(tmp_path).start()
-    again = RedisProcess(tmp_path, port=redis.port)
+    with running_redis(tmp_path) as redis:
+        _share_and_survive(tmp_path, redis)
+
+
+def _share_and_survive(tmp_path, redis) -> None:
     env = {
         **DETERMINISTIC,
         "CADENZA_LIMITS__REQUESTS_PER_MINUTE": "12",
@@ -53,27 +56,29 @@ def test_two_nodes_share_one_allowance_and_survive_redis(tmp_path) -> None:
         assert all(int(r.headers["retry-after"]) >= 1 for r in limited)
         assert all(r.json()["error"]["code"] == "rate_limited" for r in limited)
 
-        redis.stop()  # limits.redis_failure = "open": each node's own buckets
+        redis.process.stop()  # limits.redis_failure = "open": each node's own buckets
         response = speak(nodes[0].url)
         assert response.status_code == 200
         assert metric(nodes[0], "cadenza_quota_redis_failures_total") >= 1
         assert metric(nodes[0], "cadenza_quota_shared") == 0
 
-        again.start()
-        deadline = time.monotonic() + 10
-        while metric(nodes[0], "cadenza_quota_shared") != 1:
-            assert time.monotonic() < deadline, "sharing did not resume"
-            speak(nodes[0].url)
-            time.sleep(0.3)
+        with running_redis(tmp_path, port=redis.port):
+            deadline = time.monotonic() + 10
+            while metric(nodes[0], "cadenza_quota_shared") != 1:
+                assert time.monotonic() < deadline, "sharing did not resume"
+                speak(nodes[0].url)
+                time.sleep(0.3)
     finally:
         for node in nodes:
             node.stop()
-        again.stop()
-        redis.stop()
 
 
 def test_closed_refuses_while_redis_is_away(tmp_path) -> None:
-    redis = RedisProcess(tmp_path).start()
+    with running_redis(tmp_path) as redis:
+        _closed(tmp_path, redis)
+
+
+def _closed(tmp_path, redis) -> None:
     env = {
         **DETERMINISTIC,
         "CADENZA_LIMITS__REQUESTS_PER_MINUTE": "100",
@@ -84,10 +89,9 @@ def test_closed_refuses_while_redis_is_away(tmp_path) -> None:
     try:
         node.wait_ready()
         assert speak(node.url).status_code == 200
-        redis.stop()
+        redis.process.stop()
         refused = speak(node.url)
         assert refused.status_code == 503 and int(refused.headers["retry-after"]) >= 1
         assert refused.json()["error"]["code"] == "quota_unavailable"
     finally:
         node.stop()
-        redis.stop()

@@ -1,71 +1,75 @@
-"""A real ``redis-server`` on loopback with a free port, for a test (``make test`` installs
-Debian's; tests skip with the reason where it is missing). Nothing is saved to disk."""
+"""Redis for a test: ``redis-server`` on a free loopback port, nothing persisted (no RDB
+snapshots, no append-only file), ready once it answers ``PING``, stopped at the end.
+
+Skips the test when ``redis-server`` is missing (``make infra`` installs it). The fixture
+``redis_server`` gives a running one per test; a module that shares one uses
+:func:`running_redis` in a module fixture.
+"""
 
 from __future__ import annotations
 
-import shutil
 import socket
-import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support.background_process import BackgroundProcess, require_binary
+from tests.support.ports import free_port
 
 
-class RedisProcess:
-    """``redis-server`` on ``127.0.0.1:port`` (a free one unless given: a restart keeps its
-    port, so clients find it again)."""
+@dataclass(frozen=True)
+class RedisServer:
+    port: int
+    process: BackgroundProcess
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            pytest.skip("redis-server is not installed (make infra installs it)")
-        self.binary = binary
-        self.workdir = workdir
-        self.port = port or _free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process: subprocess.Popen[bytes] | None = None
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> RedisProcess:
-        command = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1"]
-        command += ["--save", "", "--appendonly", "no", "--dir", str(self.workdir)]
-        log = (self.workdir / f"redis-{self.port}.log").open("ab")
-        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
-                        return self
-            except OSError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server did not start on port {self.port}")
-            time.sleep(0.02)
+    def ping(self, timeout_s: float = 1.0) -> bool:
+        """True when the server answers ``PING`` with ``+PONG`` (RESP, no client library)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=timeout_s) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
 
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
+
+@contextmanager
+def running_redis(
+    directory: Path, timeout_s: float = 10.0, port: int | None = None
+) -> Iterator[RedisServer]:
+    """A ready Redis until the block ends (on ``port``, e.g. a stopped one's to bring it back
+    where its clients look; default a free one); its log is ``directory/redis-PORT.log``."""
+    port = port or free_port()
+    argv = [
+        require_binary("redis-server", "redis-server"),
+        "--port", str(port),
+        "--bind", "127.0.0.1",
+        "--save", "",
+        "--appendonly", "no",
+        "--dir", str(directory),
+    ]  # fmt: skip
+    process = BackgroundProcess(argv, directory / f"redis-{port}.log")
+    try:
+        process.wait_listening([port], timeout_s)
+        server = RedisServer(port, process)
+        deadline = time.monotonic() + timeout_s
+        while not server.ping():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server does not answer PING:\n{process.log()}")
+            time.sleep(0.05)
+        yield server
+    finally:
+        process.stop()
 
 
 @pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisProcess]:
-    server = RedisProcess(tmp_path).start()
-    try:
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    with running_redis(tmp_path) as server:
         yield server
-    finally:
-        server.stop()

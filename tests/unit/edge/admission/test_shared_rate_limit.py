@@ -13,7 +13,7 @@ from cadenza.config.loading import ConfigError
 from cadenza.edge.admission.rate_limit import QuotasUnavailable, RateLimited, RateLimiter
 from cadenza.edge.admission.shared_rate_limit import SharedRateLimiter, quotas_for
 from cadenza.edge.server.metrics import Metrics
-from tests.support.redis_process import RedisProcess
+from tests.support.redis_process import RedisServer, running_redis
 
 
 def node(url: str, per_minute: float = 0, audio_per_minute: float = 0, failure="open"):
@@ -24,7 +24,7 @@ def node(url: str, per_minute: float = 0, audio_per_minute: float = 0, failure="
     return limiter, metrics
 
 
-def test_two_nodes_share_one_allowance(redis_server: RedisProcess) -> None:
+def test_two_nodes_share_one_allowance(redis_server: RedisServer) -> None:
     async def scenario() -> tuple[int, list[RateLimited]]:
         a, _ = node(redis_server.url, per_minute=12)
         b, _ = node(redis_server.url, per_minute=12)
@@ -46,7 +46,7 @@ def test_two_nodes_share_one_allowance(redis_server: RedisProcess) -> None:
 
 
 def test_unused_audio_goes_back_and_a_refused_stream_is_refunded(
-    redis_server: RedisProcess,
+    redis_server: RedisServer,
 ) -> None:
     async def scenario() -> None:
         a, _ = node(redis_server.url, audio_per_minute=60)
@@ -68,14 +68,11 @@ def test_unused_audio_goes_back_and_a_refused_stream_is_refunded(
 
 
 def test_redis_away_open_admits_locally_closed_refuses_and_both_recover(tmp_path) -> None:
-    redis = RedisProcess(tmp_path).start()
-    again = RedisProcess(tmp_path, port=redis.port)
-
-    async def scenario() -> None:
+    async def scenario(redis: RedisServer) -> None:
         opened, open_metrics = node(redis.url, per_minute=2, failure="open")
         closed, closed_metrics = node(redis.url, per_minute=2, failure="closed")
         assert (await opened.acquire("c", 1)).shared
-        redis.stop()
+        redis.process.stop()
         local = await opened.acquire("c", 1)  # this node's own bucket (2 a minute)
         assert not local.shared and not opened.sharing
         with pytest.raises(QuotasUnavailable) as refused:
@@ -86,20 +83,17 @@ def test_redis_away_open_admits_locally_closed_refuses_and_both_recover(tmp_path
             assert "cadenza_quota_shared 0.0" in text
             assert "cadenza_quota_redis_failures_total 1.0" in text
         opened.settle(local, 0)  # back to the bucket it came from
-        again.start()
-        for limiter in (opened, closed):
-            limiter._retry_at = 0.0  # no need to wait out the retry interval in a test
-        assert (await opened.acquire("c", 1)).shared and opened.sharing
-        assert (await closed.acquire("c", 1)).shared
-        assert "cadenza_quota_shared 1.0" in generate_latest(open_metrics.registry).decode()
-        await opened.close()
-        await closed.close()
+        with running_redis(tmp_path, port=redis.port):
+            for limiter in (opened, closed):
+                limiter._retry_at = 0.0  # no need to wait out the retry interval in a test
+            assert (await opened.acquire("c", 1)).shared and opened.sharing
+            assert (await closed.acquire("c", 1)).shared
+            assert "cadenza_quota_shared 1.0" in generate_latest(open_metrics.registry).decode()
+            await opened.close()
+            await closed.close()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        again.stop()
-        redis.stop()
+    with running_redis(tmp_path) as redis:
+        asyncio.run(scenario(redis))
 
 
 def test_without_a_url_the_node_keeps_its_own_buckets() -> None:

@@ -1,0 +1,224 @@
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cadenza.cli import main
+from cadenza.cluster.haproxy_config import (
+    REQUEST_BUFFER_BYTES,
+    TIMEOUTS,
+    FrontDoor,
+    render_haproxy_config,
+)
+from cadenza.cluster.node_address import Address, parse_node
+from cadenza.config import AdmissionConfig, ServerConfig
+from tests.support.haproxy_process import check_config
+
+NODES = (parse_node("127.0.0.1:8000:8001"), parse_node("[::1]:8100:8101"))
+LISTEN = Address("127.0.0.1", 8080)
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines()]
+
+
+def _section(text: str, header: str) -> list[str]:
+    """The lines of the section that starts with ``header`` (up to the blank line)."""
+    start = text.index(f"\n{header}\n") + 1
+    return _lines(text[start:].split("\n\n")[0])[1:]
+
+
+def _self_signed_pem(path: Path) -> Path:
+    """A certificate for localhost and its key in one PEM file, as HAProxy's ``crt`` reads it."""
+    try:
+        import datetime
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+    except ImportError:
+        key_path = path.with_suffix(".key")
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-nodes", "-days", "1", "-subj", "/CN=localhost", "-keyout", str(key_path),
+             "-out", str(path)],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        path.write_bytes(path.read_bytes() + key_path.read_bytes())
+        return path
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    path.write_bytes(
+        cert.public_bytes(serialization.Encoding.PEM)
+        + key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return path
+
+
+def test_haproxy_accepts_the_config(tmp_path):
+    text = render_haproxy_config(FrontDoor(LISTEN, NODES, stats=Address("127.0.0.1", 8404)))
+    result = check_config(text, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_haproxy_accepts_the_config_with_tls(tmp_path):
+    pem = _self_signed_pem(tmp_path / "front.pem")
+    text = render_haproxy_config(FrontDoor(LISTEN, NODES, tls_cert_pem=str(pem)))
+    assert f"bind 127.0.0.1:8080 ssl crt {pem}" in _section(text, "frontend cadenza")
+    assert "http-request set-header X-Forwarded-Proto https" in text
+    result = check_config(text, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_haproxy_refuses_a_missing_certificate(tmp_path):
+    """The renderer does no I/O: a wrong path is HAProxy's to find, and it does."""
+    text = render_haproxy_config(FrontDoor(LISTEN, NODES, tls_cert_pem=str(tmp_path / "no.pem")))
+    assert check_config(text, tmp_path).returncode != 0
+
+
+def test_one_http_frontend_and_backend_carry_every_route():
+    text = render_haproxy_config(FrontDoor(LISTEN, NODES))
+    assert "mode http" in _section(text, "defaults")
+    frontend = _section(text, "frontend cadenza")
+    assert frontend[0] == "bind 127.0.0.1:8080"
+    assert "option forwardfor" in frontend
+    assert "http-request set-header X-Forwarded-Proto http" in frontend
+    assert "http-request deny deny_status 403 if { path,url_dec -m beg /admin/ }" in frontend
+    assert "default_backend cadenza_nodes" in frontend
+    assert text.count("\nfrontend ") == 1  # no stats page unless asked for
+    assert text.count("\nbackend ") == 1
+
+
+def test_the_backend_checks_weighs_balances_and_retries():
+    backend = _section(render_haproxy_config(FrontDoor(LISTEN, NODES)), "backend cadenza_nodes")
+    for line in [
+        "balance leastconn",
+        "option httpchk GET /readyz",
+        "http-check expect status 200",
+        "option http-buffer-request",
+        "retry-on conn-failure empty-response 503",
+        "retries 2",
+        "option redispatch 1",
+        "default-server check inter 2s fall 2 rise 2 weight 100 agent-check agent-inter 1s",
+        "server node1 127.0.0.1:8000 agent-port 8001",
+        "server node2 [::1]:8100 agent-port 8101",
+    ]:
+        assert line in backend
+
+
+def test_balance_is_a_parameter():
+    text = render_haproxy_config(FrontDoor(LISTEN, NODES, balance="roundrobin"))
+    assert "balance roundrobin" in _section(text, "backend cadenza_nodes")
+
+
+def test_the_stats_page_has_its_own_frontend():
+    text = render_haproxy_config(FrontDoor(LISTEN, NODES, stats=Address("127.0.0.1", 8404)))
+    assert _section(text, "frontend stats") == [
+        "bind 127.0.0.1:8404",
+        "stats enable",
+        "stats uri /",
+        "stats refresh 5s",
+    ]
+
+
+def _seconds(duration: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    number = duration.rstrip("smh")
+    return float(number) * units[duration[len(number) :]]
+
+
+def test_timeouts_outlast_what_the_node_allows():
+    """HAProxy must never be the one that cuts what a node still allows: a request waiting in
+    a node's admission queue, an idle WebSocket the node keeps, a slow request head or body."""
+    admission, server = AdmissionConfig(), ServerConfig()
+    assert _seconds(TIMEOUTS["server"]) > admission.batch_max_wait_s
+    assert _seconds(TIMEOUTS["server"]) > admission.standard_max_wait_s
+    assert _seconds(TIMEOUTS["tunnel"]) >= 3600 > server.ws_idle_timeout_s
+    assert _seconds(TIMEOUTS["client"]) > server.send_timeout_s
+    assert _seconds(TIMEOUTS["http-request"]) > server.request_head_timeout_s
+    assert _seconds(TIMEOUTS["http-request"]) > server.request_body_timeout_s
+
+
+def test_the_largest_request_a_node_accepts_fits_one_buffer():
+    """A request is retried on another node only if it fits in one HAProxy buffer."""
+    from cadenza.edge.transports.speech_http import MAX_BODY_BYTES
+
+    assert REQUEST_BUFFER_BYTES >= MAX_BODY_BYTES + 8 * 1024  # the body and its headers
+
+
+@pytest.mark.parametrize(
+    ("front_door", "message"),
+    [
+        (lambda: FrontDoor(LISTEN, ()), "--node: give at least one node"),
+        (lambda: FrontDoor(LISTEN, (NODES[0], NODES[0])), "127.0.0.1:8000 is given twice"),
+        (lambda: FrontDoor(LISTEN, NODES, stats=LISTEN), "--stats '127.0.0.1:8080': the same"),
+        (lambda: FrontDoor(LISTEN, NODES, tls_cert_pem="/a b.pem"), "--tls-cert '/a b.pem'"),
+        (lambda: FrontDoor(LISTEN, NODES, tls_cert_pem="x\nglobal"), "--tls-cert"),
+        (lambda: FrontDoor(LISTEN, NODES, balance="first"), "--balance 'first': expected"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_front_door_haproxy_could_not_run_is_refused(front_door, message):
+    with pytest.raises(ValueError) as raised:
+        front_door()
+    assert message in str(raised.value)
+
+
+def test_the_command_prints_the_config(capsys):
+    status = main(
+        ["haproxy-config", "--listen", "0.0.0.0:8443", "--node", "10.0.0.5:8000:8001",
+         "--node", "10.0.0.6:8000:8001", "--stats", "127.0.0.1:8404", "--balance", "roundrobin"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert status == 0
+    assert out == render_haproxy_config(
+        FrontDoor(
+            Address("0.0.0.0", 8443),
+            (parse_node("10.0.0.5:8000:8001"), parse_node("10.0.0.6:8000:8001")),
+            stats=Address("127.0.0.1", 8404),
+            balance="roundrobin",
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--listen", "127.0.0.1:8080", "--node", "10.0.0.5:8000"], "--node '10.0.0.5:8000'"),
+        (["--listen", "127.0.0.1", "--node", "10.0.0.5:8000:8001"], "--listen '127.0.0.1'"),
+        (
+            ["--listen", "127.0.0.1:1", "--node", "a:2:3", "--stats", "127.0.0.1:0"],
+            "--stats '127.0.0.1:0'",
+        ),
+        (["--listen", ":1", "--node", "a:2:3", "--node", "a:2:4"], "--listen ':1'"),
+        (["--listen", "h:1", "--node", "a:2:3", "--node", "a:2:4"], "a:2 is given twice"),
+    ],
+)
+def test_the_command_refuses_bad_input_with_status_2(capsys, flags, named):
+    assert main(["haproxy-config", *flags]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert named in captured.err
+
+
+def test_the_command_requires_listen_and_a_node(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["haproxy-config", "--listen", "127.0.0.1:8080"])
+    assert exited.value.code == 2
+    assert "--node" in capsys.readouterr().err
