@@ -3,7 +3,7 @@ API's schemas (kubernetes-validate ships them), KEDA's ScaledObject by hand and 
 HorizontalPodAutoscaler KEDA makes of it, and all of it against cadenza itself: the ports,
 probe paths, drain and timeouts the manifests and haproxy.cfg name are the ones its
 configuration, its routes and its defaults have, and every metric a query names is one
-cadenza/edge/metrics.py exports."""
+cadenza/edge/server/metrics.py exports."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from cadenza.config import (
     SupervisionConfig,
     load_config,
 )
-from cadenza.edge.lifecycle import CUT_GRACE_S
+from cadenza.edge.server.lifecycle import CUT_GRACE_S
 
 ROOT = Path(__file__).resolve().parents[3]
 MANIFESTS = ROOT / "deploy" / "kubernetes"
@@ -287,7 +287,7 @@ def test_the_startup_probe_waits_as_long_as_an_engine_may_take_to_load() -> None
 
 
 def _edge_get_routes() -> set[str]:
-    from cadenza.edge.app import create_app
+    from cadenza.edge.server.app import create_app
 
     app = create_app(CadenzaConfig())
     return {r.path for r in app.routes if "GET" in getattr(r, "methods", ())}
@@ -312,7 +312,7 @@ def test_healthz_answers_without_an_engine() -> None:
     stays while engines restart and while the node drains."""
     from fastapi.testclient import TestClient
 
-    from cadenza.edge.app import create_app
+    from cadenza.edge.server.app import create_app
 
     response = TestClient(create_app(CadenzaConfig())).get("/healthz")
     assert response.status_code == 200
@@ -494,7 +494,7 @@ def _exported_series() -> dict[str, Series]:
     """Every sample name ``/metrics`` can print. prometheus_client keeps a family's name (a
     counter's without ``_total``), type, label names and bucket bounds on these attributes;
     nothing public gives them before a labelled series exists."""
-    from cadenza.edge.metrics import Metrics
+    from cadenza.edge.server.metrics import Metrics
 
     series: dict[str, Series] = {}
     for metric in vars(Metrics()).values():
