@@ -1,6 +1,3 @@
-import subprocess
-from pathlib import Path
-
 import pytest
 
 from cadenza.cli import main
@@ -13,6 +10,7 @@ from cadenza.cluster.haproxy_config import (
 from cadenza.cluster.node_address import Address, parse_node
 from cadenza.config import AdmissionConfig, ServerConfig
 from tests.support.haproxy_process import check_config
+from tests.support.self_signed import self_signed_pem
 
 NODES = (parse_node("127.0.0.1:8000:8001"), parse_node("[::1]:8100:8101"))
 LISTEN = Address("127.0.0.1", 8080)
@@ -28,50 +26,6 @@ def _section(text: str, header: str) -> list[str]:
     return _lines(text[start:].split("\n\n")[0])[1:]
 
 
-def _self_signed_pem(path: Path) -> Path:
-    """A certificate for localhost and its key in one PEM file, as HAProxy's ``crt`` reads it."""
-    try:
-        import datetime
-
-        from cryptography import x509
-        from cryptography.hazmat.primitives import hashes, serialization
-        from cryptography.hazmat.primitives.asymmetric import ec
-        from cryptography.x509.oid import NameOID
-    except ImportError:
-        key_path = path.with_suffix(".key")
-        subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-             "-nodes", "-days", "1", "-subj", "/CN=localhost", "-keyout", str(key_path),
-             "-out", str(path)],
-            check=True, capture_output=True, timeout=60,
-        )  # fmt: skip
-        path.write_bytes(path.read_bytes() + key_path.read_bytes())
-        return path
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    path.write_bytes(
-        cert.public_bytes(serialization.Encoding.PEM)
-        + key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return path
-
-
 def test_haproxy_accepts_the_config(tmp_path):
     text = render_haproxy_config(FrontDoor(LISTEN, NODES, stats=Address("127.0.0.1", 8404)))
     result = check_config(text, tmp_path)
@@ -79,7 +33,7 @@ def test_haproxy_accepts_the_config(tmp_path):
 
 
 def test_haproxy_accepts_the_config_with_tls(tmp_path):
-    pem = _self_signed_pem(tmp_path / "front.pem")
+    pem = self_signed_pem(tmp_path / "front.pem")
     text = render_haproxy_config(FrontDoor(LISTEN, NODES, tls_cert_pem=str(pem)))
     assert f"bind 127.0.0.1:8080 ssl crt {pem}" in _section(text, "frontend cadenza")
     assert "http-request set-header X-Forwarded-Proto https" in text
