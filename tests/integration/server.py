@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -13,6 +14,12 @@ from pathlib import Path
 import httpx
 
 from tests.support.ports import free_port
+
+
+def without_node_label(sample: str) -> str:
+    """A Prometheus sample line without the ``node`` label every sample of a node carries."""
+    sample = re.sub(r'([{,])node="[^"]*"', r"\1", sample)
+    return sample.replace("{,", "{").replace(",}", "}").replace("{}", "")
 
 
 class RunningServer:
@@ -79,11 +86,13 @@ class RunningServer:
         return pids
 
     def metric(self, name: str) -> float:
-        """Sum of the Prometheus samples whose line starts with ``name`` (labels included)."""
+        """Sum of the Prometheus samples whose line starts with ``name`` (labels included), the
+        node's own label (on every sample) left out."""
         text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        lines = (without_node_label(line) for line in text.splitlines())
         return sum(
             float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
+            for line in lines
             if line.startswith(name) and not line.startswith("#")
         )
 
