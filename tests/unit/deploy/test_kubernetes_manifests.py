@@ -457,18 +457,12 @@ def test_haproxy_accepts_the_configuration(tmp_path: Path) -> None:
 def test_the_static_front_door_balances_and_checks_alike(capsys) -> None:
     """``cadenza haproxy-config`` (a fixed set of nodes) and this ConfigMap (nodes found in
     DNS) send streams and check nodes the same way."""
-    from cadenza.cli import build_parser, main
+    from cadenza.cli import main
 
-    with pytest.raises(SystemExit) as help_exit:
-        build_parser().parse_args(["haproxy-config", "--help"])
-    if help_exit.value.code != 0:
-        pytest.skip("this cadenza has no haproxy-config command yet")
-    capsys.readouterr()
     node = f"10.0.0.1:{HTTP_PORT}:{AGENT_PORT}"
     assert main(["haproxy-config", "--listen", "0.0.0.0:8080", "--node", node]) == 0
     written = capsys.readouterr().out
-    if "backend" not in written:
-        pytest.skip("haproxy-config writes its configuration elsewhere than stdout")
+    assert "backend" in written
     static = [words for lines in _haproxy_sections(written).values() for words in lines]
     ours = _backend()
     assert _directive(static, "balance") == _directive(ours, "balance")
