@@ -21,14 +21,15 @@ from cadenza.loadtest.workload import LoadOptions, WorkloadError
 PLAYS_S = 0.3  # how long after its last chunk each fake utterance still plays
 
 
-def _starts(back_to_back: bool, offer_s: float) -> list[float]:
-    """When a fake runner was asked for each utterance, within ``offer_s`` of offering."""
+def _starts(back_to_back: bool, offer_s: float, plays_s: float = PLAYS_S) -> list[float]:
+    """When a fake runner was asked for each utterance, within ``offer_s`` of offering; each
+    fake utterance still plays ``plays_s`` after its last chunk."""
     options = LoadOptions("http://127.0.0.1:1", back_to_back=back_to_back)
     asked: list[float] = []
 
     async def runner(text: str, start: float, seed: int) -> StreamResult:
         asked.append(time.monotonic())
-        playout = Playout(1.0, 0.0, 0.0, ends_s=time.monotonic() + PLAYS_S)
+        playout = Playout(1.0, 0.0, 0.0, ends_s=time.monotonic() + plays_s)
         return StreamResult("served", 0.0, ttfa_s=0.1, playout=playout)
 
     async def run() -> None:
@@ -41,18 +42,19 @@ def _starts(back_to_back: bool, offer_s: float) -> list[float]:
 
 def test_a_listener_asks_again_only_after_its_playback_ends() -> None:
     asked = _starts(back_to_back=False, offer_s=0.7)
-    assert len(asked) == 3  # at 0, 0.3 and 0.6 s
+    assert 2 <= len(asked) <= 3  # at 0, 0.3 and (unless the machine stalls) 0.6 s
     assert all(b - a >= PLAYS_S for a, b in itertools.pairwise(asked))
 
 
 def test_back_to_back_users_ask_again_at_once() -> None:
-    asked = _starts(back_to_back=True, offer_s=0.05)
+    # Each utterance plays for a minute: a user waiting for it would ask once in the offering.
+    asked = _starts(back_to_back=True, offer_s=0.05, plays_s=60.0)
     assert len(asked) > 10
-    assert max(b - a for a, b in itertools.pairwise(asked)) < PLAYS_S
+    assert max(b - a for a, b in itertools.pairwise(asked)) < 60.0
 
 
 def test_the_first_requests_are_spread_evenly_over_the_ramp(monkeypatch) -> None:
-    options = LoadOptions("http://127.0.0.1:1", transport="http", ramp_s=0.4, duration_s=1.0)
+    options = LoadOptions("http://127.0.0.1:1", transport="http", ramp_s=0.8, duration_s=2.0)
     asked: list[float] = []
 
     async def runner(text: str, start: float, seed: int) -> StreamResult:
@@ -65,14 +67,14 @@ def test_the_first_requests_are_spread_evenly_over_the_ramp(monkeypatch) -> None
     async def run() -> None:
         start = time.monotonic()
         users = [
-            level_runner._virtual_user(options, None, 0.5, user / 4, start, start + 0.6, [])  # type: ignore[arg-type]
+            level_runner._virtual_user(options, None, 0.5, user / 4, start, start + 1.0, [])  # type: ignore[arg-type]
             for user in range(4)
         ]
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*users), timeout=0.8)
+            await asyncio.wait_for(asyncio.gather(*users), timeout=1.2)
 
     asyncio.run(run())
-    assert sorted(asked) == pytest.approx([0.0, 0.1, 0.2, 0.3], abs=0.05)
+    assert sorted(asked) == pytest.approx([0.0, 0.2, 0.4, 0.6], abs=0.1)
 
 
 @pytest.mark.parametrize("ramp_s", [-0.1, 20.0, float("nan")])
