@@ -11,6 +11,7 @@ from typing import Any
 
 import websockets
 from websockets.asyncio.client import ClientConnection
+from websockets.http11 import Response
 
 from cadenza.edge.streams import protocol
 
@@ -179,13 +180,29 @@ async def connect(url: str, api_key: str | None = None, **options: Any) -> Async
     does not compress, and deflating it costs both ends CPU)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     options.setdefault("compression", None)
-    async with websockets.connect(url, additional_headers=headers, **options) as connection:
+    try:
+        connection = await websockets.connect(url, additional_headers=headers, **options)
+    except websockets.InvalidStatus as refused:
+        raise _refusal(refused.response) from None
+    async with connection:
         ready = json.loads(await connection.recv())
         if ready.get("type") == "error":
-            raise StreamError(ready["code"], ready["message"])
+            raise StreamError(ready["code"], ready["message"], ready.get("retry_after_s"))
         if ready.get("type") != "ready" or ready.get("protocol") != protocol.PROTOCOL_VERSION:
             raise StreamError("protocol", f"unexpected greeting {ready!r}")
         yield Session(connection, ready)
+
+
+def _refusal(response: Response) -> StreamError:
+    """A refused upgrade as the error the server gave (503 ``shutting_down`` or
+    ``engine_unavailable`` with ``Retry-After``), or the bare status if it gave none."""
+    retry_after = response.headers.get("Retry-After")
+    retry_after_s = float(retry_after) if retry_after and retry_after.isdigit() else None
+    with suppress(ValueError, KeyError, TypeError, AttributeError):
+        error = json.loads(response.body)["error"]
+        return StreamError(str(error["code"]), str(error["message"]), retry_after_s)
+    status = response.status_code
+    return StreamError(f"http_{status}", "the upgrade was refused", retry_after_s)
 
 
 def speak_sync(url: str, text: str, **speak_options: Any) -> bytes:

@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 
-from cadenza.client.sdk import connect
+from cadenza.client.sdk import StreamError, connect
 from cadenza.client.webrtc import WebRTCPeer
 from tests.integration.server import serving
 
@@ -211,6 +211,11 @@ def test_one_replica_is_restarted_and_its_stream_resumes(single) -> None:
                             "/v1/audio/speech", json={"model": "cadenza-tiny", "input": "hi"}
                         )
                         probes["models"] = await http.get("/v1/models")
+                        try:
+                            async with connect(single.url.replace("http", "ws") + "/v1/stream"):
+                                probes["websocket"] = None
+                        except StreamError as refused:
+                            probes["websocket"] = refused
                         return
                     await asyncio.sleep(0.02)
 
@@ -234,6 +239,8 @@ def test_one_replica_is_restarted_and_its_stream_resumes(single) -> None:
     assert speech.status_code == 503 and int(speech.headers["Retry-After"]) >= 1
     assert speech.json()["error"]["code"] == "engine_unavailable"
     assert probes["models"].status_code == 200  # the model is still this server's
+    refused = probes["websocket"]  # the upgrade itself is refused, as a front door retries
+    assert refused.code == "engine_unavailable" and refused.retry_after_s >= 1
     wait_all_ready(single)
     assert single.metric("cadenza_engine_restarts_total") == restarts + 1
     assert single.metric("cadenza_engine_time_to_ready_seconds_count") >= 1

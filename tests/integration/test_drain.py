@@ -5,14 +5,12 @@ with ``shutting_down``, and exits 0."""
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import threading
 import time
 
 import httpx
 import pytest
-import websockets
 
 from cadenza.client.sdk import StreamError, connect
 from tests.integration.server import RunningServer
@@ -64,11 +62,14 @@ def test_sigterm_lets_open_streams_finish_and_refuses_new_ones(tmp_path) -> None
     offer = httpx.post(f"{server.url}/v1/webrtc/offer", json={"sdp": "x", "type": "offer"})
     assert offer.status_code == 503 and offer.json()["error"]["code"] == "shutting_down"
 
-    async def websocket_greeting() -> dict:
-        async with websockets.connect(server.url.replace("http", "ws") + "/v1/stream") as ws:
-            return json.loads(await ws.recv())
+    async def websocket_refusal() -> StreamError:
+        with pytest.raises(StreamError) as refused:
+            async with connect(server.url.replace("http", "ws") + "/v1/stream"):
+                pass
+        return refused.value
 
-    assert asyncio.run(websocket_greeting())["code"] == "shutting_down"
+    refusal = asyncio.run(websocket_refusal())  # the upgrade itself: a front door retries it
+    assert refusal.code == "shutting_down" and refusal.retry_after_s is not None
     for listener in listeners:
         listener.join(60)
     assert sizes == [4 * 24000 * 2] * 2  # every open stream played to its end

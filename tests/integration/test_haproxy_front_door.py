@@ -161,7 +161,8 @@ def test_a_drained_node_gets_no_new_requests_until_its_agent_says_ready(front):
         drained.answer("ready up 50%", polls=1)
 
 
-def test_a_websocket_upgrade_becomes_a_tunnel_to_one_node(front):
+def _websocket_echo(front: FrontedCluster) -> bytes:
+    """Upgrade through the front door, send a few bytes, return what the node echoed."""
     head = (
         "GET /v1/stream HTTP/1.1\r\nHost: cadenza\r\nConnection: Upgrade\r\n"
         "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
@@ -174,8 +175,20 @@ def test_a_websocket_upgrade_becomes_a_tunnel_to_one_node(front):
             response += sock.recv(4096)
         assert response.startswith(b"HTTP/1.1 101"), response
         sock.sendall(b"frame")
-        echoed = sock.recv(4096)
-    assert echoed in (b"a frame", b"b frame")
+        return sock.recv(4096)
+
+
+def test_a_websocket_upgrade_becomes_a_tunnel_to_one_node(front):
+    assert _websocket_echo(front) in (b"a frame", b"b frame")
+
+
+def test_a_refused_websocket_upgrade_is_retried_on_the_other_node(front):
+    """A node that drains or has no ready engine refuses the upgrade itself with 503: HAProxy
+    tries the other node, and the client gets its tunnel (both nodes refuse once here)."""
+    for node in front.nodes.values():
+        node.refuse_next(1)
+    assert _websocket_echo(front) in (b"a frame", b"b frame")
+    assert sum(len(node.refused) for node in front.nodes.values()) == 2
 
 
 def test_admin_routes_are_refused_at_the_door(front):

@@ -1,7 +1,8 @@
 """``WS /v1/stream``: the I/O around a :class:`SpeakSession`, protocol version 1
 (docs/protocol.md).
 
-After the handshake and authentication the server sends ``ready``; each client message goes
+A node that drains or has no ready engine refuses the upgrade with HTTP 503 (a front door
+retries it elsewhere). After the handshake and authentication the server sends ``ready``; each client message goes
 through the session's rules, and each utterance the session starts plays as a task: admission
 lease, ``started``, binary audio frames, ``done``. Bad messages get an ``error`` and the session
 goes on.
@@ -36,7 +37,7 @@ from cadenza.edge.media.wav import float_to_s16le
 from cadenza.edge.server.state import EdgeState
 from cadenza.edge.streams import protocol
 from cadenza.edge.streams.conversation import SaidFrames
-from cadenza.edge.streams.errors import EdgeError
+from cadenza.edge.streams.errors import EdgeError, error_response
 from cadenza.edge.streams.protocol import Hello, ProtocolError
 from cadenza.edge.streams.speak_session import (
     CloseConnection,
@@ -121,14 +122,13 @@ class WebSocketEndpoint:
         self._dropped = False
 
     async def run(self) -> None:
-        await self.websocket.accept()
         try:
             self.state.lifecycle.check_open()
             info = self.state.default.require_ready()
         except (EngineError, EdgeError) as exc:
-            error = exc if isinstance(exc, EdgeError) else EdgeError.from_engine(exc)
-            await self._goodbye(CLOSE_UNAVAILABLE, error.code, error.message, error.retry_after_s)
+            await self._deny(exc if isinstance(exc, EdgeError) else EdgeError.from_engine(exc))
             return
+        await self.websocket.accept()
         if not await self._authenticate():
             return
         session = SpeakSession(
@@ -149,6 +149,17 @@ class WebSocketEndpoint:
             pass
         finally:
             await self._playing.stop_all()
+
+    async def _deny(self, error: EdgeError) -> None:
+        """Refuse the upgrade itself with the HTTP error (503 ``shutting_down`` or
+        ``engine_unavailable``, with ``Retry-After``): a front door retries that on another
+        node, as it does an HTTP request, and the client never holds a socket this node cannot
+        serve. A server without the denial extension accepts, says why and closes with 1013."""
+        if "websocket.http.response" in self.websocket.scope.get("extensions", {}):
+            await self.websocket.send_denial_response(error_response(error))
+            return
+        await self.websocket.accept()
+        await self._goodbye(CLOSE_UNAVAILABLE, error.code, error.message, error.retry_after_s)
 
     async def _authenticate(self) -> bool:
         """With API keys configured: a valid ``Authorization: Bearer`` header, or (with no
