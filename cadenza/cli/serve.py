@@ -83,6 +83,8 @@ def run(config: CadenzaConfig, _: argparse.Namespace) -> int:
         log_level=config.server.log_level,
         timeout_graceful_shutdown=5,
         ws_max_size=config.server.ws_max_message_bytes,
+        proxy_headers=True,  # X-Forwarded-For, from the proxies named here only
+        forwarded_allow_ips=config.server.forwarded_allow_ips,
         # Audio does not compress: per-message deflate of PCM and Opus frames cost a third of
         # the edge's CPU under load for a few percent fewer bytes
         # (docs/journal/2026-12-02-engine-edge-and-admission-on-two-cores.md).

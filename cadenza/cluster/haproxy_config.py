@@ -13,6 +13,10 @@ What passes through, and what does not
     HAProxy: the answer to an offer carries the ICE candidates of the node that answered,
     and the browser sends its audio straight to that node (UDP), so a node must be
     reachable by clients for media (or through a TURN server), not only through HAProxy.
+    The client's address reaches the node in ``X-Forwarded-For`` (``option forwardfor``),
+    after whatever the client sent in that header is dropped (``http-request del-header``):
+    a node that believes the proxy (``server.forwarded_allow_ips``) keys its per-client
+    limits on that address, which a client must not be able to choose.
     ``/admin/*`` is refused at the door (403, the path compared once percent-decoded, as
     the node routes it): it acts on one node, which an operator names by calling that node
     directly; through a balancer it would act on whichever node the request landed on, and
@@ -174,6 +178,7 @@ def render_haproxy_config(front_door: FrontDoor) -> str:
         [
             "frontend cadenza",
             f"    {bind}",
+            "    http-request del-header X-Forwarded-For",
             "    option forwardfor",
             f"    http-request set-header X-Forwarded-Proto {'https' if tls else 'http'}",
             "    http-request deny deny_status 403 if { path,url_dec -m beg /admin/ }",

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from cadenza.config.ice_server import IceServer
 from cadenza.config.section import Section
@@ -88,6 +89,13 @@ class ServerConfig(Section):
         'browser page (JSON: [{"urls": ["turn:HOST:3478"], "username": ..., "credential": ...}]); '
         "empty: host candidates only",
     )
+    forwarded_allow_ips: list[str] = Field(
+        default_factory=lambda: ["127.0.0.1"],
+        max_length=64,
+        description="addresses of the proxies whose X-Forwarded-For and X-Forwarded-Proto the "
+        "server believes (IPs, CIDR networks such as 10.0.0.0/8, or '*'): behind a front door, "
+        "the client's own address then names it for per-client limits and logs",
+    )
     webrtc_public_address: str | None = Field(
         None,
         min_length=1,
@@ -96,6 +104,20 @@ class ServerConfig(Section):
         description="the address clients reach this node's WebRTC media at (a pod's or NAT's "
         "public IP, same ports): the answer's host candidates name it; unset: the node's own",
     )
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _proxy_addresses(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            if entry != "*":
+                try:
+                    ipaddress.ip_network(entry, strict=False)
+                except ValueError:
+                    raise ValueError(
+                        f"{entry!r} is not an IP address, a CIDR network or '*'"
+                    ) from None
+        return entries
+
     ws_max_message_bytes: int = Field(
         65536, ge=1024, description="largest WebSocket message a client may send"
     )

@@ -101,6 +101,18 @@ def test_requests_reach_both_nodes_with_the_client_address(front):
     assert seen.headers["x-forwarded-proto"] == "http"
 
 
+def test_a_client_cannot_choose_the_address_the_nodes_see(front):
+    connection = http.client.HTTPConnection("127.0.0.1", front.port, timeout=10)
+    try:
+        spoofed = {"X-Forwarded-For": "203.0.113.7", "X-Test-Id": "spoof", "Connection": "close"}
+        connection.request("POST", "/v1/audio/speech", body=b"{}", headers=spoofed)
+        assert connection.getresponse().status == 200
+    finally:
+        connection.close()
+    [seen] = [s for node in front.nodes.values() for s in node.served if s.test_id == "spoof"]
+    assert seen.headers["x-forwarded-for"] == "127.0.0.1"
+
+
 def test_a_refusal_is_retried_on_the_other_node_before_the_client_sees_it(front):
     front.nodes["a"].refuse_next(1)
     for number in range(6):

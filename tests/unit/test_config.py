@@ -129,6 +129,10 @@ def test_the_tree_reads_no_environment(monkeypatch):
         ("CADENZA_SERVER__AGENT_PORT", "eighty", "server.agent_port"),
         ("CADENZA_ADMISSION__MAX_STREAMS", "0", "admission.max_streams"),
         ("CADENZA_ADMISSION__MAX_STREAMS", "lots", "admission.max_streams"),
+        ("CADENZA_SERVER__FORWARDED_ALLOW_IPS", '["10.0.0.0/33"]', "server.forwarded_allow_ips"),
+        ("CADENZA_SERVER__FORWARDED_ALLOW_IPS", '["a.proxy"]', "server.forwarded_allow_ips"),
+        ("CADENZA_SERVER__FORWARDED_ALLOW_IPS", "10.0.0.1", "server.forwarded_allow_ips"),
+        ("CADENZA_SERVER__WEBRTC_ICE_SERVERS", "turn:x:3478", "server.webrtc_ice_servers"),
     ],
 )
 def test_admission_engine_availability_and_kernel_settings_refuse_garbage(
