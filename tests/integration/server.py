@@ -23,9 +23,10 @@ def without_node_label(sample: str) -> str:
 
 
 class RunningServer:
-    """``cadenza serve`` on a free port, on the CPU. ``replicas``: engine replicas per model
-    (``None``: the server's default, which on a small CPU is one per core); tests run one
-    unless they say otherwise, so that slots and engine processes are what they count."""
+    """``cadenza serve`` on ``port`` (a free one by default), on the CPU. ``replicas``: engine
+    replicas per model (``None``: the server's default, which on a small CPU is one per core);
+    tests run one unless they say otherwise, so that slots and engine processes are what they
+    count."""
 
     def __init__(
         self,
@@ -33,8 +34,9 @@ class RunningServer:
         env: dict[str, str] | None = None,
         args: tuple[str, ...] = (),
         replicas: int | None = 1,
+        port: int | None = None,
     ) -> None:
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.idle_tasks = float("inf")  # edge asyncio tasks when idle, once a test records it

@@ -1,7 +1,8 @@
 """Two real cadenza nodes behind a real HAProxy configured by ``cadenza haproxy-config``: both
 serve through the one address, the SDK and an aiortc peer work through it, a node capped by
-``admission.max_streams`` takes no more than its cap while the other has room, and a drained
-node gets no new streams while its open ones finish."""
+``admission.max_streams`` takes no more than its cap while the other has room, with both full
+a client gets the documented refusal or waits in a queue, and a drained node gets no new
+streams while its open ones finish."""
 
 from __future__ import annotations
 
@@ -22,14 +23,16 @@ from tests.support.ports import free_port
 
 DETERMINISTIC = {"CADENZA_CALIBRATION__MODE": "off", "CADENZA_ADMISSION__SLACK_CLOSE_MS": "-1e9"}
 LONG = {"model": "cadenza-tiny", "input": "x" * 42, "response_format": "pcm"}  # 3 s
+CAPS = {"a": 2, "b": 4}
+REFUSALS = {"queue_full", "queue_timeout", "at_capacity"}  # docs/protocol.md, 503 for capacity
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """Node ``a`` capped at 2 streams, node ``b`` with room, and the front door's URL."""
+    """Node ``a`` capped at 2 streams, node ``b`` at 4, and the front door's URL."""
     tmp = tmp_path_factory.mktemp("cluster")
     agents = {"a": free_port(), "b": free_port()}
-    caps = {"a": {"CADENZA_ADMISSION__MAX_STREAMS": "2"}, "b": {}}
+    caps = {name: {"CADENZA_ADMISSION__MAX_STREAMS": str(cap)} for name, cap in CAPS.items()}
     nodes = {
         name: RunningServer(
             tmp / f"node-{name}.log",
@@ -112,6 +115,36 @@ def test_a_capped_node_takes_its_cap_and_the_other_the_rest(cluster) -> None:
     on_a = [(start, end) for _, node, start, end in answers if node == "a"]
     at_once = max((sum(1 for s, e in on_a if s <= t < e) for t, _ in on_a), default=0)
     assert at_once <= 2
+
+
+def test_with_every_node_full_clients_get_the_documented_refusal_or_queue(cluster) -> None:
+    """Six ten-second streams fill both nodes. Then a ``realtime`` stream, refused by a node
+    and again by the other when HAProxy resends it, gets that node's 503 with its code and
+    ``Retry-After`` (not an error of HAProxy's own); a ``standard`` one waits in a node's queue
+    and plays once a stream there ends (docs/protocol.md)."""
+    url, _ = cluster
+    ten_seconds = {**LONG, "input": "x" * 140}
+
+    def stream(priority: str) -> tuple[int, str | None, str | None, float]:
+        started = time.monotonic()
+        body = {**ten_seconds, "priority": priority}
+        with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=60) as r:
+            r.read()
+            code = r.json()["error"]["code"] if r.status_code != 200 else None
+            retry_after = r.headers.get("retry-after") if code else None
+            return r.status_code, code, retry_after, time.monotonic() - started
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        filling = [pool.submit(stream, "standard") for _ in range(sum(CAPS.values()))]
+        time.sleep(2.0)  # all six admitted and playing
+        refused = pool.submit(stream, "realtime")
+        queued = pool.submit(stream, "standard")
+        status, code, retry_after, _ = refused.result()
+        assert status == 503 and code in REFUSALS, (status, code)
+        assert retry_after is not None and int(retry_after) >= 1
+        assert [future.result()[0] for future in filling] == [200] * 6
+        status, _, _, took_s = queued.result()
+        assert status == 200 and took_s > 5.0  # it waited for a stream to end
 
 
 def test_a_drained_node_gets_no_new_streams(cluster) -> None:
