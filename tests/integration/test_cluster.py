@@ -23,6 +23,7 @@ from tests.support.ports import free_port
 
 DETERMINISTIC = {"CADENZA_CALIBRATION__MODE": "off", "CADENZA_ADMISSION__SLACK_CLOSE_MS": "-1e9"}
 LONG = {"model": "cadenza-tiny", "input": "x" * 42, "response_format": "pcm"}  # 3 s
+REALTIME = {**LONG, "priority": "realtime"}  # refused at once when full, not queued
 CAPS = {"a": 2, "b": 4}
 REFUSALS = {"queue_full", "queue_timeout", "at_capacity"}  # docs/protocol.md, 503 for capacity
 
@@ -101,7 +102,7 @@ def test_a_capped_node_takes_its_cap_and_the_other_the_rest(cluster) -> None:
     url, _ = cluster
 
     def stream(_: int) -> tuple[int, str | None, float, float]:
-        with httpx.stream("POST", f"{url}/v1/audio/speech", json=LONG, timeout=60) as response:
+        with httpx.stream("POST", f"{url}/v1/audio/speech", json=REALTIME, timeout=60) as response:
             started = time.monotonic()
             for _chunk in response.iter_bytes():
                 pass
@@ -118,10 +119,11 @@ def test_a_capped_node_takes_its_cap_and_the_other_the_rest(cluster) -> None:
 
 
 def test_with_every_node_full_clients_get_the_documented_refusal_or_queue(cluster) -> None:
-    """Six ten-second streams fill both nodes. Then a ``realtime`` stream, refused by a node
-    and again by the other when HAProxy resends it, gets that node's 503 with its code and
-    ``Retry-After`` (not an error of HAProxy's own); a ``standard`` one waits in a node's queue
-    and plays once a stream there ends (docs/protocol.md)."""
+    """Six ten-second streams fill both nodes (``realtime``: one refused by a full node is
+    resent to the other, so each node ends up at its cap). Then another ``realtime`` stream,
+    refused by a node and again by the other, gets that node's 503 with its code and
+    ``Retry-After`` (not an error of HAProxy's own); a ``standard`` one waits in a node's
+    queue and plays once a stream there ends (docs/protocol.md)."""
     url, _ = cluster
     ten_seconds = {**LONG, "input": "x" * 140}
 
@@ -135,7 +137,7 @@ def test_with_every_node_full_clients_get_the_documented_refusal_or_queue(cluste
             return r.status_code, code, retry_after, time.monotonic() - started
 
     with ThreadPoolExecutor(max_workers=8) as pool:
-        filling = [pool.submit(stream, "standard") for _ in range(sum(CAPS.values()))]
+        filling = [pool.submit(stream, "realtime") for _ in range(sum(CAPS.values()))]
         time.sleep(2.0)  # all six admitted and playing
         refused = pool.submit(stream, "realtime")
         queued = pool.submit(stream, "standard")
