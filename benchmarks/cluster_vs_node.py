@@ -4,7 +4,7 @@
   engine replicas), swept directly.
 * ``cluster``: two ``cadenza serve --replicas 1`` nodes, each pinned to half of the cores
   (``taskset``: its edge and its engine), with ``--agent-port``, behind HAProxy configured by
-  ``cadenza haproxy-config`` (``--balance``), swept through HAProxy.
+  ``cadenza haproxy-config``, swept through HAProxy once per ``--balance`` algorithm.
 
 Both sweeps use the same load (``cadenza loadtest --sweep``'s closed loop over the SDK) and
 report capacity at SLO; the ratio cluster / node is the cost of running as a fleet. Then the
@@ -109,9 +109,9 @@ def front_door(nodes: list[Node], out: Path, balance: str) -> Iterator[str]:
     for node in nodes:
         command += ["--node", f"127.0.0.1:{node.port}:{node.agent_port}"]
     command += ["--balance", balance]
-    config = out / "haproxy.cfg"
+    config = out / f"haproxy-{balance}.cfg"
     config.write_text(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
-    log = (out / "haproxy.log").open("wb")
+    log = (out / f"haproxy-{balance}.log").open("wb")
     haproxy = subprocess.Popen(
         ["haproxy", "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT
     )
@@ -125,7 +125,7 @@ def front_door(nodes: list[Node], out: Path, balance: str) -> Iterator[str]:
             except httpx.HTTPError:
                 pass
             if haproxy.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("haproxy did not come up; see haproxy.log")
+                raise RuntimeError(f"haproxy did not come up; see {log.name}")
             time.sleep(0.2)
         time.sleep(3)  # a few agent checks: the weights are the nodes' own
         yield url
@@ -147,13 +147,31 @@ def ttfa_p50(options: LoadOptions, out: Path, streams: int) -> float:
     return float(report["levels"][0]["ttfa_ms"]["p50"])
 
 
+def cluster_summary(report: dict[str, Any]) -> dict[str, Any]:
+    """A cluster sweep's capacity and, per level, the streams each node admitted."""
+    return {
+        "capacity": report["capacity_streams"],
+        "spread": {
+            str(level["concurrency"]): level.get("admitted_by_node") for level in report["levels"]
+        },
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per sweep level")
     parser.add_argument("--start", type=int, default=8, help="sweeps: first level")
     parser.add_argument("--limit", type=int, default=64, help="sweeps: largest level")
-    parser.add_argument("--balance", default="leastconn", choices=["leastconn", "roundrobin"])
+    parser.add_argument(
+        "--balance",
+        nargs="+",
+        default=["leastconn"],
+        choices=["leastconn", "roundrobin"],
+        help="the cluster is swept once per algorithm, the same nodes behind a fresh HAProxy; "
+        "the first is the one compared with the node and timed for TTFA",
+    )
+    parser.add_argument("--skip-node", action="store_true", help="sweep the cluster only")
     parser.add_argument("--ttfa-streams", type=int, default=2)
     parser.add_argument("--ttfa-seconds", type=float, default=20.0)
     parser.add_argument("--ttfa-rounds", type=int, default=3)
@@ -169,15 +187,18 @@ def main() -> None:
     load = LoadOptions(
         url="http://127.0.0.1:1", duration_s=args.duration, text_lengths=TextLengths(40, 120)
     )
-    summary: dict[str, Any] = {"cores": len(cores), "balance": args.balance}
+    summary: dict[str, Any] = {"cores": len(cores), "balances": {}}
     with tempfile.TemporaryDirectory(prefix="cadenza-cluster-") as scratch:
-        node = Node("node", args.out, Path(scratch) / "node-cache", replicas=2)
-        try:
-            node.wait_ready()
-            report = sweep(replace(load, url=node.url), args.out / "node", args.start, args.limit)
-            summary["node_capacity"] = report["capacity_streams"]
-        finally:
-            node.stop()
+        if not args.skip_node:
+            node = Node("node", args.out, Path(scratch) / "node-cache", replicas=2)
+            try:
+                node.wait_ready()
+                report = sweep(
+                    replace(load, url=node.url), args.out / "node", args.start, args.limit
+                )
+                summary["node_capacity"] = report["capacity_streams"]
+            finally:
+                node.stop()
         cache = Path(scratch) / "cluster-cache"
         nodes = [
             Node(name, args.out, cache, 1, cores=half, agent_port=free_port())
@@ -186,13 +207,19 @@ def main() -> None:
         try:
             for member in nodes:
                 member.wait_ready()
-            with front_door(nodes, args.out, args.balance) as url:
+            for balance in args.balance[1:]:  # the others first: the first keeps its HAProxy
+                with front_door(nodes, args.out, balance) as url:
+                    report = sweep(
+                        replace(load, url=url),
+                        args.out / f"cluster-{balance}",
+                        args.start,
+                        args.limit,
+                    )
+                    summary["balances"][balance] = cluster_summary(report)
+            with front_door(nodes, args.out, args.balance[0]) as url:
                 report = sweep(replace(load, url=url), args.out / "cluster", args.start, args.limit)
+                summary["balances"][args.balance[0]] = cluster_summary(report)
                 summary["cluster_capacity"] = report["capacity_streams"]
-                summary["cluster_spread"] = {
-                    str(level["concurrency"]): level.get("admitted_by_node")
-                    for level in report["levels"]
-                }
                 light = replace(load, duration_s=args.ttfa_seconds)
                 direct, through = [], []
                 for round_ in range(args.ttfa_rounds):
