@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,11 @@ from websockets.asyncio.client import ClientConnection
 from websockets.http11 import Response
 
 from cadenza.edge.streams import protocol
+
+RESUME_WITHIN_S = 20.0  # how long a session keeps trying to resume a dropped utterance
+OPUS_PACKET_SAMPLES = 960  # 20 ms at 48 kHz
+
+Dial = Callable[[], Awaitable[tuple[ClientConnection, dict[str, Any]]]]
 
 
 class StreamError(RuntimeError):
@@ -39,9 +45,16 @@ class Session:
     """One connection. One utterance at a time: iterate :meth:`speak` to the end (or leave it
     to cancel) before starting the next."""
 
-    def __init__(self, connection: ClientConnection, ready: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        connection: ClientConnection,
+        ready: dict[str, Any],
+        redial: Dial | None = None,
+    ) -> None:
         self.connection = connection
         self.ready = ready
+        self.resumes = 0  # utterances of this session resumed after the connection dropped
+        self._redial = redial
         self.last_stats: dict[str, Any] | None = None
         self.last_queued: dict[str, Any] | None = None  # the server's queue notice, if it sent one
         self.last_conversation: dict[str, Any] | None = None  # the latest "conversation" notice
@@ -96,14 +109,24 @@ class Session:
         await self.connection.send(json.dumps(request))
         started = self.last_started = await self._next_control({"started"})
         stream_id, rate = started["stream_id"], started["sample_rate"]
+        heard = _Heard(format)
         finished = False
         try:
             while True:
-                message = await self.connection.recv()
+                try:
+                    message = await self.connection.recv()
+                except websockets.ConnectionClosed:
+                    token = started.get("resume_token")
+                    if self._redial is None or token is None or not heard.resumable:
+                        raise
+                    started = self.last_started = await self._resume(token, heard)
+                    stream_id = started["stream_id"]
+                    continue
                 if isinstance(message, bytes):
                     frame = protocol.decode_audio_frame(message)
                     if frame.stream_id == stream_id:
-                        yield AudioChunk(frame.payload, format, rate, frame.index)
+                        heard.add(frame.payload)
+                        yield AudioChunk(frame.payload, format, rate, heard.chunks - 1)
                     continue
                 event = json.loads(message)
                 if event.get("type") == "error":
@@ -120,6 +143,30 @@ class Session:
                 # A connection that is gone needs no cancel: let its own error tell why.
                 with suppress(websockets.ConnectionClosed):
                     await self._cancel(stream_id)
+
+    async def _resume(self, token: str, heard: _Heard) -> dict[str, Any]:
+        """Reconnect (with backoff, for up to :data:`RESUME_WITHIN_S`) and resume the stream
+        of ``token`` after what was ``heard``; the new ``started``. Raises
+        :class:`StreamError`: the server's refusal, or ``connection_lost``."""
+        assert self._redial is not None
+        deadline = time.monotonic() + RESUME_WITHIN_S
+        delay = 0.1
+        while True:
+            try:
+                self.connection, self.ready = await self._redial()
+                break
+            except (OSError, StreamError, websockets.InvalidHandshake, TimeoutError) as exc:
+                if time.monotonic() + delay > deadline:
+                    raise StreamError(
+                        "connection_lost", f"the stream could not be resumed: {exc}"
+                    ) from exc
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        message = {"type": "resume", "token": token, "samples_heard": heard.samples}
+        await self.connection.send(json.dumps(message))
+        started = await self._next_control({"started"})
+        self.resumes += 1
+        return started
 
     async def send_microphone(self, pcm: bytes, sample_rate: int = 16000) -> None:
         """Send 16-bit mono PCM as microphone audio; a later ``speak(use_audio_prompt=True)``
@@ -168,29 +215,69 @@ class Session:
                 return dict(event)
 
 
+class _Heard:
+    """How much of an utterance's audio arrived: chunks, and samples at its rate (``pcm``:
+    two bytes each; ``opus``: 960 per 20 ms packet at 48 kHz). ``encodec`` streams do not
+    resume (the frames per message depend on the model's codebooks)."""
+
+    def __init__(self, format: str) -> None:
+        self.format = format
+        self.chunks = 0
+        self.samples = 0
+
+    @property
+    def resumable(self) -> bool:
+        return self.format in ("pcm", "opus")
+
+    def add(self, payload: bytes) -> None:
+        self.chunks += 1
+        self.samples += len(payload) // 2 if self.format == "pcm" else OPUS_PACKET_SAMPLES
+
+
 def _stream_error(event: dict[str, Any]) -> StreamError:
     retry = event.get("retry_after_s")
     return StreamError(event["code"], event["message"], None if retry is None else float(retry))
 
 
 @asynccontextmanager
-async def connect(url: str, api_key: str | None = None, **options: Any) -> AsyncIterator[Session]:
+async def connect(
+    url: str, api_key: str | None = None, *, resume: bool = True, **options: Any
+) -> AsyncIterator[Session]:
     """Open a session. ``options`` go to ``websockets.connect`` (e.g. ``open_timeout``); the
     session asks for no per-message compression unless ``compression`` says otherwise (audio
-    does not compress, and deflating it costs both ends CPU)."""
+    does not compress, and deflating it costs both ends CPU).
+
+    ``resume``: when the connection drops while an utterance plays and the server gave it a
+    resume token (servers with stream checkpoints), reconnect to ``url`` (the front door: any
+    node will do) with backoff for up to :data:`RESUME_WITHIN_S` and go on with the utterance
+    from the audio already received (``pcm`` and ``opus``); the iterator of :meth:`Session.speak`
+    carries on after a gap. A resume that fails raises :class:`StreamError` with the server's
+    reason."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     options.setdefault("compression", None)
+
+    async def dial() -> tuple[ClientConnection, dict[str, Any]]:
+        try:
+            connection = await websockets.connect(url, additional_headers=headers, **options)
+        except websockets.InvalidStatus as refused:
+            raise _refusal(refused.response) from None
+        try:
+            ready = json.loads(await connection.recv())
+            if ready.get("type") == "error":
+                raise StreamError(ready["code"], ready["message"], ready.get("retry_after_s"))
+            if ready.get("type") != "ready" or ready.get("protocol") != protocol.PROTOCOL_VERSION:
+                raise StreamError("protocol", f"unexpected greeting {ready!r}")
+        except BaseException:
+            await connection.close()
+            raise
+        return connection, ready
+
+    connection, ready = await dial()
+    session = Session(connection, ready, dial if resume else None)
     try:
-        connection = await websockets.connect(url, additional_headers=headers, **options)
-    except websockets.InvalidStatus as refused:
-        raise _refusal(refused.response) from None
-    async with connection:
-        ready = json.loads(await connection.recv())
-        if ready.get("type") == "error":
-            raise StreamError(ready["code"], ready["message"], ready.get("retry_after_s"))
-        if ready.get("type") != "ready" or ready.get("protocol") != protocol.PROTOCOL_VERSION:
-            raise StreamError("protocol", f"unexpected greeting {ready!r}")
-        yield Session(connection, ready)
+        yield session
+    finally:
+        await session.connection.close()
 
 
 def _refusal(response: Response) -> StreamError:

@@ -127,6 +127,14 @@ class ServerConfig(Section):
         description="on SIGTERM or POST /admin/drain: how long open streams may run on before "
         "they are ended with shutting_down (and, for a rolling restart, per replica)",
     )
+    checkpoint_ttl_s: float = Field(
+        60.0,
+        ge=0,
+        le=86400,
+        description="with limits.redis_url: how long a WebSocket stream's resume checkpoint "
+        "outlives its last write, for its client to resume it on another node when this one is "
+        "lost (0: no checkpoints)",
+    )
     resume_timeout_s: float = Field(
         30.0,
         ge=0,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -35,6 +36,7 @@ class RunningServer:
         args: tuple[str, ...] = (),
         replicas: int | None = 1,
         port: int | None = None,
+        own_group: bool = False,
     ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -56,6 +58,7 @@ class RunningServer:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **_replicas_env(replicas), **(env or {})},
+            start_new_session=own_group,  # a process group of its own: the node, to kill whole
         )
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
@@ -97,6 +100,11 @@ class RunningServer:
             for line in lines
             if line.startswith(name) and not line.startswith("#")
         )
+
+    def kill_group(self) -> None:
+        """SIGKILL the node whole, edge and engines (started with ``own_group``)."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
 
     def stop(self) -> None:
         self.process.terminate()

@@ -223,6 +223,24 @@ class AdmissionGate:
         """Admitted streams served by replica ``index``."""
         return sum(1 for t in self.active if t.replica == index)
 
+    async def admit_resumed(self, priority: Priority, cost: StreamCost, timeout_s: float) -> Ticket:
+        """A ticket for a stream another node started and lost (its client resumes it here):
+        placed as a stream whose replica was lost is, ahead of every waiter, within
+        ``timeout_s``; :class:`AdmissionRefused` ``engine_unavailable`` otherwise."""
+        now = self.clock()
+        rate = 1.0 - self.capacity.plan.headroom
+        ticket = Ticket(priority, cost, now, 0.0, now + cost.audio_s * rate, replica=None)
+        self.active.add(ticket)
+        try:
+            await self.relocate(ticket, timeout_s)
+        except BaseException:
+            self.release(ticket)
+            self._count(priority, "refused", "resume_no_room")
+            raise
+        self._count(priority, "admitted", "resumed")
+        self.update_gauges()
+        return ticket
+
     async def relocate(self, ticket: Ticket, timeout_s: float) -> int:
         """A replica for an admitted stream whose replica was lost: the first placeable one
         it fits on, ahead of every waiter; :class:`AdmissionRefused` ``engine_unavailable``

@@ -34,6 +34,7 @@ from cadenza.edge.server.lifecycle import Lifecycle
 from cadenza.edge.server.metrics import Metrics
 from cadenza.edge.server.node_identity import NODE_HEADER, with_node_label
 from cadenza.edge.server.state import EdgeState
+from cadenza.edge.streams.checkpoints import CheckpointStore
 from cadenza.edge.streams.errors import install_error_handlers
 from cadenza.edge.transports import speech_http, webrtc, websocket
 from cadenza.loop_lag import LoopLagProbe
@@ -58,6 +59,14 @@ def create_app(config: CadenzaConfig) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         rate_limiter = quotas_for(config.limits, metrics)
+        checkpoints = None
+        if config.limits.redis_url and config.server.checkpoint_ttl_s > 0:
+            checkpoints = CheckpointStore(
+                config.limits.redis_url,
+                config.server.checkpoint_ttl_s,
+                config.server.node_name,
+                metrics,
+            )
         services: dict[str, ModelService] = {}
         lifecycle = Lifecycle()
         state: EdgeState | None = None
@@ -82,6 +91,7 @@ def create_app(config: CadenzaConfig) -> FastAPI:
                 api_keys=api_keys,
                 guard=guard,
                 lifecycle=lifecycle,
+                checkpoints=checkpoints,
             )
             yield
         finally:
@@ -99,6 +109,8 @@ def create_app(config: CadenzaConfig) -> FastAPI:
                     await service.close()
                 if isinstance(rate_limiter, SharedRateLimiter):
                     await rate_limiter.close()
+                if checkpoints is not None:
+                    await checkpoints.close()
                 loop_lag.cancel()
 
     # No generated API pages: the protocols are documented in docs/protocol.md, and an open

@@ -46,6 +46,29 @@ class Metrics:
             "round trips to the rate limits' Redis that failed (refused, timed out, an error)",
             registry=r,
         )
+        self.checkpoint_writes = Counter(
+            "cadenza_checkpoint_writes",
+            "round trips that wrote streams' resume checkpoints to Redis (limits.redis_url)",
+            registry=r,
+        )
+        self.checkpoint_failures = Counter(
+            "cadenza_checkpoint_failures",
+            "checkpoint writes and claims that failed (Redis refused, timed out, an error)",
+            registry=r,
+        )
+        self.node_resumes = Counter(
+            "cadenza_node_resumes",
+            "resume requests from clients whose stream's node was lost, by outcome (resumed; "
+            "expired: no such stream; refused: already resumed, another key's, or no room)",
+            labelnames=["outcome"],
+            registry=r,
+        )
+        self.node_resume_gap = Histogram(
+            "cadenza_node_resume_gap_seconds",
+            "from the lost node's last checkpoint write to the first audio of the resume",
+            buckets=(0.25, 0.5, 1, 2, 5, 10, 20, 30, 60),
+            registry=r,
+        )
         self.streams_active = Gauge(
             "cadenza_streams_active", "streams currently producing audio", registry=r
         )

@@ -19,6 +19,7 @@ from cadenza.edge.streams.errors import EdgeError
 from cadenza.edge.streams.lease import Transport
 
 if TYPE_CHECKING:
+    from cadenza.edge.streams.checkpoints import CheckpointStore
     from cadenza.edge.transports.webrtc import WebRTCSession
 
 
@@ -36,6 +37,7 @@ class EdgeState:
     webrtc_sessions: set[WebRTCSession] = field(default_factory=set)
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     admin_tasks: set[asyncio.Task[None]] = field(default_factory=set)  # drains, restarts
+    checkpoints: CheckpointStore | None = None  # with limits.redis_url: streams resume anywhere
 
     @property
     def default(self) -> ModelService:

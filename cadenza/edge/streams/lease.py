@@ -45,6 +45,7 @@ from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.errors import ENGINE_RETRY_AFTER_S, EngineError, EngineUnavailable
 from cadenza.contract.request import ResumePoint, StreamOutput, SynthesisRequest
 from cadenza.contract.stream_length import request_duration_s
+from cadenza.edge.admission.capacity import StreamCost
 from cadenza.edge.admission.gate import AdmissionGate, AdmissionRefused, QueuedCallback, Ticket
 from cadenza.edge.admission.guard import TextGuard, run_guard
 from cadenza.edge.admission.priority_queues import Priority
@@ -151,10 +152,7 @@ class Admission:
             raise EdgeError.from_rate_limit(exc) from exc
         except QuotasUnavailable as exc:
             raise EdgeError.from_quotas_unavailable(exc) from exc
-        prompt_s = request.prompt_audio_samples / request.prompt_sample_rate
-        prompt_s += request.context_audio_s(info.frame_rate)
-        prompt_text = "".join(turn.text for turn in request.context) + request.text
-        cost = self.gate.capacity.stream_cost(prompt_text, audio_s, prompt_s)
+        cost = self._cost(request, info, audio_s)
         try:
             ticket = await self.gate.acquire(priority, cost, on_queued, prefix=request.voice)
         except AdmissionRefused as exc:
@@ -164,6 +162,54 @@ class Admission:
             self.rate_limiter.refund(grant)
             raise
         return StreamLease(self, transport, request, grant, ticket, info.sample_rate)
+
+    async def resume(
+        self,
+        *,
+        transport: Transport,
+        client: str,
+        request: SynthesisRequest,
+        priority: Priority,
+        rows: np.ndarray,
+        frames_heard: int,
+    ) -> StreamLease:
+        """Admit a stream that another node started and lost, which its client resumes here
+        from its checkpoint: ``rows`` generated there, ``frames_heard`` of them heard. It is
+        not validated, guarded or charged again (its first node did all that); it is placed
+        ahead of new streams, as a stream whose engine was lost is, within
+        ``server.resume_timeout_s``. Raises :class:`EdgeError`."""
+        self.metrics.stream_requests.labels(transport=transport).inc()
+        try:
+            self.lifecycle.check_open()
+            try:
+                info = self.engines.require_ready()
+            except EngineError as exc:
+                raise EdgeError.from_engine(exc) from exc
+            total_s = request_duration_s(request.text, request.max_duration_s, self.config.limits)
+            heard_s = frames_heard / info.frame_rate
+            cost = self._cost(request, info, max(total_s - heard_s, 0.0), heard_s)
+            try:
+                ticket = await self.gate.admit_resumed(
+                    priority, cost, self.config.server.resume_timeout_s
+                )
+            except AdmissionRefused as exc:
+                raise EdgeError.from_refusal(exc) from exc
+        except EdgeError as exc:
+            self.metrics.stream_refusals.labels(transport=transport, code=exc.code).inc()
+            raise
+        lease = StreamLease(self, transport, request, Grant(client, 0.0), ticket, info.sample_rate)
+        lease.seed(rows, frames_heard)
+        return lease
+
+    def _cost(
+        self, request: SynthesisRequest, info: EngineInfo, audio_s: float, heard_s: float = 0.0
+    ) -> StreamCost:
+        """What the stream weighs in admission: its prompt (text, speech prompt, context, and
+        ``heard_s`` of audio already generated, which a resume prefills) and ``audio_s``."""
+        prompt_s = request.prompt_audio_samples / request.prompt_sample_rate + heard_s
+        prompt_s += request.context_audio_s(info.frame_rate)
+        prompt_text = "".join(turn.text for turn in request.context) + request.text
+        return self.gate.capacity.stream_cost(prompt_text, audio_s, prompt_s)
 
 
 class StreamLease:
@@ -198,6 +244,12 @@ class StreamLease:
         self.resumes = 0
         admission.metrics.streams_active.inc()
         admission.lifecycle.opened(self)
+
+    def seed(self, rows: np.ndarray, frames_heard: int) -> None:
+        """Where a stream resumed from another node's checkpoint stands: the engine goes on
+        after ``rows``, its listener having heard ``frames_heard`` frames."""
+        self._rows = [rows] if len(rows) else []
+        self._frames_heard = frames_heard
 
     async def outputs(self) -> AsyncGenerator[StreamOutput, None]:
         """The engine's outputs for this stream, up to its last, across engine losses (see
@@ -243,7 +295,7 @@ class StreamLease:
         """One engine's outputs for the stream (the request resumed where it stands)."""
         metrics = self.admission.metrics
         request = self.request
-        if self.resumes:
+        if self.resumes or self._rows:  # moved, or resumed from another node's checkpoint
             rows = np.concatenate(self._rows) if self._rows else np.zeros((0, 1), np.int32)
             point = ResumePoint(tuple(map(tuple, rows.tolist())), self._frames_heard)
             request = dataclasses.replace(request, resume=point)

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from cadenza.edge.streams.resume_token import TOKEN_PATTERN
 from cadenza.edge.streams.sampling_fields import SamplingFields
 from cadenza.edge.streams.untrusted_json import JsonRejected, dump_json, parse_json
 
@@ -80,6 +81,17 @@ class Hello(_Message):
     api_key: str
 
 
+class Resume(_Message):
+    """Go on with a stream whose connection (or node) was lost before its ``done``: the
+    ``resume_token`` from its ``started``, and how much of its audio the client has, in
+    samples at the stream's sample rate (``pcm``, ``opus``) or in codec frames (``encodec``)."""
+
+    type: Literal["resume"]
+    token: Annotated[str, Field(pattern=TOKEN_PATTERN)]
+    samples_heard: Annotated[int, Field(ge=0, le=2**40)] | None = None
+    frames_heard: Annotated[int, Field(ge=0, le=2**32)] | None = None
+
+
 class Cancel(_Message):
     type: Literal["cancel"]
 
@@ -100,16 +112,18 @@ class ResetConversation(_Message):
 
 
 ClientMessage = Annotated[
-    Speak | AudioIn | Hello | Cancel | Ping | Close | ResetConversation,
+    Speak | AudioIn | Hello | Resume | Cancel | Ping | Close | ResetConversation,
     Field(discriminator="type"),
 ]
 _CLIENT_MESSAGE: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
-CLIENT_TYPES = ("speak", "audio_in", "hello", "cancel", "ping", "close", "reset_conversation")
+CLIENT_TYPES = (
+    "speak", "audio_in", "hello", "resume", "cancel", "ping", "close", "reset_conversation",
+)  # fmt: skip
 
 
 def parse_client_message(
     text: str,
-) -> Speak | AudioIn | Hello | Cancel | Ping | Close | ResetConversation:
+) -> Speak | AudioIn | Hello | Resume | Cancel | Ping | Close | ResetConversation:
     """One text message from a client. Raises :class:`ProtocolError` with ``invalid_json``,
     ``unknown_type`` or ``invalid_message``."""
     try:

@@ -6,7 +6,9 @@ A session plays one utterance at a time::
 
     client message          session state         events out
     speak                   idle                  StartUtterance(id)      (id = 1, 2, ...)
-    speak                   playing               Send(error busy)
+    resume                  idle                  ResumeUtterance(id)     (a stream of a lost
+                                                                           connection or node)
+    speak, resume           playing               Send(error busy)
     cancel                  playing               StopUtterance(id), Send(done cancelled)
     close                   any                   [StopUtterance, Send(done)], CloseConnection(1000)
     ping {data}             any                   Send(pong {data})
@@ -49,6 +51,7 @@ from cadenza.edge.streams.protocol import (
     Ping,
     ProtocolError,
     ResetConversation,
+    Resume,
     Speak,
 )
 
@@ -89,6 +92,15 @@ class StartUtterance:
 
 
 @dataclass(frozen=True)
+class ResumeUtterance:
+    """Go on with the stream ``resume`` names, as utterance ``stream_id`` of this session (the
+    transport claims its checkpoint, and refuses it with an ``error`` if it cannot)."""
+
+    stream_id: int
+    resume: Resume
+
+
+@dataclass(frozen=True)
 class _ConversationTurn:
     """A conversation utterance in flight: what joins the conversation if it speaks."""
 
@@ -110,7 +122,7 @@ class CloseConnection:
     code: int
 
 
-Event = Send | StartUtterance | StopUtterance | CloseConnection
+Event = Send | StartUtterance | ResumeUtterance | StopUtterance | CloseConnection
 
 SpeakCheck = Callable[[Speak], int]
 """The transport's own check of a ``speak``: the sample rate its audio will have, or
@@ -151,6 +163,8 @@ class SpeakSession:
             return [Send(protocol.error_message(exc.code, exc.message))]
         if isinstance(message, Speak):
             return self._speak(message)
+        if isinstance(message, Resume):
+            return self._resume(message)
         if isinstance(message, Cancel):
             return self._stop()
         if isinstance(message, Close):
@@ -241,6 +255,17 @@ class SpeakSession:
             return [Send(protocol.error_message(exc.code, exc.message, stream_id))]
         self.active_stream_id = stream_id
         return [StartUtterance(stream_id, speak, sample_rate, prompt, self.codec_sample_rate)]
+
+    def _resume(self, resume: Resume) -> list[Event]:
+        if self.active_stream_id is not None:
+            message = "an utterance is playing; cancel it first"
+            return [Send(protocol.error_message("busy", message))]
+        stream_id = next(self._stream_ids)
+        if (resume.samples_heard is None) == (resume.frames_heard is None):
+            message = "resume: give samples_heard (pcm, opus) or frames_heard (encodec)"
+            return [Send(protocol.error_message("invalid_message", message, stream_id))]
+        self.active_stream_id = stream_id
+        return [ResumeUtterance(stream_id, resume)]
 
     def _converse(self, speak: Speak, stream_id: int, sample_rate: int) -> list[Event]:
         """A ``speak`` in conversation mode: the conversation (and the user's new turn, from

@@ -38,6 +38,7 @@ from cadenza.edge.streams.protocol import ProtocolError, Speak
 from cadenza.edge.streams.speak_session import (
     CloseConnection,
     Event,
+    ResumeUtterance,
     Send,
     SpeakSession,
     StartUtterance,
@@ -202,6 +203,10 @@ class WebRTCSession:
                 self._send(event.text)
             elif isinstance(event, StartUtterance):
                 self._playing.start(event.stream_id, self._play(event))
+            elif isinstance(event, ResumeUtterance):
+                message = "resuming a stream is offered on the WebSocket, not on WebRTC yet"
+                self._send(protocol.error_message("resume_unsupported", message, event.stream_id))
+                self.session.utterance_ended(event.stream_id)
             elif isinstance(event, StopUtterance):
                 self.buffer.clear()  # barge-in: nothing queued keeps playing
                 await self._playing.stop(event.stream_id)

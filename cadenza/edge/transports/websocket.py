@@ -2,10 +2,15 @@
 (docs/protocol.md).
 
 A node that drains or has no ready engine refuses the upgrade with HTTP 503 (a front door
-retries it elsewhere). After the handshake and authentication the server sends ``ready``; each client message goes
-through the session's rules, and each utterance the session starts plays as a task: admission
-lease, ``started``, binary audio frames, ``done``. Bad messages get an ``error`` and the session
-goes on.
+retries it elsewhere). After the handshake and authentication the server sends ``ready``;
+each client message goes through the session's rules, and each utterance the session starts
+plays as a task: admission lease, ``started``, binary audio frames, ``done``. Bad messages get
+an ``error`` and the session goes on.
+
+With stream checkpoints (``limits.redis_url``, :mod:`cadenza.edge.streams.checkpoints`) each
+``started`` carries a ``resume_token``, and a ``resume`` message goes on with a stream whose
+connection or node was lost: the checkpoint is claimed, the stream admitted ahead of new ones,
+and its audio continues from what the client says it heard.
 
 Timeouts keep hung clients from holding anything: a session that sends nothing while nothing
 plays is closed after ``server.ws_idle_timeout_s``; a client that stops reading is dropped with
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
@@ -36,12 +42,16 @@ from cadenza.edge.media.resampler import StreamResampler
 from cadenza.edge.media.wav import float_to_s16le
 from cadenza.edge.server.state import EdgeState
 from cadenza.edge.streams import protocol
+from cadenza.edge.streams.checkpoints import Boundary, ResumeRefused, StreamHead, resume_point
 from cadenza.edge.streams.conversation import SaidFrames
 from cadenza.edge.streams.errors import EdgeError, error_response
+from cadenza.edge.streams.lease import StreamLease
 from cadenza.edge.streams.protocol import Hello, ProtocolError
+from cadenza.edge.streams.resume_token import new_token
 from cadenza.edge.streams.speak_session import (
     CloseConnection,
     Event,
+    ResumeUtterance,
     Send,
     SpeakSession,
     StartUtterance,
@@ -222,7 +232,7 @@ class WebSocketEndpoint:
         for event in events:
             if isinstance(event, Send):
                 await self._send_text(event.text)
-            elif isinstance(event, StartUtterance):
+            elif isinstance(event, StartUtterance | ResumeUtterance):
                 self._playing.start(event.stream_id, self._play(event, session))
             elif isinstance(event, StopUtterance):
                 await self._playing.stop(event.stream_id)
@@ -233,11 +243,14 @@ class WebSocketEndpoint:
                 return True
         return False
 
-    async def _play(self, start: StartUtterance, session: SpeakSession) -> None:
+    async def _play(self, start: StartUtterance | ResumeUtterance, session: SpeakSession) -> None:
         stream_id = start.stream_id
         said = SaidFrames()
         try:
-            await self._play_utterance(start, said)
+            if isinstance(start, StartUtterance):
+                await self._play_utterance(start, said)
+            else:
+                await self._resume_utterance(start, said)
         except _SlowConsumer:  # its lease is closed by now: the slot is free
             with contextlib.suppress(_ClientGone):
                 await self._drop("slow_consumer", "client is not reading fast enough", stream_id)
@@ -260,10 +273,6 @@ class WebSocketEndpoint:
         try:
             service = self.state.service(start.speak.model, transport="websocket")
             info = service.info()
-            said.frame_rate = info.frame_rate
-            encode = _payload_encoder(
-                start.speak.format, info.sample_rate, start.sample_rate, info.frame_rate
-            )
             lease = await service.admission.open(
                 transport="websocket",
                 client=self.client,
@@ -274,21 +283,97 @@ class WebSocketEndpoint:
         except EdgeError as exc:
             await self._send_error(exc, stream_id)
             return
-        listener = ListenerEstimate()
+        head = StreamHead(
+            service.name, self.client, start.speak.format, start.sample_rate, lease.request,
+            start.speak.priority,
+        )  # fmt: skip
+        await self._stream(stream_id, lease, info, head, said, Resumed.none())
+
+    async def _resume_utterance(self, start: ResumeUtterance, said: SaidFrames) -> None:
+        """Claim the checkpoint ``start`` names and go on with its stream here (see
+        :mod:`cadenza.edge.streams.checkpoints`); an ``error`` when that cannot be done."""
+        stream_id, resume = start.stream_id, start.resume
+        store, resumes = self.state.checkpoints, self.state.metrics.node_resumes
+        if store is None:
+            message = "this server keeps no stream checkpoints (limits.redis_url is not set)"
+            await self._send_text(protocol.error_message("resume_unavailable", message, stream_id))
+            return
         try:
-            await self._send_text(
-                protocol.server_message(
-                    "started",
-                    stream_id=stream_id,
-                    format=start.speak.format,
-                    sample_rate=start.sample_rate,
-                    queued_s=round(lease.queued_s, 3),
-                )
+            checkpoint = await store.claim(resume.token, self.client)
+        except ResumeRefused as exc:
+            resumes.labels(outcome="expired" if exc.code == "resume_not_found" else "refused").inc()
+            await self._send_text(protocol.error_message(exc.code, exc.message, stream_id))
+            return
+        head = checkpoint.head
+        try:
+            service = self.state.service(head.model, transport="websocket")
+            info = service.info()
+            unit, heard = _heard(resume, head, info.sample_rate)
+            point, at, drop = resume_point(checkpoint, heard, unit)
+            lease = await service.admission.resume(
+                transport="websocket",
+                client=self.client,
+                request=head.request,
+                priority=head.priority,
+                rows=checkpoint.rows,
+                frames_heard=point.frames_sent,
             )
+        except EdgeError as exc:
+            store.restore(resume.token, checkpoint)  # the client may try again
+            resumes.labels(outcome="refused").inc()
+            await self._send_error(exc, stream_id)
+            return
+        resumes.labels(outcome="resumed").inc()
+        resumed = Resumed(checkpoint.rows, at, drop, unit, checkpoint.last_write)
+        await self._stream(stream_id, lease, info, head, said, resumed)
+
+    async def _stream(
+        self,
+        stream_id: int,
+        lease: StreamLease,
+        info: EngineInfo,
+        head: StreamHead,
+        said: SaidFrames,
+        resumed: Resumed,
+    ) -> None:
+        """Send the lease's audio as utterance ``stream_id`` (``started``, binary frames,
+        ``done``), writing its checkpoint as it goes when the server keeps them."""
+        said.frame_rate = info.frame_rate
+        encode = _payload_encoder(head.format, info.sample_rate, head.sample_rate, info.frame_rate)
+        listener = ListenerEstimate()
+        checkpoint, token = None, None
+        if self.state.checkpoints is not None:
+            token = new_token()
+            checkpoint = self.state.checkpoints.begin(token, head, resumed.rows, resumed.at)
+        heard = resumed.at
+        drop = resumed.drop
+        finished = False
+        try:
+            started_fields: dict[str, object] = {
+                "stream_id": stream_id,
+                "format": head.format,
+                "sample_rate": head.sample_rate,
+                "queued_s": round(lease.queued_s, 3),
+            }
+            if token is not None:
+                started_fields["resume_token"] = token
+            if resumed.last_write is not None:
+                started_fields["resumed"] = True
+            await self._send_text(protocol.server_message("started", **started_fields))
             started = time.perf_counter()
             async with contextlib.aclosing(lease.outputs()) as outputs:
                 async for output in outputs:
                     said.add(output)
+                    frames = 0 if output.codes is None else len(output.codes)
+                    heard = Boundary(heard.frames + frames, heard.samples + len(output.audio))
+                    if checkpoint is not None:
+                        checkpoint.record(output, heard)
+                    if resumed.last_write is not None and (len(output.audio) or output.finished):
+                        gap = time.time() - resumed.last_write
+                        self.state.metrics.node_resume_gap.observe(max(gap, 0.0))
+                        resumed = dataclasses.replace(resumed, last_write=None)
+                    if drop:
+                        output, drop = _without_heard(output, drop, resumed.unit)
                     for payload, seconds in encode(output, output.finished):
                         frame = protocol.encode_audio_frame(stream_id, listener.chunks, payload)
                         await self._send_bytes(frame)
@@ -296,14 +381,18 @@ class WebSocketEndpoint:
                     if output.finished:
                         reason = output.finish_reason.value if output.finish_reason else "eos"
                         await self._send_text(listener.done_message(stream_id, reason))
+                        finished = True
         except EdgeError as exc:
             lease.close()  # free the slot before telling the client anything
+            finished = True  # the stream failed here: nothing to resume
             if exc.code == "slow_consumer":
                 await self._drop(exc.code, exc.message, stream_id)
             else:
                 await self._send_error(exc, stream_id)
         finally:
             lease.close()
+            if checkpoint is not None:
+                checkpoint.end(finished)
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -419,3 +508,47 @@ def _payload_encoder(fmt: str, native_rate: int, rate: int, frame_rate: float) -
         return [(float_to_s16le(samples), samples.size / rate)]
 
     return pcm
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """Where a stream resumed from another node's checkpoint stands: its ``rows``, the output
+    boundary ``at`` which the engine goes on, the ``drop`` samples or frames (``unit``) of
+    the continuation the client already has, and when the lost node last wrote (``None``
+    once the first audio is out, or for a stream that starts here)."""
+
+    rows: np.ndarray | None
+    at: Boundary
+    drop: int
+    unit: str
+    last_write: float | None
+
+    @classmethod
+    def none(cls) -> Resumed:
+        return cls(None, Boundary(0, 0), 0, "samples", None)
+
+
+def _heard(resume: protocol.Resume, head: StreamHead, codec_rate: int) -> tuple[str, int]:
+    """What the client heard, in codec frames (``encodec``) or samples at the codec's rate.
+    Raises :class:`EdgeError` ``invalid_message`` when it gave the other measure."""
+    if head.format == "encodec":
+        if resume.frames_heard is None:
+            message = "resume: an encodec stream counts frames_heard"
+            raise EdgeError(400, message, code="invalid_message")
+        return "frames", resume.frames_heard
+    if resume.samples_heard is None:
+        message = f"resume: a {head.format} stream counts samples_heard"
+        raise EdgeError(400, message, code="invalid_message")
+    return "samples", round(resume.samples_heard * codec_rate / head.sample_rate)
+
+
+def _without_heard(output: StreamOutput, drop: int, unit: str) -> tuple[StreamOutput, int]:
+    """``output`` without its first ``drop`` samples or frames, and how many are left to drop."""
+    if unit == "frames":
+        codes = output.codes
+        if codes is None:
+            return output, drop
+        taken = min(drop, len(codes))
+        return dataclasses.replace(output, codes=codes[taken:]), drop - taken
+    taken = min(drop, len(output.audio))
+    return dataclasses.replace(output, audio=output.audio[taken:]), drop - taken

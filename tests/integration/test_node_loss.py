@@ -1,0 +1,110 @@
+"""A stream survives the loss of its whole node: two real nodes behind a real HAProxy, stream
+checkpoints in a real Redis. An SDK stream through the front door has its node SIGKILLed
+(edge and engines, the process group) mid-utterance; the SDK reconnects through the door,
+resumes on the other node, and the audio it yields equals the uninterrupted stream's, sample
+for sample (greedy, and seeded sampling)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from cadenza.client.sdk import connect
+from cadenza.cluster.haproxy_config import FrontDoor, render_haproxy_config
+from cadenza.cluster.node_address import parse_address, parse_node
+from tests.integration.server import RunningServer
+from tests.support.haproxy_process import running_haproxy
+from tests.support.ports import free_port
+from tests.support.redis_process import running_redis
+
+pytestmark = pytest.mark.timeout(300)
+
+DETERMINISTIC = {"CADENZA_CALIBRATION__MODE": "off", "CADENZA_ADMISSION__SLACK_CLOSE_MS": "-1e9"}
+TEXT = "x" * 84  # six seconds of audio
+
+
+class Fleet:
+    """Nodes ``a`` and ``b`` (each its own process group, restartable on its ports), Redis,
+    and HAProxy in front."""
+
+    def __init__(self, directory: Path, redis_url: str) -> None:
+        self.directory = directory
+        self.env = {**DETERMINISTIC, "CADENZA_LIMITS__REDIS_URL": redis_url}
+        self.ports = {name: (free_port(), free_port()) for name in ("a", "b")}
+        self.nodes: dict[str, RunningServer] = {}
+        self.runs = 0
+        for name in self.ports:
+            self.start(name)
+
+    def start(self, name: str) -> None:
+        http, agent = self.ports[name]
+        self.runs += 1
+        node = RunningServer(
+            self.directory / f"node-{name}-{self.runs}.log",
+            self.env,
+            args=("--node-id", name, "--agent-port", str(agent)),
+            port=http,
+            own_group=True,
+        )
+        node.wait_ready()
+        self.nodes[name] = node
+
+    def door(self, port: int) -> FrontDoor:
+        return FrontDoor(
+            listen=parse_address(f"127.0.0.1:{port}", "--listen"),
+            nodes=tuple(parse_node(f"127.0.0.1:{h}:{a}") for h, a in self.ports.values()),
+        )
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            node.stop()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("node-loss")
+    with running_redis(directory) as redis:
+        fleet = Fleet(directory, redis.url)
+        try:
+            port = free_port()
+            with running_haproxy(render_haproxy_config(fleet.door(port)), directory, [port]):
+                yield fleet, f"ws://127.0.0.1:{port}/v1/stream", redis
+        finally:
+            fleet.stop()
+
+
+async def _speak(url: str, **options) -> tuple[bytes, str, int]:
+    """The utterance's PCM, the node that started it, and the session's resumes."""
+    async with connect(url) as session:
+        node = session.ready["node"]
+        audio = b"".join([c.data async for c in session.speak(TEXT, format="pcm", **options)])
+        return audio, node, session.resumes
+
+
+async def _speak_losing_the_node(fleet: Fleet, url: str, **options) -> tuple[bytes, str, int]:
+    """The same, the node SIGKILLed once a second of audio has arrived."""
+    async with connect(url) as session:
+        node = session.ready["node"]
+        chunks: list[bytes] = []
+        killed = False
+        async for chunk in session.speak(TEXT, format="pcm", **options):
+            chunks.append(chunk.data)
+            if not killed and sum(map(len, chunks)) >= 2 * 24000:
+                fleet.nodes[node].kill_group()
+                killed = True
+        return b"".join(chunks), node, session.resumes
+
+
+@pytest.mark.parametrize("options", [{"temperature": 0.0}, {"seed": 7}], ids=["greedy", "seeded"])
+def test_a_stream_goes_on_on_the_other_node_when_its_node_dies(fleet, options) -> None:
+    nodes, url, _ = fleet
+    reference, _, _ = asyncio.run(_speak(url, **options))
+    audio, lost, resumes = asyncio.run(_speak_losing_the_node(nodes, url, **options))
+    try:
+        assert resumes == 1
+        assert len(audio) == len(reference)
+        assert audio == reference  # no sample repeated, none missing, none different
+    finally:
+        nodes.start(lost)  # the fleet whole again for what follows
