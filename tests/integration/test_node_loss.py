@@ -7,9 +7,13 @@ for sample (greedy, and seeded sampling)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from pathlib import Path
 
 import pytest
+import redis
+import websockets
 
 from cadenza.client.sdk import connect
 from cadenza.cluster.haproxy_config import FrontDoor, render_haproxy_config
@@ -108,3 +112,35 @@ def test_a_stream_goes_on_on_the_other_node_when_its_node_dies(fleet, options) -
         assert audio == reference  # no sample repeated, none missing, none different
     finally:
         nodes.start(lost)  # the fleet whole again for what follows
+
+
+@pytest.mark.parametrize(
+    ("resume", "code"),
+    [
+        ({"token": "A" * 32, "samples_heard": 0}, "resume_not_found"),
+        ({"token": "A" * 32, "frames_heard": 3}, "resume_not_found"),
+        ({"token": "A" * 8, "samples_heard": 0}, "invalid_message"),
+    ],
+)
+def test_a_token_no_stream_has_is_refused_and_the_session_goes_on(fleet, resume, code) -> None:
+    _, url, _ = fleet
+
+    async def main() -> dict:
+        async with websockets.connect(url) as raw:
+            await raw.recv()  # ready
+            await raw.send(json.dumps({"type": "resume", **resume}))
+            error = json.loads(await raw.recv())
+            await raw.send(json.dumps({"type": "ping"}))
+            assert json.loads(await raw.recv())["type"] == "pong"
+            return error
+
+    error = asyncio.run(main())
+    assert error["type"] == "error" and error["code"] == code, error
+
+
+def test_nothing_of_a_finished_stream_is_left_in_redis(fleet) -> None:
+    _, url, redis_server = fleet
+    asyncio.run(_speak(url, temperature=0.0))
+    time.sleep(0.3)  # the delete is sent as the stream ends, not waited for
+    left = redis.Redis(port=redis_server.port).keys("cadenza:stream:*:head")
+    assert left == []

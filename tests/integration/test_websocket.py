@@ -145,6 +145,11 @@ def test_client_that_vanishes_mid_stream_frees_its_stream(ws_url, server):
         ('{"type": "speak", "text": "hi", "max_duration_s": -1}', "invalid_duration"),
         (json.dumps({"type": "speak", "text": "x" * 4097}), "input_too_long"),
         (b"\x00\x01garbage", "unexpected_binary"),
+        ('{"type": "resume", "token": "nope", "samples_heard": 0}', "invalid_message"),
+        (  # a server without checkpoints (limits.redis_url) resumes nothing
+            json.dumps({"type": "resume", "token": "t" * 32, "samples_heard": 0}),
+            "resume_unavailable",
+        ),
     ],
 )
 def test_bad_messages_get_errors_and_the_session_goes_on(ws_url, message, code):

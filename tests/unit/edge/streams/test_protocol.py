@@ -25,6 +25,7 @@ from cadenza.edge.streams.protocol import (
     Ping,
     ProtocolError,
     ResetConversation,
+    Resume,
     Speak,
     decode_audio_frame,
     encode_audio_frame,
@@ -112,6 +113,10 @@ def test_audio_in_defaults_to_16_khz_pcm_and_accepts_opus() -> None:
     [
         (message(type="hello", api_key="k-123"), Hello(type="hello", api_key="k-123")),
         (message(type="cancel"), Cancel(type="cancel")),
+        (
+            message(type="resume", token="t" * 32, samples_heard=48000),
+            Resume(type="resume", token="t" * 32, samples_heard=48000),
+        ),
         (message(type="close"), Close(type="close")),
         (
             message(type="reset_conversation"),
@@ -130,7 +135,7 @@ def test_the_other_client_messages_parse(text: str, expected: Any) -> None:
 
 def test_every_client_type_is_covered() -> None:
     assert set(CLIENT_TYPES) == {
-        "speak", "audio_in", "hello", "cancel", "ping", "close", "reset_conversation"
+        "speak", "audio_in", "hello", "resume", "cancel", "ping", "close", "reset_conversation"
     }  # fmt: skip
 
 
@@ -201,6 +206,13 @@ def test_a_missing_or_unknown_type_is_unknown_type(payload: dict[str, Any]) -> N
         ({"type": "hello"}, "api_key"),
         ({"type": "hello", "api_key": None}, "api_key"),
         ({"type": "cancel", "stream_id": 1}, "stream_id"),
+        ({"type": "resume", "samples_heard": 1}, "token"),
+        ({"type": "resume", "token": "short", "samples_heard": 1}, "token"),
+        ({"type": "resume", "token": "x" * 31 + "/", "samples_heard": 1}, "token"),
+        ({"type": "resume", "token": "x" * 32, "samples_heard": -1}, "samples_heard"),
+        ({"type": "resume", "token": "x" * 32, "samples_heard": 1.5}, "samples_heard"),
+        ({"type": "resume", "token": "x" * 32, "frames_heard": "9"}, "frames_heard"),
+        ({"type": "resume", "token": "x" * 32, "samples_heard": 2**41}, "samples_heard"),
         ({"type": "close", "code": 1000}, "code"),
         ({"type": "ping", "data": 1, "extra": 2}, "extra"),
     ],

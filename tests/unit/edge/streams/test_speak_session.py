@@ -20,6 +20,7 @@ from cadenza.edge.streams.speak_session import (
     CLOSE_IDLE,
     CLOSE_NORMAL,
     CloseConnection,
+    ResumeUtterance,
     Send,
     SpeakSession,
     StartUtterance,
@@ -29,7 +30,7 @@ from cadenza.edge.streams.untrusted_json import MAX_DEPTH
 
 CODEC_RATE = 24000
 IDLE_S = 60.0
-EVENT_TYPES = (Send, StartUtterance, StopUtterance, CloseConnection)
+EVENT_TYPES = (Send, StartUtterance, ResumeUtterance, StopUtterance, CloseConnection)
 
 
 def resolve(speak: Speak) -> int:
@@ -89,6 +90,26 @@ def test_speak_starts_utterances_numbered_from_one() -> None:
     session.utterance_ended(1)
     second = start(session, speak("Two."))
     assert (second.stream_id, second.sample_rate) == (2, CODEC_RATE)
+
+
+def test_resume_goes_on_with_a_lost_stream_as_the_next_utterance() -> None:
+    session = new_session()
+    start(session)
+    session.utterance_ended(1)
+    [resume] = session.receive_text(text(type="resume", token="t" * 32, samples_heard=4800))
+    assert isinstance(resume, ResumeUtterance) and resume.stream_id == 2
+    assert resume.resume.token == "t" * 32 and resume.resume.samples_heard == 4800
+    assert session.active_stream_id == 2
+    busy = single_error(session.receive_text(text(type="resume", token="u" * 32, frames_heard=1)))
+    assert busy["code"] == "busy"
+
+
+@pytest.mark.parametrize("heard", [{}, {"samples_heard": 1, "frames_heard": 1}])
+def test_resume_counts_samples_or_frames_not_both_nor_neither(heard: dict[str, int]) -> None:
+    session = new_session()
+    error = single_error(session.receive_text(text(type="resume", token="t" * 32, **heard)))
+    assert error["code"] == "invalid_message" and "samples_heard" in error["message"]
+    assert session.active_stream_id is None
 
 
 def test_speak_while_an_utterance_plays_is_busy_and_starts_nothing() -> None:
