@@ -170,6 +170,10 @@ def create_app(config: CadenzaConfig) -> FastAPI:
             body["available_now"] = 0
         if len(state.services) > 1:
             body["models"] = {name: s.snapshot().to_json() for name, s in state.services.items()}
+        body["resumable"] = {  # which transports' streams survive what (docs/scaling.md)
+            "engine_loss": ["http", "websocket", "webrtc"],
+            "node_loss": ["websocket"] if state.checkpoints is not None else [],
+        }
         return JSONResponse(body)
 
     @app.get("/metrics")
