@@ -5,6 +5,7 @@ The load-test harness and the tests use it; it keeps every received frame's samp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,19 +39,25 @@ class WebRTCPeer:
         candidates only), as ``GET /v1/webrtc/config`` names the servers."""
         self.base_url = base_url
         self.api_key = api_key
-        self.pc = RTCPeerConnection(configuration)
+        self.configuration = configuration
+        self.microphone = microphone
         self.node: str | None = None  # the node that answered the offer (x-cadenza-node)
         self.result = ReceivedAudio()
+        self.resumes = 0  # utterances resumed on another node after theirs went silent
+        self._reader: asyncio.Task[None] | None = None
+        self._new_connection()
+
+    def _new_connection(self) -> None:
+        self.pc = RTCPeerConnection(self.configuration)
         self.channel = self.pc.createDataChannel("control")
         self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._opened = asyncio.Event()
-        self._reader: asyncio.Task[None] | None = None
         self.channel.on("open", self._opened.set)
         self.channel.on("message", lambda m: self._events.put_nowait(json.loads(m)))
-        if microphone is None:
+        if self.microphone is None:
             self.pc.addTransceiver("audio", direction="recvonly")
         else:
-            self.pc.addTrack(microphone)
+            self.pc.addTrack(self.microphone)
         self.pc.on("track", self._on_track)
 
     def _on_track(self, track: Any) -> None:
@@ -90,6 +97,47 @@ class WebRTCPeer:
             self.result.events.append(event)
             if event["type"] in kinds:
                 return event
+
+    async def speak(
+        self, message: dict[str, Any], timeout_s: float = 60.0, silence_s: float = 2.0
+    ) -> dict[str, Any]:
+        """Send ``speak`` and return its ``done`` (or ``error``). While it plays the server
+        reports its position every half second; when nothing arrives for ``silence_s`` and
+        the utterance has a ``resume_token`` (servers with stream checkpoints), its node is
+        taken for lost: a new offer goes to ``base_url`` (the front door, so another node),
+        and the utterance resumes from what the track had played."""
+        self.send(message)
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        token: str | None = None
+        played = 0
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                event = await self.next_event(
+                    {"started", "stats", "done", "error"}, min(silence_s, max(left, 0.01))
+                )
+            except TimeoutError:
+                if token is None or left <= 0:
+                    raise
+                await self._reconnect()
+                self.send({"type": "resume", "token": token, "samples_heard": played})
+                self.resumes += 1
+                continue
+            if event["type"] in ("done", "error"):
+                return event
+            if event["type"] == "started":
+                token = event.get("resume_token")
+            elif event.get("played_samples") is not None:
+                played = int(event["played_samples"])
+
+    async def _reconnect(self) -> None:
+        """A new peer connection through ``base_url``, the old one dropped."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.pc.close(), 2.0)
+        if self._reader is not None:
+            self._reader.cancel()
+        self._new_connection()
+        await self.connect()
 
     async def close(self) -> None:
         if self._reader is not None:

@@ -16,6 +16,7 @@ import redis
 import websockets
 
 from cadenza.client.sdk import connect
+from cadenza.client.webrtc import WebRTCPeer
 from cadenza.cluster.haproxy_config import FrontDoor, render_haproxy_config
 from cadenza.cluster.node_address import parse_address, parse_node
 from tests.integration.server import RunningServer
@@ -112,6 +113,36 @@ def test_a_stream_goes_on_on_the_other_node_when_its_node_dies(fleet, options) -
         assert audio == reference  # no sample repeated, none missing, none different
     finally:
         nodes.start(lost)  # the fleet whole again for what follows
+
+
+def test_a_webrtc_utterance_completes_on_the_other_node_when_its_node_dies(fleet) -> None:
+    """The aiortc peer hears its node go silent, offers again through the front door and
+    resumes from what its track had played; the utterance completes."""
+    nodes, url, _ = fleet
+    door = url.replace("ws://", "http://").removesuffix("/v1/stream")
+
+    async def main() -> tuple[dict, int, str]:
+        peer = WebRTCPeer(door)
+        try:
+            await peer.connect()
+            node = peer.node
+            assert node is not None
+            speaking = asyncio.create_task(peer.speak({"type": "speak", "text": TEXT}))
+            while sum(len(s) for s in peer.result.samples) < 48000 and not speaking.done():
+                await asyncio.sleep(0.05)
+            nodes.nodes[node].kill_group()
+            done = await speaking
+            await asyncio.sleep(0.3)
+            return done, peer.resumes, node
+        finally:
+            await peer.close()
+
+    done, resumes, lost = asyncio.run(main())
+    try:
+        assert done["type"] == "done", done
+        assert resumes == 1
+    finally:
+        nodes.start(lost)
 
 
 @pytest.mark.parametrize(

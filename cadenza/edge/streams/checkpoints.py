@@ -168,9 +168,9 @@ class CheckpointStore:
     ) -> StreamCheckpoint:
         """Start writing the checkpoint of a stream (``rows`` and ``heard``: where a resumed
         stream already stands)."""
-        writer = StreamCheckpoint(self, token, head)
+        writer = StreamCheckpoint(self, token, head, heard or Boundary(0, 0))
         if rows is not None and len(rows):
-            writer.record_rows(rows, heard or Boundary(0, 0))
+            writer.record_rows(rows, writer.heard)
         self._writers.add(writer)
         return writer
 
@@ -199,7 +199,7 @@ class CheckpointStore:
     def restore(self, token: str, checkpoint: Checkpoint) -> None:
         """Put back a claimed checkpoint whose stream could not be resumed here (no room, no
         engine), so that its client may try again; the tombstone goes."""
-        writer = StreamCheckpoint(self, token, checkpoint.head, unclaim=True)
+        writer = StreamCheckpoint(self, token, checkpoint.head, Boundary(0, 0), unclaim=True)
         for boundary, rows in zip(checkpoint.boundaries, checkpoint.parts, strict=True):
             writer.record_rows(rows, boundary, at=checkpoint.last_write)
         self._writers.add(writer)
@@ -236,10 +236,16 @@ class StreamCheckpoint:
     and ``end`` never wait for Redis."""
 
     def __init__(
-        self, store: CheckpointStore, token: str, head: StreamHead, unclaim: bool = False
+        self,
+        store: CheckpointStore,
+        token: str,
+        head: StreamHead,
+        heard: Boundary,
+        unclaim: bool = False,
     ) -> None:
         self.store = store
         self.token = token
+        self.heard = heard  # the stream's frames and samples so far
         self._head = head
         self._unclaim = unclaim  # a restored checkpoint: its tombstone goes with the first write
         self._pending: list[bytes] = []
@@ -249,12 +255,15 @@ class StreamCheckpoint:
         self._wake = asyncio.Event()
         self.task = asyncio.get_running_loop().create_task(self._write_loop())
 
-    def record(self, output: StreamOutput, heard: Boundary) -> None:
-        """What ``output`` carried, ``heard`` being the stream's total after it."""
+    def record(self, output: StreamOutput) -> None:
+        """What ``output`` carried: its rows, and its frames and samples (at the codec's
+        rate) added to the stream's."""
+        frames = 0 if output.codes is None else len(output.codes)
+        self.heard = Boundary(self.heard.frames + frames, self.heard.samples + len(output.audio))
         if output.rows is not None and len(output.rows):
-            self.record_rows(output.rows, heard)
-        elif output.codes is not None or len(output.audio):
-            self.record_rows(np.zeros((0, 0), np.int32), heard)
+            self.record_rows(output.rows, self.heard)
+        elif frames or len(output.audio):
+            self.record_rows(np.zeros((0, 0), np.int32), self.heard)
 
     def record_rows(self, rows: np.ndarray, heard: Boundary, at: float | None = None) -> None:
         """``rows`` generated, ``heard`` being the stream's total after them; ``at``: when

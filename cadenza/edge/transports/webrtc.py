@@ -29,12 +29,16 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from fastapi import APIRouter, Request
 
+from cadenza.contract.engine_info import EngineInfo
 from cadenza.edge.media.resampler import StreamResampler
 from cadenza.edge.server.state import EdgeState
 from cadenza.edge.streams import protocol
+from cadenza.edge.streams.checkpoints import StreamHead
 from cadenza.edge.streams.conversation import SaidFrames
 from cadenza.edge.streams.errors import EdgeError
+from cadenza.edge.streams.lease import StreamLease
 from cadenza.edge.streams.protocol import ProtocolError, Speak
+from cadenza.edge.streams.resume_token import new_token
 from cadenza.edge.streams.speak_session import (
     CloseConnection,
     Event,
@@ -44,6 +48,7 @@ from cadenza.edge.streams.speak_session import (
     StartUtterance,
     StopUtterance,
 )
+from cadenza.edge.streams.stream_resume import Resumed, claim_and_admit
 from cadenza.edge.streams.untrusted_json import JsonRejected, parse_json
 from cadenza.edge.streams.utterance_tasks import UtteranceTasks
 from cadenza.edge.transports.http_io import read_body
@@ -132,6 +137,8 @@ class WebRTCSession:
         self._tasks: set[asyncio.Task[None]] = set()
         self._playing = UtteranceTasks(spawn=self._spawn)
         self._speak_started_at: float | None = None
+        self._stream_id: int | None = None  # the utterance playing, for the stats' position
+        self._heard_base = 0  # 48 kHz samples of it heard before it came to this node
 
     @property
     def pending(self) -> bool:
@@ -201,12 +208,8 @@ class WebRTCSession:
         for event in events:
             if isinstance(event, Send):
                 self._send(event.text)
-            elif isinstance(event, StartUtterance):
+            elif isinstance(event, StartUtterance | ResumeUtterance):
                 self._playing.start(event.stream_id, self._play(event))
-            elif isinstance(event, ResumeUtterance):
-                message = "resuming a stream is offered on the WebSocket, not on WebRTC yet"
-                self._send(protocol.error_message("resume_unsupported", message, event.stream_id))
-                self.session.utterance_ended(event.stream_id)
             elif isinstance(event, StopUtterance):
                 self.buffer.clear()  # barge-in: nothing queued keeps playing
                 await self._playing.stop(event.stream_id)
@@ -219,10 +222,13 @@ class WebRTCSession:
 
     # -- an utterance -----------------------------------------------------------------------
 
-    async def _play(self, start: StartUtterance) -> None:
+    async def _play(self, start: StartUtterance | ResumeUtterance) -> None:
         said = SaidFrames()
         try:
-            await self._play_utterance(start, said)
+            if isinstance(start, StartUtterance):
+                await self._play_utterance(start, said)
+            else:
+                await self._resume_utterance(start, said)
         finally:
             for event in self.session.utterance_ended(start.stream_id, said):
                 if isinstance(event, Send):
@@ -237,8 +243,6 @@ class WebRTCSession:
         try:
             service = self.state.service(start.speak.model, transport="webrtc")
             info = service.info()
-            said.frame_rate = info.frame_rate
-            resampler = StreamResampler(info.sample_rate, RTC_RATE)
             lease = await service.admission.open(
                 transport="webrtc",
                 client=self.client,
@@ -249,22 +253,68 @@ class WebRTCSession:
         except EdgeError as exc:
             self._send(protocol.error_message(exc.code, exc.message, stream_id, exc.retry_after_s))
             return
+        head = StreamHead(
+            service.name, self.client, "pcm", RTC_RATE, lease.request, start.speak.priority
+        )
+        await self._stream(stream_id, lease, info, head, said, Resumed.fresh())
+
+    async def _resume_utterance(self, start: ResumeUtterance, said: SaidFrames) -> None:
+        """Go on with a stream whose node was lost (``samples_heard`` counts the track's 48
+        kHz samples, as the ``stats`` messages' ``played_samples`` do)."""
+        try:
+            claimed = await claim_and_admit(
+                self.state, start.resume, self.client, "webrtc", heard_rate=RTC_RATE
+            )
+        except EdgeError as exc:
+            message = protocol.error_message(exc.code, exc.message, start.stream_id)
+            self._send(message)
+            return
+        await self._stream(
+            start.stream_id, claimed.lease, claimed.info, claimed.head, said, claimed.resumed
+        )
+
+    async def _stream(
+        self,
+        stream_id: int,
+        lease: StreamLease,
+        info: EngineInfo,
+        head: StreamHead,
+        said: SaidFrames,
+        resumed: Resumed,
+    ) -> None:
+        """Play the lease's audio on the track as utterance ``stream_id`` (``started``, the
+        audio, ``done``), writing its checkpoint as it goes when the server keeps them."""
+        said.frame_rate = info.frame_rate
+        resampler = StreamResampler(info.sample_rate, RTC_RATE)
+        checkpoint, token = None, None
+        if self.state.checkpoints is not None:
+            token = new_token()
+            checkpoint = self.state.checkpoints.begin(token, head, resumed.rows, resumed.at)
         self.buffer.start()
         self.track.first_audio_at = None
         started = self._speak_started_at = time.monotonic()
+        self._stream_id = stream_id
+        heard = resumed.at.samples + (resumed.drop if resumed.unit == "samples" else 0)
+        self._heard_base = round(heard * RTC_RATE / info.sample_rate)
+        finished = False
         reason = "eos"
-        self._send(
-            protocol.server_message(
-                "started",
-                stream_id=stream_id,
-                sample_rate=RTC_RATE,
-                queued_s=round(lease.queued_s, 3),
-            )
-        )
+        fields: dict[str, object] = {
+            "stream_id": stream_id,
+            "sample_rate": RTC_RATE,
+            "queued_s": round(lease.queued_s, 3),
+        }
+        if token is not None:
+            fields["resume_token"] = token
+        if resumed.rows is not None:
+            fields["resumed"] = True
+        self._send(protocol.server_message("started", **fields))
         try:
             async with contextlib.aclosing(lease.outputs()) as outputs:
                 async for output in outputs:
                     said.add(output)
+                    if checkpoint is not None:
+                        checkpoint.record(output)
+                    output, resumed = resumed.pass_on(output, self.state.metrics)
                     self.buffer.push(resampler.process(output.audio))
                     if output.finished:
                         self.buffer.push(resampler.flush())
@@ -272,6 +322,7 @@ class WebRTCSession:
                         reason = output.finish_reason.value if output.finish_reason else "eos"
             lease.close()  # the engine is done: free the slot while the listener hears the end
             await self._play_out()
+            finished = True
             first = self.track.first_audio_at
             stats = {
                 "ttfa_ms": round(1000 * (first - started), 1) if first else None,
@@ -283,10 +334,14 @@ class WebRTCSession:
                 protocol.server_message("done", stream_id=stream_id, reason=reason, stats=stats)
             )
         except EdgeError as exc:
+            finished = True  # it failed here: nothing to resume
             self.buffer.clear()
             self._send(protocol.error_message(exc.code, exc.message, stream_id, exc.retry_after_s))
         finally:
             lease.close()
+            self._stream_id = None
+            if checkpoint is not None:
+                checkpoint.end(finished)
 
     async def _play_out(self) -> None:
         """Wait until the buffered audio has played, or for as long as it should take plus a
@@ -330,8 +385,18 @@ class WebRTCSession:
                     send_jitter_p99_ms=round(jitter[int(0.99 * (len(jitter) - 1))], 2)
                     if jitter
                     else None,
+                    **self._position(),
                 )
             )
+
+    def _position(self) -> dict[str, int]:
+        """While an utterance plays: its ``stream_id`` and ``played_samples``, the 48 kHz
+        samples of it the track has sent (counting from its start, across a resume): what a
+        client that loses this node sends back in ``resume``."""
+        if self._stream_id is None:
+            return {}
+        played = self._heard_base + self.buffer.stats.frames_played * self.buffer.frame_samples
+        return {"stream_id": self._stream_id, "played_samples": played}
 
     async def _drain_microphone(self, track: MediaStreamTrack) -> None:
         """Keep the newest seconds of the microphone for ``use_audio_prompt``."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 import uuid
@@ -42,7 +41,7 @@ from cadenza.edge.media.resampler import StreamResampler
 from cadenza.edge.media.wav import float_to_s16le
 from cadenza.edge.server.state import EdgeState
 from cadenza.edge.streams import protocol
-from cadenza.edge.streams.checkpoints import Boundary, ResumeRefused, StreamHead, resume_point
+from cadenza.edge.streams.checkpoints import StreamHead
 from cadenza.edge.streams.conversation import SaidFrames
 from cadenza.edge.streams.errors import EdgeError, error_response
 from cadenza.edge.streams.lease import StreamLease
@@ -57,6 +56,7 @@ from cadenza.edge.streams.speak_session import (
     StartUtterance,
     StopUtterance,
 )
+from cadenza.edge.streams.stream_resume import Resumed, claim_and_admit
 from cadenza.edge.streams.utterance_tasks import UtteranceTasks
 
 log = logging.getLogger(__name__)
@@ -287,45 +287,19 @@ class WebSocketEndpoint:
             service.name, self.client, start.speak.format, start.sample_rate, lease.request,
             start.speak.priority,
         )  # fmt: skip
-        await self._stream(stream_id, lease, info, head, said, Resumed.none())
+        await self._stream(stream_id, lease, info, head, said, Resumed.fresh())
 
     async def _resume_utterance(self, start: ResumeUtterance, said: SaidFrames) -> None:
         """Claim the checkpoint ``start`` names and go on with its stream here (see
-        :mod:`cadenza.edge.streams.checkpoints`); an ``error`` when that cannot be done."""
-        stream_id, resume = start.stream_id, start.resume
-        store, resumes = self.state.checkpoints, self.state.metrics.node_resumes
-        if store is None:
-            message = "this server keeps no stream checkpoints (limits.redis_url is not set)"
-            await self._send_text(protocol.error_message("resume_unavailable", message, stream_id))
-            return
+        :mod:`cadenza.edge.streams.stream_resume`); an ``error`` when that cannot be done."""
         try:
-            checkpoint = await store.claim(resume.token, self.client)
-        except ResumeRefused as exc:
-            resumes.labels(outcome="expired" if exc.code == "resume_not_found" else "refused").inc()
-            await self._send_text(protocol.error_message(exc.code, exc.message, stream_id))
-            return
-        head = checkpoint.head
-        try:
-            service = self.state.service(head.model, transport="websocket")
-            info = service.info()
-            unit, heard = _heard(resume, head, info.sample_rate)
-            point, at, drop = resume_point(checkpoint, heard, unit)
-            lease = await service.admission.resume(
-                transport="websocket",
-                client=self.client,
-                request=head.request,
-                priority=head.priority,
-                rows=checkpoint.rows,
-                frames_heard=point.frames_sent,
-            )
+            claimed = await claim_and_admit(self.state, start.resume, self.client, "websocket")
         except EdgeError as exc:
-            store.restore(resume.token, checkpoint)  # the client may try again
-            resumes.labels(outcome="refused").inc()
-            await self._send_error(exc, stream_id)
+            await self._send_error(exc, start.stream_id)
             return
-        resumes.labels(outcome="resumed").inc()
-        resumed = Resumed(checkpoint.rows, at, drop, unit, checkpoint.last_write)
-        await self._stream(stream_id, lease, info, head, said, resumed)
+        await self._stream(
+            start.stream_id, claimed.lease, claimed.info, claimed.head, said, claimed.resumed
+        )
 
     async def _stream(
         self,
@@ -345,8 +319,6 @@ class WebSocketEndpoint:
         if self.state.checkpoints is not None:
             token = new_token()
             checkpoint = self.state.checkpoints.begin(token, head, resumed.rows, resumed.at)
-        heard = resumed.at
-        drop = resumed.drop
         finished = False
         try:
             started_fields: dict[str, object] = {
@@ -357,23 +329,16 @@ class WebSocketEndpoint:
             }
             if token is not None:
                 started_fields["resume_token"] = token
-            if resumed.last_write is not None:
+            if resumed.rows is not None:
                 started_fields["resumed"] = True
             await self._send_text(protocol.server_message("started", **started_fields))
             started = time.perf_counter()
             async with contextlib.aclosing(lease.outputs()) as outputs:
                 async for output in outputs:
                     said.add(output)
-                    frames = 0 if output.codes is None else len(output.codes)
-                    heard = Boundary(heard.frames + frames, heard.samples + len(output.audio))
                     if checkpoint is not None:
-                        checkpoint.record(output, heard)
-                    if resumed.last_write is not None and (len(output.audio) or output.finished):
-                        gap = time.time() - resumed.last_write
-                        self.state.metrics.node_resume_gap.observe(max(gap, 0.0))
-                        resumed = dataclasses.replace(resumed, last_write=None)
-                    if drop:
-                        output, drop = _without_heard(output, drop, resumed.unit)
+                        checkpoint.record(output)
+                    output, resumed = resumed.pass_on(output, self.state.metrics)
                     for payload, seconds in encode(output, output.finished):
                         frame = protocol.encode_audio_frame(stream_id, listener.chunks, payload)
                         await self._send_bytes(frame)
@@ -508,47 +473,3 @@ def _payload_encoder(fmt: str, native_rate: int, rate: int, frame_rate: float) -
         return [(float_to_s16le(samples), samples.size / rate)]
 
     return pcm
-
-
-@dataclass(frozen=True)
-class Resumed:
-    """Where a stream resumed from another node's checkpoint stands: its ``rows``, the output
-    boundary ``at`` which the engine goes on, the ``drop`` samples or frames (``unit``) of
-    the continuation the client already has, and when the lost node last wrote (``None``
-    once the first audio is out, or for a stream that starts here)."""
-
-    rows: np.ndarray | None
-    at: Boundary
-    drop: int
-    unit: str
-    last_write: float | None
-
-    @classmethod
-    def none(cls) -> Resumed:
-        return cls(None, Boundary(0, 0), 0, "samples", None)
-
-
-def _heard(resume: protocol.Resume, head: StreamHead, codec_rate: int) -> tuple[str, int]:
-    """What the client heard, in codec frames (``encodec``) or samples at the codec's rate.
-    Raises :class:`EdgeError` ``invalid_message`` when it gave the other measure."""
-    if head.format == "encodec":
-        if resume.frames_heard is None:
-            message = "resume: an encodec stream counts frames_heard"
-            raise EdgeError(400, message, code="invalid_message")
-        return "frames", resume.frames_heard
-    if resume.samples_heard is None:
-        message = f"resume: a {head.format} stream counts samples_heard"
-        raise EdgeError(400, message, code="invalid_message")
-    return "samples", round(resume.samples_heard * codec_rate / head.sample_rate)
-
-
-def _without_heard(output: StreamOutput, drop: int, unit: str) -> tuple[StreamOutput, int]:
-    """``output`` without its first ``drop`` samples or frames, and how many are left to drop."""
-    if unit == "frames":
-        codes = output.codes
-        if codes is None:
-            return output, drop
-        taken = min(drop, len(codes))
-        return dataclasses.replace(output, codes=codes[taken:]), drop - taken
-    taken = min(drop, len(output.audio))
-    return dataclasses.replace(output, audio=output.audio[taken:]), drop - taken

@@ -53,10 +53,10 @@ def _output(rows: int, frames: int, samples: int, start: int = 0) -> StreamOutpu
 async def _write_three_outputs(store: CheckpointStore, token: str, head: StreamHead = HEAD):
     """Three outputs (4 rows each; the first two with 2 frames of 640 samples each)."""
     writer = store.begin(token, head)
-    writer.record(_output(4, 2, 1280, 0), Boundary(2, 1280))
-    writer.record(_output(4, 2, 1280, 36), Boundary(4, 2560))
+    writer.record(_output(4, 2, 1280, 0))
+    writer.record(_output(4, 2, 1280, 36))
     await asyncio.sleep(0.05)  # a round trip in flight: the next output waits its turn
-    writer.record(_output(4, 0, 0, 72), Boundary(4, 2560))
+    writer.record(_output(4, 0, 0, 72))
     return writer
 
 
@@ -200,7 +200,7 @@ def test_redis_away_leaves_the_stream_unprotected_and_counted(tmp_path) -> None:
         metrics = Metrics()
         store = CheckpointStore("redis://127.0.0.1:1/0", 60.0, "node-a", metrics)
         writer = store.begin(new_token(), HEAD)
-        writer.record(_output(4, 2, 1280), Boundary(2, 1280))
+        writer.record(_output(4, 2, 1280))
         await asyncio.sleep(0.3)
         writer.end(finished=False)
         with pytest.raises(ResumeRefused) as refused:
