@@ -130,14 +130,26 @@ class WebRTCPeer:
             elif event.get("played_samples") is not None:
                 played = int(event["played_samples"])
 
-    async def _reconnect(self) -> None:
-        """A new peer connection through ``base_url``, the old one dropped."""
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.pc.close(), 2.0)
-        if self._reader is not None:
-            self._reader.cancel()
-        self._new_connection()
-        await self.connect()
+    async def _reconnect(self, within_s: float = 20.0) -> None:
+        """A new peer connection through ``base_url``, the old one dropped; offers again
+        with backoff while the front door has no node to answer (503, refused)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within_s
+        delay = 0.25
+        while True:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.pc.close(), 2.0)
+            if self._reader is not None:
+                self._reader.cancel()
+            self._new_connection()
+            try:
+                await self.connect()
+                return
+            except (httpx.HTTPError, TimeoutError):
+                if loop.time() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 2.0)
 
     async def close(self) -> None:
         if self._reader is not None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from pathlib import Path
 
 import pytest
 import redis
@@ -17,54 +16,15 @@ import websockets
 
 from cadenza.client.sdk import connect
 from cadenza.client.webrtc import WebRTCPeer
-from cadenza.cluster.haproxy_config import FrontDoor, render_haproxy_config
-from cadenza.cluster.node_address import parse_address, parse_node
-from tests.integration.server import RunningServer
+from cadenza.cluster.haproxy_config import render_haproxy_config
+from tests.support.fleet import Fleet
 from tests.support.haproxy_process import running_haproxy
 from tests.support.ports import free_port
 from tests.support.redis_process import running_redis
 
 pytestmark = pytest.mark.timeout(300)
 
-DETERMINISTIC = {"CADENZA_CALIBRATION__MODE": "off", "CADENZA_ADMISSION__SLACK_CLOSE_MS": "-1e9"}
 TEXT = "x" * 84  # six seconds of audio
-
-
-class Fleet:
-    """Nodes ``a`` and ``b`` (each its own process group, restartable on its ports), Redis,
-    and HAProxy in front."""
-
-    def __init__(self, directory: Path, redis_url: str) -> None:
-        self.directory = directory
-        self.env = {**DETERMINISTIC, "CADENZA_LIMITS__REDIS_URL": redis_url}
-        self.ports = {name: (free_port(), free_port()) for name in ("a", "b")}
-        self.nodes: dict[str, RunningServer] = {}
-        self.runs = 0
-        for name in self.ports:
-            self.start(name)
-
-    def start(self, name: str) -> None:
-        http, agent = self.ports[name]
-        self.runs += 1
-        node = RunningServer(
-            self.directory / f"node-{name}-{self.runs}.log",
-            self.env,
-            args=("--node-id", name, "--agent-port", str(agent)),
-            port=http,
-            own_group=True,
-        )
-        node.wait_ready()
-        self.nodes[name] = node
-
-    def door(self, port: int) -> FrontDoor:
-        return FrontDoor(
-            listen=parse_address(f"127.0.0.1:{port}", "--listen"),
-            nodes=tuple(parse_node(f"127.0.0.1:{h}:{a}") for h, a in self.ports.values()),
-        )
-
-    def stop(self) -> None:
-        for node in self.nodes.values():
-            node.stop()
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +72,7 @@ def test_a_stream_goes_on_on_the_other_node_when_its_node_dies(fleet, options) -
         assert len(audio) == len(reference)
         assert audio == reference  # no sample repeated, none missing, none different
     finally:
-        nodes.start(lost)  # the fleet whole again for what follows
+        nodes.restart(lost)  # the fleet whole again for what follows
 
 
 def test_a_webrtc_utterance_completes_on_the_other_node_when_its_node_dies(fleet) -> None:
@@ -142,7 +102,7 @@ def test_a_webrtc_utterance_completes_on_the_other_node_when_its_node_dies(fleet
         assert done["type"] == "done", done
         assert resumes == 1
     finally:
-        nodes.start(lost)
+        nodes.restart(lost)
 
 
 @pytest.mark.parametrize(
