@@ -60,9 +60,11 @@ class Node:
         replicas: int,
         cores: str | None = None,
         agent_port: int | None = None,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.name = name
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.agent_port = agent_port
         command = [sys.executable, "-m", "cadenza", "serve", "--port", str(self.port)]
@@ -71,8 +73,8 @@ class Node:
             command += ["--agent-port", str(agent_port)]
         if cores is not None:
             command = ["taskset", "-c", cores, *command]
-        env = {**os.environ, "CADENZA_CALIBRATION__CACHE_DIR": str(cache)}
-        self.log = (out / f"{name}.log").open("wb")
+        env = {**os.environ, "CADENZA_CALIBRATION__CACHE_DIR": str(cache), **(env or {})}
+        self.log = (out / f"{name}.log").open("ab")
         self.process = subprocess.Popen(
             command, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )

@@ -54,6 +54,8 @@ class Session:
         self.connection = connection
         self.ready = ready
         self.resumes = 0  # utterances of this session resumed after the connection dropped
+        # From the last resumed utterance's lost connection to its first audio after (seconds).
+        self.last_resume_gap_s: float | None = None
         self._redial = redial
         self.last_stats: dict[str, Any] | None = None
         self.last_queued: dict[str, Any] | None = None  # the server's queue notice, if it sent one
@@ -106,25 +108,34 @@ class Session:
             if value is not None:
                 request[key] = value
         self.last_queued = self.last_started = self.last_stats = None
-        await self.connection.send(json.dumps(request))
-        started = self.last_started = await self._next_control({"started"})
+        # A session whose connection was lost between utterances sends the request again on
+        # a new one, unless the request leans on what the lost session held (its microphone
+        # audio, its conversation).
+        again = not (use_audio_prompt or conversation)
+        started = self.last_started = await self._start(request, again)
         stream_id, rate = started["stream_id"], started["sample_rate"]
         heard = _Heard(format)
+        lost_at: float | None = None
         finished = False
         try:
             while True:
                 try:
                     message = await self.connection.recv()
-                except websockets.ConnectionClosed:
+                except websockets.ConnectionClosed as exc:
                     token = started.get("resume_token")
                     if self._redial is None or token is None or not heard.resumable:
-                        raise
+                        finished = True
+                        raise _connection_lost(exc) from exc
+                    lost_at = time.monotonic()
                     started = self.last_started = await self._resume(token, heard)
                     stream_id = started["stream_id"]
                     continue
                 if isinstance(message, bytes):
                     frame = protocol.decode_audio_frame(message)
                     if frame.stream_id == stream_id:
+                        if lost_at is not None:
+                            self.last_resume_gap_s = time.monotonic() - lost_at
+                            lost_at = None
                         heard.add(frame.payload)
                         yield AudioChunk(frame.payload, format, rate, heard.chunks - 1)
                     continue
@@ -144,27 +155,48 @@ class Session:
                 with suppress(websockets.ConnectionClosed):
                     await self._cancel(stream_id)
 
-    async def _resume(self, token: str, heard: _Heard) -> dict[str, Any]:
-        """Reconnect (with backoff, for up to :data:`RESUME_WITHIN_S`) and resume the stream
-        of ``token`` after what was ``heard``; the new ``started``. Raises
-        :class:`StreamError`: the server's refusal, or ``connection_lost``."""
+    async def _start(self, request: dict[str, Any], again: bool) -> dict[str, Any]:
+        """Send ``request`` and wait for its ``started``; on a connection found closed, once
+        more on a new one when ``again`` (and the session may reconnect)."""
+        try:
+            await self.connection.send(json.dumps(request))
+            return await self._next_control({"started"})
+        except websockets.ConnectionClosed as exc:
+            if self._redial is None or not again:
+                raise _connection_lost(exc) from exc
+        await self._reconnect()
+        return await self._start(request, again=False)
+
+    async def _reconnect(self) -> None:
+        """A new connection to the session's URL, with backoff for up to
+        :data:`RESUME_WITHIN_S`. Raises :class:`StreamError` ``connection_lost``."""
         assert self._redial is not None
         deadline = time.monotonic() + RESUME_WITHIN_S
         delay = 0.1
         while True:
             try:
                 self.connection, self.ready = await self._redial()
-                break
+                self._microphone_rate = None  # the new session has heard nothing yet
+                return
             except (OSError, StreamError, websockets.InvalidHandshake, TimeoutError) as exc:
                 if time.monotonic() + delay > deadline:
                     raise StreamError(
-                        "connection_lost", f"the stream could not be resumed: {exc}"
+                        "connection_lost", f"no server could be reached again: {exc}"
                     ) from exc
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    async def _resume(self, token: str, heard: _Heard) -> dict[str, Any]:
+        """Reconnect and resume the stream of ``token`` after what was ``heard``; the new
+        ``started``. Raises :class:`StreamError`: the server's refusal, or
+        ``connection_lost``."""
+        await self._reconnect()
         message = {"type": "resume", "token": token, "samples_heard": heard.samples}
-        await self.connection.send(json.dumps(message))
-        started = await self._next_control({"started"})
+        try:
+            await self.connection.send(json.dumps(message))
+            started = await self._next_control({"started"})
+        except websockets.ConnectionClosed as exc:
+            raise _connection_lost(exc) from exc
         self.resumes += 1
         return started
 
@@ -234,6 +266,10 @@ class _Heard:
         self.samples += len(payload) // 2 if self.format == "pcm" else OPUS_PACKET_SAMPLES
 
 
+def _connection_lost(exc: websockets.ConnectionClosed) -> StreamError:
+    return StreamError("connection_lost", f"the connection closed: {exc}")
+
+
 def _stream_error(event: dict[str, Any]) -> StreamError:
     retry = event.get("retry_after_s")
     return StreamError(event["code"], event["message"], None if retry is None else float(retry))
@@ -252,7 +288,9 @@ async def connect(
     node will do) with backoff for up to :data:`RESUME_WITHIN_S` and go on with the utterance
     from the audio already received (``pcm`` and ``opus``); the iterator of :meth:`Session.speak`
     carries on after a gap. A resume that fails raises :class:`StreamError` with the server's
-    reason."""
+    reason. A ``speak`` that finds the connection closed before its utterance started is sent
+    again on a new connection (unless it uses the lost session's microphone audio or
+    conversation)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     options.setdefault("compression", None)
 

@@ -46,6 +46,7 @@ async def ws_stream(
 ) -> StreamResult:
     """One utterance over an open SDK session."""
     sent = time.monotonic()
+    resumes = session.resumes
     chunks: list[Chunk] = []
     rate = 0
     try:
@@ -70,6 +71,8 @@ async def ws_stream(
     queued = session.last_queued is not None or queued_s > 0.001
     result = _served(chunks, sent, level_start, options, queued, queued_s)
     result.node = session.ready.get("node")
+    if session.resumes > resumes:
+        result.resumed, result.resume_gap_s = True, session.last_resume_gap_s
     return result
 
 

@@ -148,11 +148,17 @@ async def _virtual_user(
         )
         await _loop(options, rng, start, stop_offering, results, runner)
         return
-    try:  # one connection per virtual user, reused across its utterances
-        async with connect(options.ws_url, api_key=options.api_key, open_timeout=30) as session:
-            await _loop(options, rng, start, stop_offering, results, _ws_runner(session, options))
-    except (OSError, StreamError) as exc:
-        results.append(_connection_error(exc, start))
+    while True:  # one connection per virtual user, reused across its utterances
+        try:
+            async with connect(options.ws_url, api_key=options.api_key, open_timeout=30) as session:
+                runner = _ws_runner(session, options)
+                await _loop(options, rng, start, stop_offering, results, runner)
+            return
+        except _SessionLost as lost:  # its node was lost and the utterance could not resume
+            results.append(lost.result)
+        except (OSError, StreamError) as exc:
+            results.append(_connection_error(exc, start))
+            return
 
 
 def _connection_error(exc: BaseException, start: float) -> StreamResult:
@@ -162,8 +168,23 @@ def _connection_error(exc: BaseException, start: float) -> StreamResult:
 Runner = Callable[[str, float, int], Awaitable[StreamResult]]
 
 
+class _SessionLost(Exception):
+    """The session's connection closed under an utterance (that could not resume): the
+    virtual user connects again."""
+
+    def __init__(self, result: StreamResult) -> None:
+        super().__init__(result.reason)
+        self.result = result
+
+
 def _ws_runner(session: Session, options: LoadOptions) -> Runner:
-    return lambda text, start, seed: ws_stream(session, text, options, start, seed)
+    async def run(text: str, start: float, seed: int) -> StreamResult:
+        result = await ws_stream(session, text, options, start, seed)
+        if result.reason == "connection_lost":
+            raise _SessionLost(result)
+        return result
+
+    return run
 
 
 def _http_runner(http: httpx.AsyncClient, options: LoadOptions) -> Runner:

@@ -34,6 +34,8 @@ class StreamResult:
     playout: Playout | None = None
     broken: bool = False  # an error after the stream's audio had started
     node: str | None = None  # the node that answered (x-cadenza-node, or the greeting's node)
+    resumed: bool = False  # its connection or node was lost and it went on elsewhere
+    resume_gap_s: float | None = None  # from the loss to the first audio after it
 
     @property
     def admitted(self) -> bool:
@@ -118,6 +120,9 @@ def _stream_entry(result: StreamResult) -> dict[str, Any]:
         "outcome": result.outcome,
         "reason": result.reason,
         "node": result.node,
+        "resumed": result.resumed,
+        "resume_gap_ms": _ms(result.resume_gap_s),
+        "broken": result.broken,
         "queued_ms": _ms(result.queued_s),
         "ttfa_ms": _ms(result.ttfa_s),
         "audio_s": None if playout is None else round(playout.audio_s, 3),
