@@ -172,7 +172,7 @@ def create_app(config: CadenzaConfig) -> FastAPI:
             body["models"] = {name: s.snapshot().to_json() for name, s in state.services.items()}
         body["resumable"] = {  # which transports' streams survive what (docs/scaling.md)
             "engine_loss": ["http", "websocket", "webrtc"],
-            "node_loss": ["websocket"] if state.checkpoints is not None else [],
+            "node_loss": ["websocket", "webrtc"] if state.checkpoints is not None else [],
         }
         return JSONResponse(body)
 
