@@ -5,11 +5,15 @@ When a resumable stream starts, its node gives it a resume token (in ``started``
 the stream's head to Redis: the model, the client, the output format and the request as it was
 admitted (text, voice, sampling, seed, context). As the engine's outputs arrive the node
 appends what each carried: its rows (the tokens generated) and how many codec frames and
-samples of audio the stream has had up to it. The writes are one pipelined round trip per
-output at most (outputs that arrive while one is in flight go together in the next), made by a
-task of the stream's own, so the stream never waits for Redis. Each write renews the time to
-live (``server.checkpoint_ttl_s``): a stream that ends, or whose node goes silent, is gone from
-Redis that long after its last write; one that ends normally is deleted at once.
+samples of audio the stream has had up to it. The first output is written at once; later ones
+wait up to :data:`WRITE_INTERVAL_S` to share one pipelined round trip (one ``RPUSH``), made by a
+task of the stream's own, so the stream never waits for Redis. The time to live
+(``server.checkpoint_ttl_s``) is renewed with a write at least every third of it: a stream that
+ends, or whose node goes silent, is gone from Redis at most that long after its last write;
+one that ends normally is deleted at once. What the last half second added may be missing
+when a node dies: a resume then goes on from the last boundary written, and the engine
+generates the rest again (identically for greedy and seeded streams, which is why the edge
+gives every checkpointed stream a seed).
 
 A client that lost its connection before ``done`` reconnects (through the front door, so to
 any node) and sends ``resume`` with the token and how much audio it has heard. The node that
@@ -39,6 +43,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +61,7 @@ from cadenza.edge.server.metrics import Metrics
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 1.0  # one round trip at most (a write, a claim)
+WRITE_INTERVAL_S = 0.5  # a stream's outputs are written together at most this often
 
 _REQUEST: TypeAdapter[SynthesisRequest] = TypeAdapter(SynthesisRequest)
 
@@ -126,6 +132,15 @@ class Checkpoint:
         """Every row generated, in order."""
         parts = [part for part in self.parts if part.size]
         return np.concatenate(parts) if parts else np.zeros((0, 1), np.int32)
+
+
+def seeded(request: SynthesisRequest) -> SynthesisRequest:
+    """``request`` with a seed of its own when it has none: what a resume regenerates (the
+    rows a lost node had not written yet) is then what the listener would have heard."""
+    if request.sampling.seed is not None:
+        return request
+    sampling = dataclasses.replace(request.sampling, seed=secrets.randbelow(2**63))
+    return dataclasses.replace(request, sampling=sampling)
 
 
 def resume_point(
@@ -252,7 +267,9 @@ class StreamCheckpoint:
         self._head_written = False
         self._ended: bool | None = None  # once ended: whether the stream finished
         self._broken = False
-        self._wake = asyncio.Event()
+        self._wake = asyncio.Event()  # outputs to write, or the end
+        self._end = asyncio.Event()
+        self._renewed_at: float | None = None  # when the keys' time to live was last renewed
         self.task = asyncio.get_running_loop().create_task(self._write_loop())
 
     def record(self, output: StreamOutput) -> None:
@@ -283,6 +300,7 @@ class StreamCheckpoint:
         """The stream is over here: ``finished`` (its last output was sent) deletes the
         checkpoint; otherwise it stays for a resume until its time to live runs out."""
         self._ended = finished
+        self._end.set()
         self._wake.set()
 
     async def _write_loop(self) -> None:
@@ -291,6 +309,11 @@ class StreamCheckpoint:
         try:
             while True:
                 await self._wake.wait()
+                if self._ended is None and self._head_written:
+                    # Outputs wait up to WRITE_INTERVAL_S to share a round trip (a resume from
+                    # a boundary before the last one the client heard regenerates the rest).
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._end.wait(), WRITE_INTERVAL_S)
                 self._wake.clear()
                 batch, self._pending = self._pending, []
                 ended = self._ended
@@ -312,8 +335,11 @@ class StreamCheckpoint:
             if self._unclaim:
                 pipe.delete(_keys(self.token)[2])
         pipe.rpush(rows, *batch)
-        pipe.pexpire(head, store.ttl_ms)
-        pipe.pexpire(rows, store.ttl_ms)
+        now = time.monotonic()
+        renew = self._renewed_at is None or now - self._renewed_at > store.ttl_ms / 3000
+        if renew:  # a third of the time to live at most between renewals
+            pipe.pexpire(head, store.ttl_ms)
+            pipe.pexpire(rows, store.ttl_ms)
         try:
             await asyncio.wait_for(pipe.execute(), TIMEOUT_S)
         except (RedisError, OSError, TimeoutError) as exc:
@@ -323,6 +349,8 @@ class StreamCheckpoint:
         store._reached()
         store.metrics.checkpoint_writes.inc()
         self._head_written = True
+        if renew:
+            self._renewed_at = now
 
 
 def _encode_head(head: StreamHead) -> bytes:

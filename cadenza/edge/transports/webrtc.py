@@ -30,10 +30,11 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from fastapi import APIRouter, Request
 
 from cadenza.contract.engine_info import EngineInfo
+from cadenza.contract.request import SynthesisRequest
 from cadenza.edge.media.resampler import StreamResampler
 from cadenza.edge.server.state import EdgeState
 from cadenza.edge.streams import protocol
-from cadenza.edge.streams.checkpoints import StreamHead
+from cadenza.edge.streams.checkpoints import StreamHead, seeded
 from cadenza.edge.streams.conversation import SaidFrames
 from cadenza.edge.streams.errors import EdgeError
 from cadenza.edge.streams.lease import StreamLease
@@ -246,7 +247,7 @@ class WebRTCSession:
             lease = await service.admission.open(
                 transport="webrtc",
                 client=self.client,
-                request=start.synthesis_request(info.default_sampling),
+                request=self._checkpointable(start.synthesis_request(info.default_sampling)),
                 priority=start.speak.priority,
                 on_queued=queued,
             )
@@ -257,6 +258,10 @@ class WebRTCSession:
             service.name, self.client, "pcm", RTC_RATE, lease.request, start.speak.priority
         )
         await self._stream(stream_id, lease, info, head, said, Resumed.fresh())
+
+    def _checkpointable(self, request: SynthesisRequest) -> SynthesisRequest:
+        """With checkpoints, every stream has a seed (see :func:`seeded`)."""
+        return request if self.state.checkpoints is None else seeded(request)
 
     async def _resume_utterance(self, start: ResumeUtterance, said: SaidFrames) -> None:
         """Go on with a stream whose node was lost (``samples_heard`` counts the track's 48

@@ -34,14 +34,14 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.errors import EngineError
-from cadenza.contract.request import StreamOutput
+from cadenza.contract.request import StreamOutput, SynthesisRequest
 from cadenza.edge.admission.api_keys import bearer_token
 from cadenza.edge.media.opus import OpusPacketEncoder
 from cadenza.edge.media.resampler import StreamResampler
 from cadenza.edge.media.wav import float_to_s16le
 from cadenza.edge.server.state import EdgeState
 from cadenza.edge.streams import protocol
-from cadenza.edge.streams.checkpoints import StreamHead
+from cadenza.edge.streams.checkpoints import StreamHead, seeded
 from cadenza.edge.streams.conversation import SaidFrames
 from cadenza.edge.streams.errors import EdgeError, error_response
 from cadenza.edge.streams.lease import StreamLease
@@ -276,7 +276,7 @@ class WebSocketEndpoint:
             lease = await service.admission.open(
                 transport="websocket",
                 client=self.client,
-                request=start.synthesis_request(info.default_sampling),
+                request=self._checkpointable(start.synthesis_request(info.default_sampling)),
                 priority=start.speak.priority,
                 on_queued=queued,
             )
@@ -288,6 +288,10 @@ class WebSocketEndpoint:
             start.speak.priority,
         )  # fmt: skip
         await self._stream(stream_id, lease, info, head, said, Resumed.fresh())
+
+    def _checkpointable(self, request: SynthesisRequest) -> SynthesisRequest:
+        """With checkpoints, every stream has a seed (see :func:`seeded`)."""
+        return request if self.state.checkpoints is None else seeded(request)
 
     async def _resume_utterance(self, start: ResumeUtterance, said: SaidFrames) -> None:
         """Claim the checkpoint ``start`` names and go on with its stream here (see

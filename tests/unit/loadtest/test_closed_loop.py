@@ -81,3 +81,34 @@ def test_the_first_requests_are_spread_evenly_over_the_ramp(monkeypatch) -> None
 def test_a_ramp_outside_the_level_is_refused(ramp_s: float) -> None:
     with pytest.raises(WorkloadError, match="--ramp-s"):
         LoadOptions("http://127.0.0.1:1", ramp_s=ramp_s, duration_s=20.0)
+
+
+def test_a_websocket_user_whose_session_was_lost_connects_again(monkeypatch) -> None:
+    """An utterance that ends with ``connection_lost`` (its node died and it could not
+    resume) is counted, and the user goes on over a new connection."""
+    options = LoadOptions("http://127.0.0.1:1", transport="ws", duration_s=1.0)
+    sessions: list[object] = []
+    outcomes = iter(["connection_lost", None, None])
+
+    @contextlib.asynccontextmanager
+    async def connect(*args, **kwargs):
+        session = object()
+        sessions.append(session)
+        yield session
+
+    async def ws_stream(session, text, options, start, seed) -> StreamResult:
+        await asyncio.sleep(0.01)
+        reason = next(outcomes, None)
+        return StreamResult("error" if reason else "served", 0.0, reason=reason)
+
+    monkeypatch.setattr(level_runner, "connect", connect)
+    monkeypatch.setattr(level_runner, "ws_stream", ws_stream)
+    results: list[StreamResult] = []
+
+    async def run() -> None:
+        start = time.monotonic()
+        await level_runner._virtual_user(options, None, 0.5, 0.0, start, start + 0.2, results)  # type: ignore[arg-type]
+
+    asyncio.run(run())
+    assert len(sessions) == 2
+    assert results[0].reason == "connection_lost" and results[1].outcome == "served"

@@ -22,6 +22,7 @@ from cadenza.edge.streams.checkpoints import (
     ResumeRefused,
     StreamHead,
     resume_point,
+    seeded,
 )
 from cadenza.edge.streams.resume_token import new_token
 from tests.support.redis_process import RedisServer
@@ -236,3 +237,12 @@ def test_the_resume_point_is_the_last_boundary_heard(heard, unit, frames_sent, d
     point, at, dropped = resume_point(CHECKPOINT, heard, unit)
     assert (point.frames_sent, dropped) == (frames_sent, drop)
     assert at.frames == frames_sent and len(point.rows) == 10
+
+
+def test_a_checkpointed_stream_gets_a_seed_of_its_own_and_keeps_one_it_has() -> None:
+    unseeded = SynthesisRequest("r2", "hi")
+    assert unseeded.sampling.seed is None
+    drawn = {seeded(unseeded).sampling.seed for _ in range(50)}
+    assert None not in drawn and len(drawn) == 50
+    assert all(0 <= seed < 2**63 for seed in drawn if seed is not None)
+    assert seeded(HEAD.request) is HEAD.request  # seed 7 stays
