@@ -1,12 +1,13 @@
 """What stream checkpoints cost one node: the same node swept without and with
 ``limits.redis_url`` (every WebSocket stream then writes its checkpoint to Redis), in one run.
 
-For each: capacity at SLO (``cadenza loadtest --sweep`` over the SDK), then one level of
-``--streams`` listeners for ``--level-seconds`` during which the edge process's CPU time and
-Redis's commands are counted: edge CPU per second of audio served and Redis commands per
-second (and per stream-second).
+``--rounds`` alternates the order (off, on; then on, off; ...) and the capacities compared are
+each side's median. For each: capacity at SLO (``cadenza loadtest --sweep`` over the SDK),
+then one level of ``--streams`` listeners for ``--level-seconds`` during which the edge
+process's CPU time and Redis's commands are counted: edge CPU per second of audio served and
+Redis commands per second (and per stream-second).
 
-    .venv/bin/python benchmarks/checkpoint_cost.py --out /tmp/checkpoints --duration 15 --streams 20
+    .venv/bin/python benchmarks/checkpoint_cost.py --out /tmp/checkpoints --duration 15 --rounds 2
 
 Writes ``summary.json`` and each sweep's report under ``--out``. Needs ``redis-server``.
 """
@@ -19,6 +20,7 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -92,6 +94,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=64)
     parser.add_argument("--streams", type=int, default=20, help="the measured level")
     parser.add_argument("--level-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="rounds of off, on (the next on, off, ...)"
+    )
     args = parser.parse_args()
     if shutil.which("redis-server") is None:
         sys.exit("needs redis-server (make infra)")
@@ -105,25 +110,29 @@ def main() -> None:
     load = LoadOptions(
         url="http://127.0.0.1:1", duration_s=args.duration, text_lengths=TextLengths(40, 120)
     )
-    summary: dict[str, Any] = {}
+    runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
+    envs = {"off": {}, "on": {"CADENZA_LIMITS__REDIS_URL": f"redis://127.0.0.1:{redis_port}/0"}}
     try:
         with tempfile.TemporaryDirectory(prefix="cadenza-checkpoints-") as scratch:
             cache = Path(scratch) / "cache"
-            for name, env in (
-                ("off", {}),
-                ("on", {"CADENZA_LIMITS__REDIS_URL": f"redis://127.0.0.1:{redis_port}/0"}),
-            ):
-                node = Node(f"checkpoints-{name}", args.out, cache, 2, env=env)
-                try:
-                    node.wait_ready()
-                    port = redis_port if name == "on" else None
-                    summary[name] = measure(node, load, args.out / name, args, port)
-                finally:
-                    node.stop()
+            for round_ in range(args.rounds):
+                order = ("off", "on") if round_ % 2 == 0 else ("on", "off")
+                for name in order:
+                    node = Node(f"checkpoints-{name}", args.out, cache, 2, env=envs[name])
+                    try:
+                        node.wait_ready()
+                        port = redis_port if name == "on" else None
+                        out = args.out / f"{name}-{round_}"
+                        runs[name].append(measure(node, load, out, args, port))
+                    finally:
+                        node.stop()
     finally:
         redis.terminate()
         redis.wait()
-    off, on = summary["off"]["capacity"], summary["on"]["capacity"]
+    summary: dict[str, Any] = {"rounds": runs}
+    capacities = {name: [run["capacity"] for run in runs[name]] for name in runs}
+    summary["capacities"] = capacities
+    off, on = statistics.median(capacities["off"]), statistics.median(capacities["on"])
     summary["capacity_on_over_off"] = round(on / off, 3) if off else None
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))
