@@ -1,13 +1,16 @@
 """OpenAI-compatible speech API: ``POST /v1/audio/speech`` and ``GET /v1/models``.
 
 The body is read with a size cap and a stall timeout, decoded under the edge's JSON policy and
-checked against the schema (unknown fields are refused), then the stream goes through the
-admission lease like every other transport's. The response starts only after the engine's
-first chunk, so a refusal is still a JSON error; after that the audio streams as chunked
-transfer, chunk by chunk as the engine produces it. A client that disconnects, or stops
-reading for ``server.send_timeout_s``, has its stream cancelled. ``speed`` changes the tempo
-(not the pitch) as the audio streams; ``stream_format: "sse"`` wraps the same bytes in
-OpenAI's ``speech.audio.delta`` / ``speech.audio.done`` events.
+checked against the schema, then the stream goes through the admission lease like every other
+transport's. Every field of OpenAI's speech request is accepted (a voice object ``{"id": name}``
+names the voice ``name``); the ones no served model uses (``instructions``) are checked, then
+named in the response's ``X-Cadenza-Ignored-Fields``. Fields that are neither OpenAI's nor
+cadenza's own extensions are refused. The response starts only after the engine's first chunk,
+so a refusal is still a JSON error; after that the audio streams as chunked transfer, chunk by
+chunk as the engine produces it. A client that disconnects, or stops reading for
+``server.send_timeout_s``, has its stream cancelled. ``speed`` changes the tempo (not the pitch)
+as the audio streams; ``stream_format: "sse"`` wraps the same bytes in OpenAI's
+``speech.audio.delta`` / ``speech.audio.done`` events.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ import base64
 import contextlib
 import uuid
 from collections.abc import AsyncGenerator, Awaitable
-from typing import Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 from fastapi import APIRouter, Request
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticCustomError
 
 from cadenza.contract.request import StreamOutput, SynthesisRequest
 from cadenza.edge.media.containers import StreamEncoder, open_encoder
@@ -34,10 +38,25 @@ from cadenza.edge.transports.http_io import StreamedBody, read_body
 
 MAX_BODY_BYTES = 64 * 1024
 DISCONNECT_POLL_S = 0.5
+MAX_INSTRUCTIONS_CHARS = 4096  # OpenAI's own cap
+# OpenAI's fields that are accepted and checked but that no served model uses: a request that
+# sets one is served as if it had not, and the response says so in this header.
+IGNORED_OPENAI_FIELDS = ("instructions",)
+IGNORED_FIELDS_HEADER = "X-Cadenza-Ignored-Fields"
 
 router = APIRouter()
 
 T = TypeVar("T")
+
+
+def _voice_name(value: object) -> object:
+    """OpenAI's custom-voice object ``{"id": name}`` stands for the voice ``name``; any other
+    object is refused here, and every other value is left to the string check."""
+    if not isinstance(value, dict):
+        return value
+    if value.keys() == {"id"} and isinstance(value["id"], str):
+        return value["id"]
+    raise PydanticCustomError("voice_object", 'a voice object must be {"id": "<voice name>"}')
 
 
 class SpeechRequest(SamplingFields):
@@ -45,18 +64,28 @@ class SpeechRequest(SamplingFields):
     (``seed``, ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``repetition_penalty``; unset
     ones take the model's defaults) and ``priority``: the admission class (``realtime``,
     ``standard``, ``batch``; see docs/capacity.md). Over capacity a request waits in its
-    class's queue or gets 503 with ``Retry-After``."""
+    class's queue or gets 503 with ``Retry-After``.
+
+    ``voice`` is always a voice name, whether the body gave a string or a voice object.
+    ``instructions`` is accepted (a string of at most 4,096 characters) and not used: see
+    :meth:`ignored_fields`."""
 
     model_config = ConfigDict(extra="forbid")
 
     model: str
     input: str
-    voice: str = "default"
+    voice: Annotated[str, BeforeValidator(_voice_name)] = "default"
+    instructions: str | None = Field(None, max_length=MAX_INSTRUCTIONS_CHARS)
     response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
-    speed: float = Field(1.0, ge=0.25, le=4.0)
+    speed: float = Field(1.0, ge=0.25, le=4.0, strict=True)  # not true nor "1.5"
     stream_format: Literal["audio", "sse"] = "audio"
     max_duration_s: float | None = None
     priority: Literal["realtime", "standard", "batch"] = "standard"
+
+    def ignored_fields(self) -> list[str]:
+        """The fields of :data:`IGNORED_OPENAI_FIELDS` this request sets (to anything but
+        null or an empty string), in that order; empty when nothing was ignored."""
+        return [name for name in IGNORED_OPENAI_FIELDS if getattr(self, name)]
 
 
 def parse_speech_request(raw: bytes) -> SpeechRequest:
@@ -142,10 +171,13 @@ async def create_speech(request: Request) -> StreamedBody:
         await end_stream()
         raise
     audio = _encode(outputs, first, encoder, tempo)
+    headers = {"X-Request-Id": request_id}
+    if ignored := body.ignored_fields():
+        headers[IGNORED_FIELDS_HEADER] = ", ".join(ignored)
     return StreamedBody(
         _as_sse(audio) if body.stream_format == "sse" else audio,
         media_type="text/event-stream" if body.stream_format == "sse" else encoder.media_type,
-        headers={"X-Request-Id": request_id},
+        headers=headers,
         send_timeout_s=server.send_timeout_s,
         on_close=end_stream,
     )

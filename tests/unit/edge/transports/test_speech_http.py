@@ -1,4 +1,5 @@
-"""The body of ``POST /v1/audio/speech``: :func:`parse_speech_request` fills OpenAI's defaults
+"""The body of ``POST /v1/audio/speech``: :func:`parse_speech_request` takes every field of
+OpenAI's request (those no model uses are named by ``ignored_fields``), fills OpenAI's defaults
 and refuses everything else with a 400 :class:`EdgeError` (``invalid_json``, ``unknown_field``
 or ``invalid_value`` with its ``param``), whatever bytes arrive."""
 
@@ -13,7 +14,12 @@ from hypothesis import strategies as st
 
 from cadenza.edge.streams.errors import EdgeError
 from cadenza.edge.streams.untrusted_json import MAX_DEPTH
-from cadenza.edge.transports.speech_http import SpeechRequest, parse_speech_request
+from cadenza.edge.transports.speech_http import (
+    IGNORED_OPENAI_FIELDS,
+    MAX_INSTRUCTIONS_CHARS,
+    SpeechRequest,
+    parse_speech_request,
+)
 
 CODES = {"invalid_json", "unknown_field", "invalid_value"}
 FIELDS = tuple(SpeechRequest.model_fields)
@@ -40,6 +46,7 @@ def test_a_minimal_body_gets_the_defaults() -> None:
         model="cadenza-tiny",
         input="Hello.",
         voice="default",
+        instructions=None,
         response_format="mp3",
         speed=1.0,
         stream_format="audio",
@@ -71,6 +78,42 @@ def test_every_openai_response_format_is_accepted(response_format: str) -> None:
     assert parse_speech_request(body(response_format=response_format)).response_format == (
         response_format
     )
+
+
+def test_a_minimal_body_ignores_nothing() -> None:
+    assert parse_speech_request(body()).ignored_fields() == []
+
+
+@pytest.mark.parametrize("instructions", ["Speak cheerfully.", "x" * MAX_INSTRUCTIONS_CHARS])
+def test_instructions_are_accepted_and_named_as_ignored(instructions: str) -> None:
+    request = parse_speech_request(body(instructions=instructions))
+    assert request.instructions == instructions
+    assert request.ignored_fields() == ["instructions"]
+
+
+@pytest.mark.parametrize("instructions", [None, ""])
+def test_instructions_that_ask_nothing_are_not_ignored(instructions: str | None) -> None:
+    assert parse_speech_request(body(instructions=instructions)).ignored_fields() == []
+
+
+def test_openai_voice_object_names_the_voice() -> None:
+    assert parse_speech_request(body(voice={"id": "alto"})).voice == "alto"
+
+
+def test_every_field_of_the_openai_sdk_request_is_accepted() -> None:
+    # The body openai's client.audio.speech.create(...) sends with every argument given.
+    request = parse_speech_request(
+        body(
+            model="cadenza-tiny",
+            voice={"id": "alto"},
+            instructions="Speak cheerfully.",
+            response_format="opus",
+            speed=1.5,
+            stream_format="sse",
+        )
+    )
+    assert (request.voice, request.response_format, request.speed) == ("alto", "opus", 1.5)
+    assert request.stream_format == "sse" and request.ignored_fields() == ["instructions"]
 
 
 def test_speed_bounds_are_inclusive() -> None:
@@ -127,7 +170,7 @@ def test_bodies_the_json_policy_refuses_are_invalid_json(raw: bytes) -> None:
     assert refusal(raw).code == "invalid_json"
 
 
-@pytest.mark.parametrize("field", ["instructions", "Model", "stream", ""])
+@pytest.mark.parametrize("field", ["instruction", "Instructions", "Model", "stream", "user", ""])
 def test_an_unknown_field_is_named(field: str) -> None:
     error = refusal(body(**{field: "x"}))
     assert error.code == "unknown_field"
@@ -142,11 +185,24 @@ def test_an_unknown_field_is_named(field: str) -> None:
         ({"input": None}, "input"),
         ({"input": ["Hello."]}, "input"),
         ({"voice": 1}, "voice"),
+        ({"voice": ["alto"]}, "voice"),
+        ({"voice": {}}, "voice"),
+        ({"voice": {"id": 1}}, "voice"),
+        ({"voice": {"id": None}}, "voice"),
+        ({"voice": {"name": "alto"}}, "voice"),
+        ({"voice": {"id": "alto", "name": "alto"}}, "voice"),
+        ({"instructions": 5}, "instructions"),
+        ({"instructions": True}, "instructions"),
+        ({"instructions": ["Speak cheerfully."]}, "instructions"),
+        ({"instructions": {"tone": "cheerful"}}, "instructions"),
+        ({"instructions": "x" * (MAX_INSTRUCTIONS_CHARS + 1)}, "instructions"),
         ({"response_format": "ogg"}, "response_format"),
         ({"response_format": "MP3"}, "response_format"),
         ({"speed": 0.2}, "speed"),
         ({"speed": 4.01}, "speed"),
         ({"speed": "fast"}, "speed"),
+        ({"speed": True}, "speed"),
+        ({"speed": "1.5"}, "speed"),
         ({"stream_format": "chunked"}, "stream_format"),
         ({"seed": -1}, "seed"),
         ({"seed": 2**63}, "seed"),
@@ -209,6 +265,8 @@ def check(raw: bytes) -> None:
     else:
         assert isinstance(request, SpeechRequest)
         assert 0.25 <= request.speed <= 4.0
+        assert isinstance(request.voice, str)
+        assert set(request.ignored_fields()) <= set(IGNORED_OPENAI_FIELDS)
 
 
 @settings(max_examples=300, deadline=None)
