@@ -69,6 +69,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="with --chaos-kill-every: SIGKILL whole nodes of this list instead of engine "
         "replicas (a negative number is a process group: a node's edge and engines at once)",
     )
+    loadtest.add_argument(
+        "--text-stream",
+        type=float,
+        metavar="TOKENS_PER_S",
+        help="ws: stream each utterance's text in (sentences, word pieces) at this many tokens "
+        "per second, as a language model does; reports segment gaps and last text to end",
+    )
     loadtest.add_argument("--out", required=True, type=Path, help="output directory")
     loadtest.add_argument("--quiet", action="store_true", help="no progress line")
     loadtest.add_argument("--config", type=Path, help=argparse.SUPPRESS)
@@ -110,6 +117,7 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
             voice=args.voice,
             back_to_back=args.back_to_back,
             ramp_s=args.ramp_s,
+            text_stream_tokens_per_s=args.text_stream,
             chaos=None
             if args.chaos_kill_every is None
             else ChaosSchedule.parse(args.chaos_kill_every, args.chaos_kill_nodes),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +39,7 @@ class AudioChunk:
     format: str
     sample_rate: int
     index: int
+    segment: int | None = None  # a text stream's segment it belongs to (from 0)
 
 
 class Session:
@@ -61,6 +62,9 @@ class Session:
         self.last_queued: dict[str, Any] | None = None  # the server's queue notice, if it sent one
         self.last_conversation: dict[str, Any] | None = None  # the latest "conversation" notice
         self.last_started: dict[str, Any] | None = None
+        self.segments: list[
+            str
+        ] = []  # what the last speak_stream's server said, segment by segment
         self._microphone_rate: int | None = None
 
     async def speak(
@@ -87,26 +91,18 @@ class Session:
         ``use_audio_prompt`` the microphone audio is the user's turn, spoken as
         ``user_voice`` and transcribed as ``user_text`` (docs/protocol.md). Raises
         :class:`StreamError`."""
-        request: dict[str, Any] = {
-            "type": "speak",
-            "text": text,
-            "voice": voice,
-            "format": format,
-            "priority": priority,
-            "use_audio_prompt": use_audio_prompt,
-        }
+        request = _speak_message(
+            {"text": text, "voice": voice, "format": format, "priority": priority},
+            use_audio_prompt=use_audio_prompt,
+            sample_rate=sample_rate,
+            max_duration_s=max_duration_s,
+            seed=seed,
+            model=model,
+            user_voice=user_voice,
+            **sampling,
+        )
         if conversation:
             request |= {"conversation": True, "user_text": user_text}
-        for key, value in (
-            ("sample_rate", sample_rate),
-            ("max_duration_s", max_duration_s),
-            ("seed", seed),
-            ("model", model),
-            ("user_voice", user_voice),
-            *sampling.items(),
-        ):
-            if value is not None:
-                request[key] = value
         self.last_queued = self.last_started = self.last_stats = None
         # A session whose connection was lost between utterances sends the request again on
         # a new one, unless the request leans on what the lost session held (its microphone
@@ -152,6 +148,106 @@ class Session:
         finally:
             if not finished:
                 # A connection that is gone needs no cancel: let its own error tell why.
+                with suppress(websockets.ConnectionClosed):
+                    await self._cancel(stream_id)
+
+    async def speak_stream(
+        self,
+        text_source: AsyncIterable[str],
+        *,
+        format: str = "pcm",
+        voice: str = "default",
+        sample_rate: int | None = None,
+        max_duration_s: float | None = None,
+        seed: int | None = None,
+        priority: str = "realtime",
+        model: str | None = None,
+        flush_on: Callable[[str], bool] | None = None,
+        **sampling: float | int,
+    ) -> AsyncGenerator[AudioChunk, None]:
+        """Speak text while it is still arriving (a language model's token stream): each
+        string ``text_source`` yields is sent as it comes, ``text_end`` when it ends, and the
+        audio chunks of the one stream are yielded as the server sends them (it cuts the text
+        into segments and plays them without gaps; ``segments`` lists what it said so far).
+        ``flush_on(piece)``: send a ``flush`` after each piece for which it is true (e.g. the
+        end of a turn). Other options as :meth:`speak` (``max_duration_s`` bounds each
+        segment). Leaving the iterator early cancels the stream. Raises
+        :class:`StreamError`; an exception of ``text_source`` cancels the stream and is
+        raised here."""
+        request = _speak_message(
+            {"text": "", "text_stream": True, "voice": voice, "format": format},
+            priority=priority,
+            sample_rate=sample_rate,
+            max_duration_s=max_duration_s,
+            seed=seed,
+            model=model,
+            **sampling,
+        )
+        self.last_queued = self.last_started = self.last_stats = None
+        self.segments = []
+        started = self.last_started = await self._start(request, again=True)
+        stream_id, rate = started["stream_id"], started["sample_rate"]
+
+        async def feed() -> None:
+            async for piece in text_source:
+                if piece:
+                    message = {"type": "text", "stream_id": stream_id, "text": piece}
+                    await self.connection.send(json.dumps(message))
+                if flush_on is not None and flush_on(piece):
+                    await self.connection.send(
+                        json.dumps({"type": "flush", "stream_id": stream_id})
+                    )
+            await self.connection.send(json.dumps({"type": "text_end", "stream_id": stream_id}))
+
+        feeding = asyncio.ensure_future(feed())
+        receiving: asyncio.Future[Any] | None = None
+        chunks = 0
+        finished = False
+        try:
+            while True:
+                if receiving is None:
+                    receiving = asyncio.ensure_future(self.connection.recv())
+                waiting: set[asyncio.Future[Any]] = {receiving}
+                if not feeding.done():
+                    waiting.add(feeding)
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if feeding.done() and not feeding.cancelled():
+                    failure = feeding.exception()
+                    if failure is not None:
+                        raise failure
+                if not receiving.done():
+                    continue
+                received, receiving = receiving, None
+                try:
+                    message = received.result()
+                except websockets.ConnectionClosed as exc:
+                    finished = True
+                    raise _connection_lost(exc) from exc
+                if isinstance(message, bytes):
+                    frame = protocol.decode_audio_frame(message)
+                    if frame.stream_id == stream_id:
+                        chunks += 1
+                        segment = len(self.segments) - 1
+                        yield AudioChunk(frame.payload, format, rate, chunks - 1, segment)
+                    continue
+                event = json.loads(message)
+                kind = event.get("type")
+                if kind == "segment" and event.get("stream_id") == stream_id:
+                    self.segments.append(str(event["text"]))
+                elif kind == "error" and event.get("stream_id") in (stream_id, None):
+                    finished = True
+                    raise _stream_error(event)
+                elif kind == "done" and event.get("stream_id") == stream_id:
+                    finished = True
+                    self.last_stats = event.get("stats")
+                    return
+        finally:
+            for task in (feeding, receiving):
+                if task is not None and not task.done():
+                    task.cancel()
+                    with suppress(asyncio.CancelledError, Exception):
+                        await task
+            if not finished:
                 with suppress(websockets.ConnectionClosed):
                     await self._cancel(stream_id)
 
@@ -264,6 +360,12 @@ class _Heard:
     def add(self, payload: bytes) -> None:
         self.chunks += 1
         self.samples += len(payload) // 2 if self.format == "pcm" else OPUS_PACKET_SAMPLES
+
+
+def _speak_message(fields: dict[str, Any], **optional: Any) -> dict[str, Any]:
+    """A ``speak`` message: ``fields``, and each of ``optional`` that is set."""
+    chosen = {key: value for key, value in optional.items() if value is not None}
+    return {"type": "speak", **fields, **chosen}
 
 
 def _connection_lost(exc: websockets.ConnectionClosed) -> StreamError:

@@ -19,6 +19,7 @@ section            keys                                                    modul
 ``limits``         what one request may ask for                            ``limits.py``
 ``guard``          the input-text guard                                    ``guard.py``
 ``admission``      queues, reserved shares, the capacity check             ``admission.py``
+``text_stream``    segmenting streamed text, its limits                    ``text_stream.py``
 =================  ======================================================  ====================
 
 :func:`load_config` builds it from flags, ``CADENZA_*`` variables and a TOML file
@@ -40,6 +41,7 @@ from cadenza.config.section import ConfigError
 from cadenza.config.server import ServerConfig
 from cadenza.config.sources import ENV_NESTED_DELIMITER, ENV_PREFIX
 from cadenza.config.supervision import SupervisionConfig
+from cadenza.config.text_stream import TextStreamConfig
 from cadenza.config.tree import CadenzaConfig
 
 __all__ = [
@@ -58,6 +60,7 @@ __all__ = [
     "ServedModel",
     "ServerConfig",
     "SupervisionConfig",
+    "TextStreamConfig",
     "config_reference",
     "load_config",
 ]

@@ -16,6 +16,7 @@ from cadenza.config.model import ModelConfig, ServedModel
 from cadenza.config.realtime import RealtimeConfig
 from cadenza.config.server import ServerConfig
 from cadenza.config.supervision import SupervisionConfig
+from cadenza.config.text_stream import TextStreamConfig
 
 
 class CadenzaConfig(BaseModel):
@@ -33,6 +34,7 @@ class CadenzaConfig(BaseModel):
     ``calibration``         the start-up step-time sweep and its cache
     ``limits``, ``guard``   what a request may ask for, and the text guard
     ``admission``           queues and the capacity check in front of the engines
+    ``text_stream``         streams whose text arrives while they play
     ======================  =================================================================
     """
 
@@ -48,6 +50,7 @@ class CadenzaConfig(BaseModel):
     limits: LimitsConfig = LimitsConfig()
     guard: GuardConfig = GuardConfig()
     admission: AdmissionConfig = AdmissionConfig()
+    text_stream: TextStreamConfig = TextStreamConfig()
     models: list[ServedModel] = Field(
         default_factory=list,
         description="several models per server: [[models]] entries (name, path, codec); "

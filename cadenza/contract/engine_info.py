@@ -26,7 +26,8 @@ class EngineInfo:
     stream the longest one's context (else each its own: a step costs their sum); ``precision``:
     the dtypes it computes in (``None``: an engine that does not say); ``native_kernels``: each
     native CPU kernel library, loaded or not, for which instruction set (empty: an engine that
-    reports none)."""
+    reports none); ``takes_context``: the model builds prompts from earlier turns (Sesame CSM),
+    which conversations and text streams send it."""
 
     model_name: str
     voices: tuple[str, ...]
@@ -42,6 +43,7 @@ class EngineInfo:
     decodes_padded: bool = True
     precision: Precision | None = None
     native_kernels: Annotated[tuple[NativeKernel, ...], Field(max_length=64)] = ()
+    takes_context: bool = False
 
     @property
     def frame_period_s(self) -> float:

@@ -90,4 +90,5 @@ def describe(
         decodes_padded=decodes_padded,
         precision=precision,
         native_kernels=(),
+        takes_context=model.takes_context,
     )

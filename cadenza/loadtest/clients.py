@@ -12,8 +12,10 @@ chunk as it lands, and classify the outcome. Each returns a :class:`StreamResult
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -21,7 +23,7 @@ import httpx
 from cadenza.client.sdk import Session, StreamError
 from cadenza.loadtest.level_summary import StreamResult
 from cadenza.loadtest.playout import Chunk, Playout, Underrun, simulate_playout
-from cadenza.loadtest.workload import LoadOptions
+from cadenza.loadtest.workload import LoadOptions, as_sentences, llm_tokens
 
 REFUSAL_CODES = frozenset(
     {
@@ -44,7 +46,10 @@ def _outcome_of_error(code: str) -> str:
 async def ws_stream(
     session: Session, text: str, options: LoadOptions, level_start: float, seed: int
 ) -> StreamResult:
-    """One utterance over an open SDK session."""
+    """One utterance over an open SDK session (its text streamed in with
+    ``options.text_stream_tokens_per_s``)."""
+    if options.text_stream_tokens_per_s is not None:
+        return await ws_text_stream(session, text, options, level_start, seed)
     sent = time.monotonic()
     resumes = session.resumes
     chunks: list[Chunk] = []
@@ -63,16 +68,57 @@ async def ws_stream(
             rate = chunk.sample_rate
             chunks.append(Chunk(now, len(chunk.data) / 2 / rate))
     except StreamError as exc:
-        if chunks:  # it broke after its audio had started: an error, whatever the code
-            return StreamResult("error", sent - level_start, reason=exc.code, broken=True)
-        return StreamResult(_outcome_of_error(exc.code), sent - level_start, reason=exc.code)
-    started = session.last_started or {}
-    queued_s = float(started.get("queued_s") or 0.0)
-    queued = session.last_queued is not None or queued_s > 0.001
-    result = _served(chunks, sent, level_start, options, queued, queued_s)
-    result.node = session.ready.get("node")
+        return _ws_failed(exc, chunks, sent - level_start)
+    result = _ws_served(session, chunks, sent, level_start, options)
     if session.resumes > resumes:
         result.resumed, result.resume_gap_s = True, session.last_resume_gap_s
+    return result
+
+
+async def ws_text_stream(
+    session: Session, text: str, options: LoadOptions, level_start: float, seed: int
+) -> StreamResult:
+    """One utterance whose text arrives as a language model streams it: ``text`` in sentences,
+    cut into tokens sent at ``options.text_stream_tokens_per_s``. Besides what any stream
+    reports: the listener's wait at each segment after the first, and the time from the last
+    token to the end of the audio."""
+    assert options.text_stream_tokens_per_s is not None
+    period_s = 1.0 / options.text_stream_tokens_per_s
+    last_text: list[float] = []
+
+    async def tokens() -> AsyncIterator[str]:
+        """Token ``i`` exists ``i`` periods after the request: the stream's admission does
+        not hold the language model back."""
+        for index, token in enumerate(llm_tokens(as_sentences(text))):
+            await asyncio.sleep(max(sent + index * period_s - time.monotonic(), 0.0))
+            yield token
+        last_text.append(time.monotonic())
+
+    sent = time.monotonic()
+    chunks: list[Chunk] = []
+    segment_starts: list[int] = []  # chunk index where each segment after the first begins
+    rate = 0
+    try:
+        async for chunk in session.speak_stream(
+            tokens(),
+            format="pcm",
+            priority=options.priority,
+            seed=seed,
+            model=options.model,
+            voice=options.voice or "default",
+            max_duration_s=options.max_duration_s,
+        ):
+            rate = chunk.sample_rate
+            if chunk.segment and (not segment_starts or chunk.segment > len(segment_starts)):
+                segment_starts.append(len(chunks))
+            chunks.append(Chunk(time.monotonic(), len(chunk.data) / 2 / rate))
+    except StreamError as exc:
+        return _ws_failed(exc, chunks, sent - level_start)
+    result = _ws_served(session, chunks, sent, level_start, options)
+    if result.playout is not None and last_text:
+        starved = result.playout.starved_s
+        result.segment_gaps_s = tuple(starved[i] for i in segment_starts if i < len(starved))
+        result.text_to_end_s = result.playout.ends_s - last_text[0]
     return result
 
 
@@ -159,6 +205,27 @@ async def webrtc_stream(text: str, options: LoadOptions, level_start: float) -> 
         playout=playout,
         node=peer.node,
     )
+
+
+def _ws_failed(exc: StreamError, chunks: list[Chunk], sent_s: float) -> StreamResult:
+    """A WebSocket stream the server refused, or that broke after its audio had started (an
+    error then, whatever the code)."""
+    if chunks:
+        return StreamResult("error", sent_s, reason=exc.code, broken=True)
+    return StreamResult(_outcome_of_error(exc.code), sent_s, reason=exc.code)
+
+
+def _ws_served(
+    session: Session, chunks: list[Chunk], sent: float, level_start: float, options: LoadOptions
+) -> StreamResult:
+    """A WebSocket stream that played: queued or not (a queue notice or ``started.queued_s``),
+    its playout, the node that served it."""
+    started = session.last_started or {}
+    queued_s = float(started.get("queued_s") or 0.0)
+    queued = session.last_queued is not None or queued_s > 0.001
+    result = _served(chunks, sent, level_start, options, queued, queued_s)
+    result.node = session.ready.get("node")
+    return result
 
 
 def _served(

@@ -36,6 +36,10 @@ class StreamResult:
     node: str | None = None  # the node that answered (x-cadenza-node, or the greeting's node)
     resumed: bool = False  # its connection or node was lost and it went on elsewhere
     resume_gap_s: float | None = None  # from the loss to the first audio after it
+    # Text streams (--text-stream): the listener's wait at each segment after the first, and
+    # from the last text sent to the end of the audio heard.
+    segment_gaps_s: tuple[float, ...] = ()
+    text_to_end_s: float | None = None
 
     @property
     def admitted(self) -> bool:
@@ -106,10 +110,29 @@ def summarize_level(
         "rtf": {f"p{q}": _round(percentile(rtf, q)) for q in (50, 95)},
         "audio_s": round(sum(r.playout.audio_s for r in admitted if r.playout), 2),
         "admitted_by_node": dict(sorted(Counter(r.node or "unknown" for r in admitted).items())),
+        "text_stream": _text_stream_summary(admitted),
         "server": server or {},
         "client_cpu": client_cpu,
         "client_loop": client_loop or {},
         "streams": [_stream_entry(r) for r in sorted(results, key=lambda r: r.sent_s)],
+    }
+
+
+def _text_stream_summary(admitted: list[StreamResult]) -> dict[str, Any] | None:
+    """Text streams' segment gaps (every segment after a stream's first, in ms: p50, p99,
+    max) and time from the last text to the end of the audio (``None``: no text streams)."""
+    ends = [r.text_to_end_s for r in admitted if r.text_to_end_s is not None]
+    if not ends:
+        return None
+    gaps = [gap for r in admitted for gap in r.segment_gaps_s]
+    return {
+        "segments": len(gaps) + len(ends),
+        "segment_gap_ms": {
+            "p50": _ms(percentile(gaps, 50)),
+            "p99": _ms(percentile(gaps, 99)),
+            "max": _ms(max(gaps, default=None)),
+        },
+        "last_text_to_end_ms": {f"p{q}": _ms(percentile(ends, q)) for q in (50, 99)},
     }
 
 

@@ -36,6 +36,7 @@ class Playout:
     jitter_p95_s: float = 0.0
     generation_s: float = 0.0  # first to last chunk arrival
     ends_s: float = 0.0  # monotonic seconds when the listener has heard it all (0: unknown)
+    starved_s: tuple[float, ...] = ()  # per chunk: how long the player had waited for it
 
 
 def simulate_playout(chunks: list[Chunk], client_buffer_s: float, origin_s: float) -> Playout:
@@ -45,7 +46,9 @@ def simulate_playout(chunks: list[Chunk], client_buffer_s: float, origin_s: floa
         return Playout(0.0, 0.0, 0.0)
     buffer_end = chunks[0].arrival_s + client_buffer_s  # when the received audio runs out
     underruns: list[Underrun] = []
+    starved: list[float] = []
     for chunk in chunks:
+        starved.append(max(chunk.arrival_s - buffer_end, 0.0))
         if chunk.arrival_s > buffer_end:
             underruns.append(Underrun(buffer_end - origin_s, chunk.arrival_s - buffer_end))
             buffer_end = chunk.arrival_s
@@ -61,4 +64,5 @@ def simulate_playout(chunks: list[Chunk], client_buffer_s: float, origin_s: floa
         jitter_p95_s=jitter[int(0.95 * (len(jitter) - 1))] if jitter else 0.0,
         generation_s=chunks[-1].arrival_s - chunks[0].arrival_s,
         ends_s=buffer_end,
+        starved_s=tuple(starved),
     )

@@ -128,6 +128,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"{report.get('capacity_vs_baseline')})"
         )
     lines += ["", *_level_table(report["levels"])]
+    lines += _text_streams(report["levels"])
     lines += _by_node(report["levels"])
     if "baseline" in report:
         lines += ["", "## Baseline", "", *_level_table(report["baseline"]["levels"])]
@@ -153,6 +154,29 @@ def _level_table(levels: list[dict[str, Any]]) -> list[str]:
             f"{'yes' if level.get('passed') else 'no'} |"
         )
     return rows
+
+
+def _text_streams(levels: list[dict[str, Any]]) -> list[str]:
+    """Segment gaps and last text to end of audio, per level (only for --text-stream runs)."""
+    streamed = [level for level in levels if level.get("text_stream")]
+    if not streamed:
+        return []
+    lines = [
+        "",
+        "## Text streamed in",
+        "",
+        "| streams | segments | gap between segments p50 / p99 / max ms "
+        "| last text to end of audio p50 / p99 ms |",
+        "| --- | --- | --- | --- |",
+    ]
+    for level in streamed:
+        text = level["text_stream"]
+        gap, end = text["segment_gap_ms"], text["last_text_to_end_ms"]
+        lines.append(
+            f"| {level['concurrency']} | {text['segments']} | {gap['p50']} / {gap['p99']} / "
+            f"{gap['max']} | {end['p50']} / {end['p99']} |"
+        )
+    return lines
 
 
 def _by_node(levels: list[dict[str, Any]]) -> list[str]:

@@ -110,6 +110,9 @@ class LoadOptions:
     ramp_s: float = 0.25
     # the audio each utterance asks for at most (None: what its text takes to say)
     max_duration_s: float | None = None
+    # ws: stream each utterance's text in at this many tokens per second, as a language model
+    # would (None: send it whole)
+    text_stream_tokens_per_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -124,6 +127,13 @@ class LoadOptions:
                 raise WorkloadError(f"{name} must be positive, got {value}")
         if self.client_buffer_ms < 0:
             raise WorkloadError(f"--client-buffer-ms must be >= 0, got {self.client_buffer_ms}")
+        if self.text_stream_tokens_per_s is not None:
+            if not self.text_stream_tokens_per_s > 0:
+                raise WorkloadError(
+                    f"--text-stream must be positive, got {self.text_stream_tokens_per_s}"
+                )
+            if self.transport != "ws":
+                raise WorkloadError("--text-stream needs --transport ws")
         if not 0 <= self.ramp_s < self.duration_s:
             raise WorkloadError(
                 f"--ramp-s must be >= 0 and below --duration ({self.duration_s}), got {self.ramp_s}"
@@ -135,3 +145,24 @@ class LoadOptions:
             self.url.replace("http://", "ws://", 1).replace("https://", "wss://", 1).rstrip("/")
             + "/v1/stream"
         )
+
+
+def as_sentences(text: str, words_per_sentence: int = 12) -> str:
+    """``text`` with a period after every ``words_per_sentence`` words and at its end, as a
+    language model's answer has (the workload's words have no punctuation)."""
+    words = text.split()
+    sentences = [
+        " ".join(words[start : start + words_per_sentence]) + "."
+        for start in range(0, len(words), words_per_sentence)
+    ]
+    return " ".join(sentence[:1].upper() + sentence[1:] for sentence in sentences)
+
+
+def llm_tokens(text: str, chars_per_token: int = 4) -> list[str]:
+    """``text`` in the pieces a language model streams: each word with the space before it,
+    long words cut into ``chars_per_token``-character pieces."""
+    tokens: list[str] = []
+    for index, word in enumerate(text.split(" ")):
+        piece = word if index == 0 else " " + word
+        tokens += [piece[i : i + chars_per_token] for i in range(0, len(piece), chars_per_token)]
+    return [token for token in tokens if token]

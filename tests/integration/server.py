@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.ports import free_port
 
@@ -147,3 +148,17 @@ def serving(
         yield running
     finally:
         running.stop()
+
+
+def wait_until_idle(server: RunningServer, timeout_s: float = 10.0) -> None:
+    """Wait until the server has no stream and no engine request left (what a test checks
+    after each fault scenario); fails the test when something stays behind."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.6)  # engine stats arrive every 0.5 s
+        if (
+            server.metric("cadenza_engine_requests") == 0
+            and server.metric("cadenza_streams_active") == 0
+        ):
+            return
+    pytest.fail("streams or engine requests were left behind")

@@ -73,6 +73,21 @@ def test_other_transports_measure_streams_too(server, tmp_path, transport) -> No
     assert level["streams"][0]["audio_s"] == pytest.approx(20 / 14, abs=0.1)
 
 
+def test_text_streamed_at_a_language_models_pace_reports_segment_gaps(server, tmp_path) -> None:
+    done = _loadtest(
+        "--url", server.url, "--concurrency", "1", "--duration", "2", "--text-stream", "60",
+        "--text-lengths", "fixed:120", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    level = json.loads((tmp_path / "report.json").read_text())["levels"][0]
+    assert level["admitted"] == level["offered"] >= 1 and level["errors"] == 0
+    text = level["text_stream"]
+    assert text["segments"] > level["admitted"]  # 120 characters: more than one sentence
+    assert text["segment_gap_ms"]["max"] is not None
+    assert text["last_text_to_end_ms"]["p50"] > 0
+    assert "Text streamed in" in (tmp_path / "report.md").read_text()
+
+
 def test_a_burst_beyond_capacity_reports_refusals_with_reasons(server, tmp_path) -> None:
     done = _loadtest(
         "--url", server.url, "--arrival", "burst", "--concurrency", "6",
@@ -102,6 +117,8 @@ def test_garbage_options_and_unreachable_servers_fail_clearly(tmp_path) -> None:
         (["--sweep", "--start", "9", "--limit", "4"], "--start"),
         (["--concurrency", "1", "--chaos-kill-every", "soon"], "--chaos-kill-every"),
         (["--concurrency", "1", "--chaos-kill-every", "9-3"], "--chaos-kill-every"),
+        (["--concurrency", "1", "--text-stream", "0"], "--text-stream"),
+        (["--concurrency", "1", "--text-stream", "9", "--transport", "http"], "--text-stream"),
     ):
         done = _loadtest("--url", "http://127.0.0.1:9", *bad, "--out", str(tmp_path))
         assert done.returncode == 2 and message in done.stderr, done.stderr

@@ -174,6 +174,33 @@ def test_a_two_turn_csm_conversation_reuses_the_first_turns_kv(server) -> None:
     assert after - before >= 16
 
 
+def test_a_csm_text_stream_hears_its_earlier_segments_as_a_conversation_would(server) -> None:
+    url = server.url.replace("http", "ws") + "/v1/stream"
+    options = {"model": "csm-tiny", "voice": "0", "max_duration_s": 0.8, "temperature": 0}
+
+    async def sentences():
+        yield "Hello there."
+        await asyncio.sleep(0.3)
+        yield " And goodbye."
+
+    async def main() -> tuple[bytes, list[str], bytes]:
+        async with connect(url) as session:
+            streamed = b"".join(
+                [c.data async for c in session.speak_stream(sentences(), **options)]
+            )
+            segments = list(session.segments)
+            said = b""
+            for segment in segments:  # each turn hears the one before, as a segment does
+                chunks = session.speak(segment, conversation=True, **options)
+                said += b"".join([c.data async for c in chunks])
+            await session.reset_conversation()
+            return streamed, segments, said
+
+    streamed, segments, said = asyncio.run(main())
+    assert segments == ["Hello there.", "And goodbye."]
+    assert streamed and streamed == said
+
+
 def test_the_load_tester_targets_a_model_and_its_voices(server, tmp_path) -> None:
     from cadenza.loadtest.harness import LoadTestError, resolve_target, run_loadtest
     from cadenza.loadtest.workload import LoadOptions

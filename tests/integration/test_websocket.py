@@ -13,7 +13,7 @@ import websockets
 from cadenza.client import StreamError, connect, speak_sync
 from cadenza.edge.media.opus import OpusPacketDecoder
 from cadenza.edge.streams import protocol
-from tests.integration.server import serving
+from tests.integration.server import serving, wait_until_idle
 
 IDLE_TIMEOUT_S = 2.0
 
@@ -29,18 +29,6 @@ def server(tmp_path_factory):
 @pytest.fixture
 def ws_url(server):
     return server.url.replace("http", "ws") + "/v1/stream"
-
-
-def _wait_until_idle(server, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        time.sleep(0.6)  # engine stats arrive every 0.5 s
-        if (
-            server.metric("cadenza_engine_requests") == 0
-            and server.metric("cadenza_streams_active") == 0
-        ):
-            return
-    pytest.fail("streams or engine requests were left behind")
 
 
 async def _collect(session, text, **options):
@@ -78,7 +66,7 @@ def test_every_format_has_the_right_amount_of_audio(ws_url, server):
     codes_chunks, _ = results[("encodec", None)]
     codes = np.frombuffer(b"".join(c.data for c in codes_chunks), "<u2").reshape(-1, 8)
     assert codes.shape == (150, 8) and codes.max() < 1024
-    _wait_until_idle(server)
+    wait_until_idle(server)
 
 
 def test_same_seed_same_audio_over_the_sdk_sync_helper(ws_url):
@@ -98,7 +86,7 @@ def test_many_sessions_at_once(ws_url, server):
 
     sizes = asyncio.run(main())
     assert sizes == [round(max((14 + 7 * i) / 14, 1) * 75) * 320 * 2 for i in range(6)]
-    _wait_until_idle(server)
+    wait_until_idle(server)
 
 
 def test_cancel_and_leaving_the_loop_free_the_stream(ws_url, server):
@@ -111,7 +99,7 @@ def test_cancel_and_leaving_the_loop_free_the_stream(ws_url, server):
             return chunks
 
     assert asyncio.run(main())
-    _wait_until_idle(server)
+    wait_until_idle(server)
 
 
 def test_client_that_vanishes_mid_stream_frees_its_stream(ws_url, server):
@@ -123,7 +111,7 @@ def test_client_that_vanishes_mid_stream_frees_its_stream(ws_url, server):
                 pass  # started; stop at the first audio frame and hang up
 
     asyncio.run(main())
-    _wait_until_idle(server)
+    wait_until_idle(server)
 
 
 @pytest.mark.parametrize(
@@ -186,7 +174,7 @@ def test_a_second_speak_while_playing_is_busy(ws_url, server):
                     return codes
 
     assert asyncio.run(main()) == {"busy"}
-    _wait_until_idle(server)
+    wait_until_idle(server)
 
 
 def test_idle_sessions_are_closed(ws_url):
@@ -244,7 +232,7 @@ def test_microphone_audio_becomes_the_speech_prompt(ws_url, server):
             return sum(len(c.data) for c in chunks)
 
     assert asyncio.run(main()) == 75 * 320 * 2
-    _wait_until_idle(server)
+    wait_until_idle(server)
 
 
 def test_malformed_microphone_audio(ws_url):

@@ -25,6 +25,30 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "cadenza/cli/serve.py": ("tests/integration/test_cli.py", "a command, run as one"),
     "cadenza/client/sdk.py": ("tests/integration/test_websocket.py", "the SDK is the client"),
     "cadenza/codecs/codec.py": ("tests/unit/codecs/test_encodec.py", "protocols only"),
+    "cadenza/edge/server/model_metrics.py": (
+        "tests/unit/edge/admission/test_gate.py",
+        "each model's metrics, read through the gate and the replicas that set them",
+    ),
+    "cadenza/edge/admission/ticket.py": (
+        "tests/unit/edge/admission/test_gate.py",
+        "what the gate hands out, tested with it",
+    ),
+    "cadenza/edge/streams/admission_sequence.py": (
+        "tests/unit/edge/streams/test_lease.py",
+        "the admission sequence, tested with the leases it opens",
+    ),
+    "cadenza/edge/streams/utterance_opening.py": (
+        "tests/integration/test_text_stream.py",
+        "every WebSocket and WebRTC speak opens through it (and test_websocket, test_webrtc)",
+    ),
+    "cadenza/edge/transports/paced_track.py": (
+        "tests/integration/test_webrtc.py",
+        "the track a real aiortc peer receives, frame by frame on the clock",
+    ),
+    "cadenza/edge/transports/ws_payloads.py": (
+        "tests/integration/test_websocket.py",
+        "every format's payloads, counted and decoded by the SDK",
+    ),
     "cadenza/edge/admission/placement.py": (
         "tests/unit/edge/admission/test_gate.py",
         "the gate places every stream through it (headroom, prefix, fewest, prefill wait)",

@@ -26,8 +26,7 @@ import asyncio
 import math
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from cadenza.config import AdmissionConfig
 from cadenza.contract.engine_stats import StepReport
@@ -38,31 +37,8 @@ from cadenza.edge.admission.capacity_report import claim_evidence_of, snapshot_o
 from cadenza.edge.admission.capacity_snapshot import CapacitySnapshot, ClaimEvidence
 from cadenza.edge.admission.placement import Placement, admitted_load, place
 from cadenza.edge.admission.priority_queues import PRIORITIES, Priority, PriorityQueues, Waiter
-from cadenza.edge.server.metrics import ModelMetrics
-
-QueuedCallback = Callable[[int, float], Awaitable[None]]
-"""Awaited once when a request has to wait, with its 1-based position and estimated wait (s)."""
-
-
-class AdmissionRefused(Exception):
-    """A stream may not start. ``code``: ``queue_full``, ``queue_timeout``, ``too_large``,
-    ``engine_unavailable``."""
-
-    def __init__(self, code: str, message: str, retry_after_s: float) -> None:
-        super().__init__(message)
-        self.code = code
-        self.retry_after_s = retry_after_s
-
-
-@dataclass(eq=False)
-class Ticket:
-    priority: Priority
-    cost: StreamCost
-    admitted_at: float
-    waited_s: float
-    expected_end: float
-    replica: int | None = 0  # the engine replica serving it; None while that one is lost
-
+from cadenza.edge.admission.ticket import AdmissionRefused, QueuedCallback, Ticket
+from cadenza.edge.server.model_metrics import ModelMetrics
 
 _PREFIXES_KEPT = 64  # recent prompt prefixes remembered per replica, for placement ties
 _PREFILL_RECHECK_S = 0.005  # after the prompts ahead are expected prefilled

@@ -76,9 +76,10 @@ class Grant:
 class Quotas(Protocol):
     """The per-client buckets admission charges, this node's or the fleet's."""
 
-    async def acquire(self, client: str, audio_s: float) -> Grant:
-        """Charge one request and ``audio_s`` seconds to ``client``; raises
-        :class:`RateLimited` (charging nothing) when either bucket is short."""
+    async def acquire(self, client: str, audio_s: float, requests: int = 1) -> Grant:
+        """Charge ``requests`` requests (one per stream; none for more audio of a stream that
+        has its request) and ``audio_s`` seconds to ``client``; raises :class:`RateLimited`
+        (charging nothing) when either bucket is short."""
         ...
 
     def settle(self, grant: Grant, used_audio_s: float) -> None:
@@ -104,25 +105,25 @@ class RateLimiter:
             OrderedDict()
         )
 
-    async def acquire(self, client: str, audio_s: float) -> Grant:
+    async def acquire(self, client: str, audio_s: float, requests: int = 1) -> Grant:
         """:meth:`admit` (this node's buckets answer at once)."""
-        return self.admit(client, audio_s)
+        return self.admit(client, audio_s, requests)
 
-    def admit(self, client: str, audio_s: float) -> Grant:
-        """Charge one request and ``audio_s`` seconds to ``client``. Raises
+    def admit(self, client: str, audio_s: float, request_count: int = 1) -> Grant:
+        """Charge ``request_count`` requests and ``audio_s`` seconds to ``client``. Raises
         :class:`RateLimited` (and charges nothing) when either bucket is short."""
         now = self.clock()
         requests, audio = self._client(client, now)
         waits = []
-        if requests is not None:
-            waits.append(("request", requests.wait_s(1, now)))
+        if requests is not None and request_count:
+            waits.append(("request", requests.wait_s(request_count, now)))
         if audio is not None:
             waits.append(("audio", audio.wait_s(audio_s, now)))
         reason, wait = max(waits, key=lambda w: w[1], default=("", 0.0))
         if wait > 0:
             raise RateLimited(reason, wait)
-        if requests is not None:
-            requests.take(1)
+        if requests is not None and request_count:
+            requests.take(request_count)
         if audio is not None:
             audio.take(audio_s)
         return Grant(client, audio_s)

@@ -44,7 +44,8 @@ TIMEOUT_S = 0.25  # one admission's round trip (and a connection's set-up) at mo
 RETRY_AFTER_S = 1.0  # after a failure, this node's buckets (or refusals) for this long
 
 # KEYS: the request bucket, the audio bucket. ARGV: requests per minute, audio seconds per
-# minute (0: that bucket is off), the audio cost. Returns {1} when charged, else {0, reason,
+# minute (0: that bucket is off), the audio cost, the request cost (1 for a stream, 0 for more
+# audio of one). Returns {1} when charged, else {0, reason,
 # wait in seconds as a string (Lua numbers reach Redis as integers)}.
 _ACQUIRE = """
 local t = redis.call('TIME')
@@ -58,7 +59,7 @@ end
 local function wait_s(tokens, cost, per_minute)
   return math.max(0, (math.min(cost, per_minute) - tokens) * 60 / per_minute)
 end
-local costs = {1, tonumber(ARGV[3])}
+local costs = {tonumber(ARGV[4]), tonumber(ARGV[3])}
 local rates = {tonumber(ARGV[1]), tonumber(ARGV[2])}
 local reasons = {'request', 'audio'}
 local levels = {}
@@ -137,7 +138,7 @@ class SharedRateLimiter:
         """Whether the last round trip reached Redis."""
         return self._down_since is None
 
-    async def acquire(self, client: str, audio_s: float) -> Grant:
+    async def acquire(self, client: str, audio_s: float, requests: int = 1) -> Grant:
         """Charge the fleet's buckets (see the module docstring for the failure modes)."""
         local = self.local
         if local.requests_per_minute == 0 and local.audio_seconds_per_minute == 0:
@@ -147,7 +148,12 @@ class SharedRateLimiter:
                 answer = await asyncio.wait_for(
                     self._acquire(
                         keys=bucket_keys(client),
-                        args=[local.requests_per_minute, local.audio_seconds_per_minute, audio_s],
+                        args=[
+                            local.requests_per_minute,
+                            local.audio_seconds_per_minute,
+                            audio_s,
+                            requests,
+                        ],
                     ),
                     TIMEOUT_S * 2,
                 )
@@ -164,7 +170,7 @@ class SharedRateLimiter:
                 "the fleet's rate limits cannot be read (Redis unreachable); retry shortly",
                 RETRY_AFTER_S,
             )
-        return local.admit(client, audio_s)
+        return local.admit(client, audio_s, requests)
 
     def settle(self, grant: Grant, used_audio_s: float) -> None:
         """Give back the audio ``grant`` did not use, to the buckets it was charged to."""

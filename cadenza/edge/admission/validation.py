@@ -30,8 +30,10 @@ def validate_synthesis(
     served_model: str,
     voices: Sequence[str],
     limits: LimitsConfig,
+    text_to_come: bool = False,
 ) -> None:
-    """Raise :class:`InvalidRequest` for the first problem found, else return ``None``."""
+    """Raise :class:`InvalidRequest` for the first problem found, else return ``None``.
+    ``text_to_come``: a text stream's first piece, which may be empty."""
     if model != served_model:
         raise InvalidRequest(
             f"model {model!r} is not served here; available: {served_model!r}",
@@ -44,7 +46,7 @@ def validate_synthesis(
             code="voice_not_found",
             param="voice",
         )
-    if not text.strip():
+    if not text.strip() and not text_to_come:
         raise InvalidRequest("input must not be empty", code="empty_input", param="input")
     if len(text) > limits.max_input_chars:
         raise InvalidRequest(

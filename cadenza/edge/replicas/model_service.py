@@ -36,9 +36,10 @@ from cadenza.edge.admission.guard import TextGuard
 from cadenza.edge.admission.rate_limit import Quotas
 from cadenza.edge.replicas.replica import REPLICA_STATES, EngineReplica
 from cadenza.edge.server.lifecycle import Lifecycle
-from cadenza.edge.server.metrics import Metrics, ModelMetrics
+from cadenza.edge.server.metrics import Metrics
+from cadenza.edge.server.model_metrics import ModelMetrics
+from cadenza.edge.streams.admission_sequence import Admission
 from cadenza.edge.streams.errors import EdgeError
-from cadenza.edge.streams.lease import Admission
 from cadenza.ipc.edge_side.engine_client import EngineClient
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ from cadenza.config import CadenzaConfig
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.messages import Probed, Stats
 from cadenza.edge.replicas.restart_policy import RestartPolicy
-from cadenza.edge.server.metrics import ModelMetrics
+from cadenza.edge.server.model_metrics import ModelMetrics
 from cadenza.ipc.edge_side.engine_client import EngineClient
 
 log = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ from cadenza.edge.server.node_identity import NODE_HEADER, with_node_label
 from cadenza.edge.server.state import EdgeState
 from cadenza.edge.streams.checkpoints import CheckpointStore
 from cadenza.edge.streams.errors import install_error_handlers
-from cadenza.edge.transports import speech_http, webrtc, websocket
+from cadenza.edge.transports import speech_http, webrtc_offer, websocket
 from cadenza.loop_lag import LoopLagProbe
 from cadenza.version import __version__
 
@@ -126,7 +126,7 @@ def create_app(config: CadenzaConfig) -> FastAPI:
     install_error_handlers(app)
     app.include_router(speech_http.router)
     app.include_router(websocket.router)
-    app.include_router(webrtc.router)
+    app.include_router(webrtc_offer.router)
     app.include_router(admin.router)
 
     app.add_middleware(_CountRequests, metrics=metrics)

@@ -89,6 +89,7 @@ class SaidFrames:
         self._pieces: list[np.ndarray] = []
         self.frame_rate = 0.0
         self.complete = False  # ended by the model or its length, not cancelled nor failed
+        self.text: str | None = None  # what was said, when not the speak's text (text streams)
 
     def add(self, output: StreamOutput) -> None:
         if output.codes is not None and output.codes.size:

@@ -17,8 +17,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cadenza.contract.errors import EngineError, EngineUnavailable
-from cadenza.edge.admission.gate import AdmissionRefused
 from cadenza.edge.admission.rate_limit import QuotasUnavailable, RateLimited
+from cadenza.edge.admission.ticket import AdmissionRefused
 from cadenza.edge.admission.validation import InvalidRequest
 
 _ENGINE_STATUS = {

@@ -1,13 +1,8 @@
-"""One admission sequence and one stream lifecycle, for HTTP, WebSocket and WebRTC alike.
+"""One stream's lifecycle, for HTTP, WebSocket and WebRTC alike: the :class:`StreamLease` that
+:meth:`Admission.open <cadenza.edge.streams.admission_sequence.Admission.open>` returns.
 
-Every transport authenticates its client its own way (a header, a ``hello``, the offer), then
-hands a request to :meth:`Admission.open`, which runs the same steps in the same order::
-
-    open -> engine ready -> validate -> guard -> charge the rate limits -> wait for a slot
-                  (each refusal raises EdgeError; a refusal after the charge refunds it)
-
-and returns a :class:`StreamLease`. The transport iterates :meth:`StreamLease.outputs` and
-closes the lease when it is done with the stream, however that happens::
+The transport iterates :meth:`StreamLease.outputs` and closes the lease when it is done with
+the stream, however that happens::
 
     lease = await admission.open(...)
     try:
@@ -19,7 +14,8 @@ closes the lease when it is done with the stream, however that happens::
 The lease ends when the engine is done with the stream (its last output or its failure) or when
 the transport closes it first (a cancel, a client that left). Ending settles the audio-seconds
 bucket with the audio the engine produced, frees the slot and counts the stream, the same way
-on every transport; ``close`` after that is a no-op.
+on every transport; ``close`` after that is a no-op. A text stream's lease carries one request
+after another (:meth:`StreamLease.speak_next`) and ends with :meth:`StreamLease.finish`.
 
 A stream survives the loss of its engine replica: the lease keeps the rows each output carries
 and the codec frames its listener has had, and when the replica is lost it asks the gate for
@@ -36,180 +32,31 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncGenerator
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from cadenza.config import CadenzaConfig
-from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.errors import ENGINE_RETRY_AFTER_S, EngineError, EngineUnavailable
-from cadenza.contract.request import ResumePoint, StreamOutput, SynthesisRequest
+from cadenza.contract.request import (
+    FinishReason,
+    ResumePoint,
+    StreamOutput,
+    SynthesisRequest,
+)
 from cadenza.contract.stream_length import request_duration_s
-from cadenza.edge.admission.capacity import StreamCost
-from cadenza.edge.admission.gate import AdmissionGate, AdmissionRefused, QueuedCallback, Ticket
-from cadenza.edge.admission.guard import TextGuard, run_guard
-from cadenza.edge.admission.priority_queues import Priority
-from cadenza.edge.admission.rate_limit import Grant, Quotas, QuotasUnavailable, RateLimited
-from cadenza.edge.admission.validation import InvalidRequest, validate_synthesis
-from cadenza.edge.server.lifecycle import Lifecycle
-from cadenza.edge.server.metrics import Metrics, ModelMetrics
+from cadenza.edge.admission.rate_limit import Grant, QuotasUnavailable, RateLimited
+from cadenza.edge.admission.ticket import AdmissionRefused, Ticket
 from cadenza.edge.streams.errors import EdgeError
 from cadenza.ipc.edge_side.engine_client import EngineClient
 
+if TYPE_CHECKING:
+    from cadenza.edge.streams.admission_sequence import Admission
+
 Transport = Literal["http", "websocket", "webrtc"]
 
+_SEGMENT_ENDS = (FinishReason.EOS, FinishReason.LENGTH)  # a text stream's segment, not it
 _MAX_RESUMES = 8  # engine losses one stream may survive
 _LOSS_NOTICE_S = 1.0  # how long a stream failed as unavailable waits for its engine's loss
-
-
-class StreamEngines(Protocol):
-    """What a lease needs from its model's engines (the model service)."""
-
-    def require_ready(self) -> EngineInfo:
-        """Raises :class:`EngineUnavailable` unless some engine can take work."""
-        ...
-
-    def client_for(self, replica: int | None) -> EngineClient:
-        """The engine client of ``replica``; raises :class:`EngineUnavailable`."""
-        ...
-
-
-class Admission:
-    def __init__(
-        self,
-        config: CadenzaConfig,
-        engines: StreamEngines,
-        gate: AdmissionGate,
-        rate_limiter: Quotas,
-        guard: TextGuard | None,
-        metrics: Metrics,
-        *,
-        lifecycle: Lifecycle | None = None,
-        model_metrics: ModelMetrics | None = None,
-    ) -> None:
-        self.config = config
-        self.engines = engines
-        self.gate = gate
-        self.rate_limiter = rate_limiter
-        self.guard = guard
-        self.metrics = metrics
-        self.lifecycle = lifecycle or Lifecycle()
-        self.model_metrics = model_metrics or gate.metrics
-
-    async def open(
-        self,
-        *,
-        transport: Transport,
-        client: str,
-        request: SynthesisRequest,
-        priority: Priority,
-        model: str | None = None,
-        on_queued: QueuedCallback | None = None,
-    ) -> StreamLease:
-        """Admit ``request`` for ``client`` (``model``: the name the client asked for, ``None``
-        when its protocol names none). Raises :class:`EdgeError` with the refusal."""
-        self.metrics.stream_requests.labels(transport=transport).inc()
-        try:
-            return await self._open(transport, client, request, priority, model, on_queued)
-        except EdgeError as exc:
-            self.metrics.stream_refusals.labels(transport=transport, code=exc.code).inc()
-            raise
-
-    async def _open(
-        self,
-        transport: Transport,
-        client: str,
-        request: SynthesisRequest,
-        priority: Priority,
-        model: str | None,
-        on_queued: QueuedCallback | None,
-    ) -> StreamLease:
-        self.lifecycle.check_open()
-        try:
-            info = self.engines.require_ready()
-        except EngineError as exc:
-            raise EdgeError.from_engine(exc) from exc
-        try:
-            validate_synthesis(
-                model=info.model_name if model is None else model,
-                text=request.text,
-                voice=request.voice,
-                max_duration_s=request.max_duration_s,
-                served_model=info.model_name,
-                voices=info.voices,
-                limits=self.config.limits,
-            )
-        except InvalidRequest as exc:
-            raise EdgeError.from_invalid(exc) from exc
-        verdict = await run_guard(self.guard, request.text, self.config.guard, client)
-        if not verdict.allowed:
-            reason = verdict.reason or "refused by the input guard"
-            raise EdgeError(400, reason, code="content_refused", param="input")
-        audio_s = request_duration_s(request.text, request.max_duration_s, self.config.limits)
-        try:
-            grant = await self.rate_limiter.acquire(client, audio_s)
-        except RateLimited as exc:
-            raise EdgeError.from_rate_limit(exc) from exc
-        except QuotasUnavailable as exc:
-            raise EdgeError.from_quotas_unavailable(exc) from exc
-        cost = self._cost(request, info, audio_s)
-        try:
-            ticket = await self.gate.acquire(priority, cost, on_queued, prefix=request.voice)
-        except AdmissionRefused as exc:
-            self.rate_limiter.refund(grant)
-            raise EdgeError.from_refusal(exc) from exc
-        except BaseException:
-            self.rate_limiter.refund(grant)
-            raise
-        return StreamLease(self, transport, request, grant, ticket, info.sample_rate)
-
-    async def resume(
-        self,
-        *,
-        transport: Transport,
-        client: str,
-        request: SynthesisRequest,
-        priority: Priority,
-        rows: np.ndarray,
-        frames_heard: int,
-    ) -> StreamLease:
-        """Admit a stream that another node started and lost, which its client resumes here
-        from its checkpoint: ``rows`` generated there, ``frames_heard`` of them heard. It is
-        not validated, guarded or charged again (its first node did all that); it is placed
-        ahead of new streams, as a stream whose engine was lost is, within
-        ``server.resume_timeout_s``. Raises :class:`EdgeError`."""
-        self.metrics.stream_requests.labels(transport=transport).inc()
-        try:
-            self.lifecycle.check_open()
-            try:
-                info = self.engines.require_ready()
-            except EngineError as exc:
-                raise EdgeError.from_engine(exc) from exc
-            total_s = request_duration_s(request.text, request.max_duration_s, self.config.limits)
-            heard_s = frames_heard / info.frame_rate
-            cost = self._cost(request, info, max(total_s - heard_s, 0.0), heard_s)
-            try:
-                ticket = await self.gate.admit_resumed(
-                    priority, cost, self.config.server.resume_timeout_s
-                )
-            except AdmissionRefused as exc:
-                raise EdgeError.from_refusal(exc) from exc
-        except EdgeError as exc:
-            self.metrics.stream_refusals.labels(transport=transport, code=exc.code).inc()
-            raise
-        lease = StreamLease(self, transport, request, Grant(client, 0.0), ticket, info.sample_rate)
-        lease.seed(rows, frames_heard)
-        return lease
-
-    def _cost(
-        self, request: SynthesisRequest, info: EngineInfo, audio_s: float, heard_s: float = 0.0
-    ) -> StreamCost:
-        """What the stream weighs in admission: its prompt (text, speech prompt, context, and
-        ``heard_s`` of audio already generated, which a resume prefills) and ``audio_s``."""
-        prompt_s = request.prompt_audio_samples / request.prompt_sample_rate + heard_s
-        prompt_s += request.context_audio_s(info.frame_rate)
-        prompt_text = "".join(turn.text for turn in request.context) + request.text
-        return self.gate.capacity.stream_cost(prompt_text, audio_s, prompt_s)
 
 
 class StreamLease:
@@ -242,6 +89,8 @@ class StreamLease:
         self._lost_at: float | None = None  # when its engine was lost, until audio is back
         self._cut: str | None = None  # why a drain ended it
         self.resumes = 0
+        self.segmented = False  # a text stream: its requests follow each other (speak_next)
+        self._segments = 0  # a text stream's segments charged so far
         admission.metrics.streams_active.inc()
         admission.lifecycle.opened(self)
 
@@ -250,6 +99,40 @@ class StreamLease:
         after ``rows``, its listener having heard ``frames_heard`` frames."""
         self._rows = [rows] if len(rows) else []
         self._frames_heard = frames_heard
+
+    def speak_next(self, request: SynthesisRequest) -> None:
+        """A text stream's next segment (:mod:`cadenza.edge.streams.text_stream`): the next
+        :meth:`outputs` are ``request``'s. The lease then outlives each request that ends by
+        itself (``eos``, ``length``) until :meth:`finish`; call it only between segments."""
+        if self.ended:
+            raise EdgeError(409, "the stream has ended", code="stream_ended")
+        self.segmented = True
+        if not self._first_audio:  # TTFA counts from the first segment, not from its text
+            self._started = time.perf_counter()
+        self.request = request
+        self._rows = []
+        self._frames_heard = 0
+
+    async def charge_segment(self, text: str) -> None:
+        """Charge a text stream's next segment to its client's audio-seconds bucket (its first
+        was charged at admission, as the longest segment); the stream's audio is settled once,
+        at its end. Raises :class:`EdgeError` ``rate_limited`` (the stream then ends)."""
+        self._segments += 1
+        if self._segments == 1:
+            return
+        limits = self.admission.config.limits
+        audio_s = request_duration_s(text, self.request.max_duration_s, limits)
+        try:
+            await self.admission.rate_limiter.acquire(self._grant.client, audio_s, requests=0)
+        except RateLimited as exc:
+            raise EdgeError.from_rate_limit(exc) from exc
+        except QuotasUnavailable as exc:
+            raise EdgeError.from_quotas_unavailable(exc) from exc
+        self._grant.audio_s += audio_s
+
+    def finish(self, reason: str) -> None:
+        """A text stream said everything it will say (``reason``: ``eos``, ``text_timeout``)."""
+        self._end(reason)
 
     async def outputs(self) -> AsyncGenerator[StreamOutput, None]:
         """The engine's outputs for this stream, up to its last, across engine losses (see
@@ -283,6 +166,11 @@ class StreamLease:
     def close(self) -> None:
         """The transport is done with the stream; if the engine was not, it was cancelled."""
         self._end("cancelled")
+
+    @property
+    def cut_reason(self) -> str | None:
+        """Why a drain ended the stream (``None``: it did not)."""
+        return self._cut
 
     def cut(self, reason: str) -> None:
         """End the stream now (a drain ran out of time): the transport reads
@@ -320,7 +208,9 @@ class StreamLease:
                     self._frames_heard += len(output.codes)
                 self.audio_s += seconds
                 metrics.audio_seconds.labels(transport=self.transport).inc(seconds)
-                if output.finish_reason is not None:
+                if output.finish_reason is not None and not (
+                    self.segmented and output.finish_reason in _SEGMENT_ENDS
+                ):
                     self._end(output.finish_reason.value)
                 yield output
         finally:

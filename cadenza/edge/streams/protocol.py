@@ -50,7 +50,7 @@ class _Message(BaseModel):
 
 class Speak(_Message, SamplingFields):
     type: Literal["speak"]
-    text: str
+    text: str | None = None  # required, except with text_stream (then the first piece)
     model: str | None = None  # a served model's name; None: the server's default
     voice: str = "default"
     format: Literal["pcm", "opus", "encodec"] = "pcm"
@@ -64,6 +64,13 @@ class Speak(_Message, SamplingFields):
     conversation: bool = False
     user_voice: str | None = None
     user_text: str = ""
+    # The text arrives while the stream plays: ``text`` messages append to it, ``flush``
+    # speaks what has arrived, ``text_end`` ends it (:mod:`cadenza.edge.streams.text_stream`).
+    text_stream: bool = False
+
+    @property
+    def first_text(self) -> str:
+        return self.text or ""
 
 
 class AudioIn(_Message):
@@ -92,6 +99,28 @@ class Resume(_Message):
     frames_heard: Annotated[int, Field(ge=0, le=2**32)] | None = None
 
 
+class Text(_Message):
+    """More text for the text stream ``stream_id``."""
+
+    type: Literal["text"]
+    stream_id: Annotated[int, Field(ge=0, le=2**32 - 1)]
+    text: str
+
+
+class Flush(_Message):
+    """Speak the text stream's text that has arrived, without waiting for a boundary."""
+
+    type: Literal["flush"]
+    stream_id: Annotated[int, Field(ge=0, le=2**32 - 1)]
+
+
+class TextEnd(_Message):
+    """No more text comes for the text stream: ``done`` follows its last audio."""
+
+    type: Literal["text_end"]
+    stream_id: Annotated[int, Field(ge=0, le=2**32 - 1)]
+
+
 class Cancel(_Message):
     type: Literal["cancel"]
 
@@ -111,19 +140,20 @@ class ResetConversation(_Message):
     type: Literal["reset_conversation"]
 
 
-ClientMessage = Annotated[
-    Speak | AudioIn | Hello | Resume | Cancel | Ping | Close | ResetConversation,
-    Field(discriminator="type"),
-]
+AnyClientMessage = (
+    Speak | AudioIn | Hello | Resume | Text | Flush | TextEnd | Cancel | Ping | Close
+    | ResetConversation
+)  # fmt: skip
+ClientMessage = Annotated[AnyClientMessage, Field(discriminator="type")]
 _CLIENT_MESSAGE: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
 CLIENT_TYPES = (
-    "speak", "audio_in", "hello", "resume", "cancel", "ping", "close", "reset_conversation",
+    "speak", "audio_in", "hello", "resume", "text", "flush", "text_end", "cancel", "ping",
+    "close", "reset_conversation",
 )  # fmt: skip
+FEATURES = ("text_stream",)  # what ``ready`` lists: protocol 1 additions this server speaks
 
 
-def parse_client_message(
-    text: str,
-) -> Speak | AudioIn | Hello | Resume | Cancel | Ping | Close | ResetConversation:
+def parse_client_message(text: str) -> AnyClientMessage:
     """One text message from a client. Raises :class:`ProtocolError` with ``invalid_json``,
     ``unknown_type`` or ``invalid_message``."""
     try:
@@ -138,11 +168,14 @@ def parse_client_message(
             "unknown_type", f"unknown message type {kind!r}; expected one of {CLIENT_TYPES}"
         )
     try:
-        return _CLIENT_MESSAGE.validate_python(payload)
+        message = _CLIENT_MESSAGE.validate_python(payload)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"][1:]) or "message"
         raise ProtocolError("invalid_message", f"{where}: {first['msg']}") from exc
+    if isinstance(message, Speak) and message.text is None and not message.text_stream:
+        raise ProtocolError("invalid_message", "text: Field required (unless text_stream)")
+    return message
 
 
 def resolve_sample_rate(speak: Speak, native_rate: int) -> int:

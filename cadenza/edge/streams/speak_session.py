@@ -9,6 +9,9 @@ A session plays one utterance at a time::
     resume                  idle                  ResumeUtterance(id)     (a stream of a lost
                                                                            connection or node)
     speak, resume           playing               Send(error busy)
+    text, flush, text_end   playing a text stream FeedText(id, ...)       (the text stream's
+                                                                           text; anything else
+                                                                           gets an error)
     cancel                  playing               StopUtterance(id), Send(done cancelled)
     close                   any                   [StopUtterance, Send(done)], CloseConnection(1000)
     ping {data}             any                   Send(pong {data})
@@ -47,12 +50,15 @@ from cadenza.edge.streams.protocol import (
     AudioIn,
     Cancel,
     Close,
+    Flush,
     Hello,
     Ping,
     ProtocolError,
     ResetConversation,
     Resume,
     Speak,
+    Text,
+    TextEnd,
 )
 
 CLOSE_NORMAL = 1000
@@ -78,10 +84,11 @@ class StartUtterance:
     context: tuple[ContextTurn, ...] = ()  # conversation mode: the turns before the text
 
     def synthesis_request(self, default_sampling: SamplingParams) -> SynthesisRequest:
-        """The engine request, unset sampling settings taken from ``default_sampling``."""
+        """The engine request, unset sampling settings taken from ``default_sampling`` (a text
+        stream's: what its segments have in common, its text the first piece)."""
         return SynthesisRequest(
             request_id=uuid.uuid4().hex,
-            text=self.speak.text,
+            text=self.speak.first_text,
             voice=self.speak.voice,
             max_duration_s=self.speak.max_duration_s,
             sampling=self.speak.sampling(default_sampling),
@@ -98,6 +105,26 @@ class ResumeUtterance:
 
     stream_id: int
     resume: Resume
+
+
+@dataclass(frozen=True)
+class FeedText:
+    """Text for the text stream ``stream_id``: ``text`` to append, then a ``flush`` or its
+    ``end`` when set."""
+
+    stream_id: int
+    text: str = ""
+    flush: bool = False
+    end: bool = False
+
+
+@dataclass
+class _TextInFlight:
+    """The text stream playing: how much text it had, whether its text ended."""
+
+    stream_id: int
+    chars: int
+    ended: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,7 +149,7 @@ class CloseConnection:
     code: int
 
 
-Event = Send | StartUtterance | ResumeUtterance | StopUtterance | CloseConnection
+Event = Send | StartUtterance | ResumeUtterance | FeedText | StopUtterance | CloseConnection
 
 SpeakCheck = Callable[[Speak], int]
 """The transport's own check of a ``speak``: the sample rate its audio will have, or
@@ -139,10 +166,14 @@ class SpeakSession:
         binary_audio: bool,
         idle_timeout_s: float | None = None,
         max_context_s: float = 120.0,
+        max_message_chars: int = 4096,
+        max_text_stream_chars: int = 20_000,
     ) -> None:
         """``binary_audio``: binary messages carry microphone audio (WebSocket) rather than
         being refused (the WebRTC control channel, whose microphone is a track).
-        ``max_context_s``: the conversation's bound (seconds of audio in its turns)."""
+        ``max_context_s``: the conversation's bound (seconds of audio in its turns).
+        ``max_message_chars``: the most text one ``speak`` or ``text`` message carries;
+        ``max_text_stream_chars``: the most one text stream receives in all."""
         self.check_speak = check_speak
         self.codec_sample_rate = codec_sample_rate
         self.max_prompt_audio_s = max_prompt_audio_s
@@ -152,7 +183,10 @@ class SpeakSession:
         self.microphone: MicrophoneBuffer | None = None
         self._stream_ids = itertools.count(1)
         self.conversation = Conversation(max_context_s)
+        self.max_message_chars = max_message_chars
+        self.max_text_stream_chars = max_text_stream_chars
         self._turn: _ConversationTurn | None = None
+        self._text: _TextInFlight | None = None
 
     # -- input ------------------------------------------------------------------------------
 
@@ -165,6 +199,8 @@ class SpeakSession:
             return self._speak(message)
         if isinstance(message, Resume):
             return self._resume(message)
+        if isinstance(message, Text | Flush | TextEnd):
+            return self._feed(message)
         if isinstance(message, Cancel):
             return self._stop()
         if isinstance(message, Close):
@@ -208,6 +244,8 @@ class SpeakSession:
         message to send (its turns joined the conversation if it was said to its end)."""
         if self.active_stream_id == stream_id:
             self.active_stream_id = None
+        if self._text is not None and self._text.stream_id == stream_id:
+            self._text = None
         turn = self._turn
         if turn is None or turn.stream_id != stream_id:
             return []
@@ -222,7 +260,8 @@ class SpeakSession:
                 turn.model, speak.user_voice, speak.user_text, turn.user_audio,
                 self.codec_sample_rate,
             )  # fmt: skip
-        self.conversation.add_model_turn(turn.model, speak.voice, speak.text, codes, frame_rate)
+        text = speak.first_text if said.text is None else said.text
+        self.conversation.add_model_turn(turn.model, speak.voice, text, codes, frame_rate)
         return [Send(self._conversation_message())]
 
     # -- time -------------------------------------------------------------------------------
@@ -248,13 +287,50 @@ class SpeakSession:
         stream_id = next(self._stream_ids)
         try:
             sample_rate = self.check_speak(speak)
+            if speak.text_stream:
+                self._text = _TextInFlight(stream_id, len(speak.first_text))
             if speak.conversation:
                 return self._converse(speak, stream_id, sample_rate)
             prompt = self._take_prompt() if speak.use_audio_prompt else None
         except ProtocolError as exc:
+            self._text = None
             return [Send(protocol.error_message(exc.code, exc.message, stream_id))]
         self.active_stream_id = stream_id
         return [StartUtterance(stream_id, speak, sample_rate, prompt, self.codec_sample_rate)]
+
+    def _feed(self, message: Text | Flush | TextEnd) -> list[Event]:
+        """A text stream's ``text``, ``flush`` or ``text_end``; an ``error`` (the stream goes
+        on) for one that names no playing text stream, comes after ``text_end`` or carries
+        too much text."""
+        stream_id = message.stream_id
+        stream = self._text
+        try:
+            if stream is None or stream.stream_id != stream_id:
+                raise ProtocolError(
+                    "unknown_stream", f"stream {stream_id} is not a text stream that is playing"
+                )
+            if stream.ended:
+                raise ProtocolError("text_ended", f"stream {stream_id}'s text has ended")
+            if isinstance(message, Flush):
+                return [FeedText(stream_id, flush=True)]
+            if isinstance(message, TextEnd):
+                stream.ended = True
+                return [FeedText(stream_id, end=True)]
+            if len(message.text) > self.max_message_chars:
+                raise ProtocolError(
+                    "text_too_long",
+                    f"a text message carries {len(message.text)} characters; the limit is "
+                    f"{self.max_message_chars}",
+                )
+            if stream.chars + len(message.text) > self.max_text_stream_chars:
+                raise ProtocolError(
+                    "text_too_long",
+                    f"a text stream may receive {self.max_text_stream_chars} characters",
+                )
+        except ProtocolError as exc:
+            return [Send(protocol.error_message(exc.code, exc.message, stream_id))]
+        stream.chars += len(message.text)
+        return [FeedText(stream_id, text=message.text)]
 
     def _resume(self, resume: Resume) -> list[Event]:
         if self.active_stream_id is not None:
@@ -311,5 +387,6 @@ class SpeakSession:
         if stream_id is None:
             return []
         self.active_stream_id = None
+        self._text = None
         done = protocol.server_message("done", stream_id=stream_id, reason="cancelled")
         return [StopUtterance(stream_id), Send(done)]

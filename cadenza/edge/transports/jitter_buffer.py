@@ -4,7 +4,10 @@ No I/O and no clock of its own: the paced track calls :meth:`pop_frame` every 20
 of an utterance starts once ``reserve_ms`` of audio is buffered (or the utterance ended
 shorter), so small delays in generation do not reach the listener. A frame that finds the
 buffer empty while the utterance is still coming is an *underrun*: silence goes out and is
-counted (consecutive silent frames are one underrun; the longest is kept).
+counted (consecutive silent frames are one underrun; the longest is kept). A text stream
+that waits for its next text :meth:`holds <JitterBuffer.hold>` the buffer: if the audio runs
+out while it holds, the silence is the text's (counted as ``text_wait_ms``, no underrun) and
+the next audio fills the reserve again before it plays, as a new utterance's does.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class PlayoutStats:
     underruns: int = 0
     longest_underrun_ms: float = 0.0
     frames_played: int = 0
+    text_wait_ms: float = 0.0
 
 
 class JitterBuffer:
@@ -41,6 +45,7 @@ class JitterBuffer:
         self._playing = False
         self._ended = False
         self._current_underrun_frames = 0
+        self._held = False
         self.stats = PlayoutStats()
 
     @property
@@ -62,6 +67,14 @@ class JitterBuffer:
             self._pieces.append(np.asarray(samples, dtype=np.float32))
             self._buffered += samples.size
 
+    def hold(self) -> None:
+        """The stream waits for text: running out of audio now is no underrun."""
+        self._held = True
+
+    def release(self) -> None:
+        """The stream's next text came (its audio follows)."""
+        self._held = False
+
     def end(self) -> None:
         """No more audio for this utterance: play out what is left."""
         self._ended = True
@@ -69,13 +82,18 @@ class JitterBuffer:
     def clear(self) -> None:
         """Barge-in: drop everything buffered at once."""
         self._pieces, self._buffered = [], 0
-        self._active = self._playing = self._ended = False
+        self._active = self._playing = self._ended = self._held = False
         self._current_underrun_frames = 0
 
     def pop_frame(self) -> tuple[np.ndarray, FrameKind]:
         silence = np.zeros(self.frame_samples, np.float32)
         if not self._active:
             return silence, FrameKind.IDLE
+        if self._held and not self._buffered and not self._ended:
+            self._playing = False  # the next audio fills the reserve again
+            self._current_underrun_frames = 0
+            self.stats.text_wait_ms += self.frame_ms
+            return silence, FrameKind.WAITING
         if not self._playing:
             if self._buffered >= self.reserve_samples or (self._ended and self._buffered):
                 self._playing = True

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fractions
+import functools
 import logging
 import time
 from collections.abc import Coroutine
@@ -25,24 +25,21 @@ from typing import Any
 
 import av
 import numpy as np
-from aiortc import RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
-from fastapi import APIRouter, Request
 
-from cadenza.contract.engine_info import EngineInfo
-from cadenza.contract.request import SynthesisRequest
+from cadenza.contract.request import FinishReason
 from cadenza.edge.media.resampler import StreamResampler
 from cadenza.edge.server.state import EdgeState
 from cadenza.edge.streams import protocol
-from cadenza.edge.streams.checkpoints import StreamHead, seeded
 from cadenza.edge.streams.conversation import SaidFrames
 from cadenza.edge.streams.errors import EdgeError
-from cadenza.edge.streams.lease import StreamLease
 from cadenza.edge.streams.protocol import ProtocolError, Speak
 from cadenza.edge.streams.resume_token import new_token
 from cadenza.edge.streams.speak_session import (
     CloseConnection,
     Event,
+    FeedText,
     ResumeUtterance,
     Send,
     SpeakSession,
@@ -50,63 +47,22 @@ from cadenza.edge.streams.speak_session import (
     StopUtterance,
 )
 from cadenza.edge.streams.stream_resume import Resumed, claim_and_admit
-from cadenza.edge.streams.untrusted_json import JsonRejected, parse_json
-from cadenza.edge.streams.utterance_tasks import UtteranceTasks
-from cadenza.edge.transports.http_io import read_body
-from cadenza.edge.transports.jitter_buffer import FrameKind, JitterBuffer
-from cadenza.edge.transports.webrtc_ice import (
-    announce_address,
-    browser_ice_servers,
-    rtc_configuration,
+from cadenza.edge.streams.text_stream import (
+    SegmentStarted,
+    TextStream,
+    WaitingForText,
+    feed_text,
+    segment_message,
 )
+from cadenza.edge.streams.utterance_opening import OpenedUtterance, open_utterance
+from cadenza.edge.streams.utterance_tasks import UtteranceTasks
+from cadenza.edge.transports.jitter_buffer import JitterBuffer
+from cadenza.edge.transports.paced_track import FRAME_MS, RTC_RATE, PacedAudioTrack
 
 log = logging.getLogger(__name__)
 
-router = APIRouter()
-
-RTC_RATE = 48000
-FRAME_MS = 20
-MAX_SDP_BYTES = 64 * 1024
 STATS_INTERVAL_S = 0.5
 PLAY_OUT_MARGIN_S = 2.0  # how much longer than its length a last utterance may take to play
-
-
-class PacedAudioTrack(MediaStreamTrack):
-    """Outbound audio: one 20 ms frame per ``recv`` at its wall-clock time."""
-
-    kind = "audio"
-
-    def __init__(self, buffer: JitterBuffer) -> None:
-        super().__init__()
-        self.buffer = buffer
-        self.frame_samples = buffer.frame_samples
-        self._start: float | None = None
-        self._sent = 0
-        self.send_jitter_ms: list[float] = []  # actual minus scheduled send time
-        self.first_audio_at: float | None = None
-
-    async def recv(self) -> av.AudioFrame:
-        if self.readyState != "live":
-            raise MediaStreamError
-        now = time.monotonic()
-        if self._start is None:
-            self._start = now
-        due = self._start + self._sent * FRAME_MS / 1000
-        if due > now:
-            await asyncio.sleep(due - now)
-        self.send_jitter_ms.append(1000 * (time.monotonic() - due))
-        if len(self.send_jitter_ms) > 3000:
-            del self.send_jitter_ms[:1000]
-        samples, kind = self.buffer.pop_frame()
-        if kind is FrameKind.AUDIO and self.first_audio_at is None:
-            self.first_audio_at = time.monotonic()
-        pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2")
-        frame = av.AudioFrame.from_ndarray(pcm[None], format="s16", layout="mono")
-        frame.sample_rate = RTC_RATE
-        frame.pts = self._sent * self.frame_samples
-        frame.time_base = fractions.Fraction(1, RTC_RATE)
-        self._sent += 1
-        return frame
 
 
 def check_webrtc_speak(speak: Speak) -> int:
@@ -130,6 +86,8 @@ class WebRTCSession:
             max_prompt_audio_s=state.config.limits.max_prompt_audio_s,
             max_context_s=state.config.limits.max_context_s,
             binary_audio=False,
+            max_message_chars=state.config.limits.max_input_chars,
+            max_text_stream_chars=state.config.text_stream.max_chars,
         )
         self.channel: Any = None
         self.connected = False
@@ -140,6 +98,7 @@ class WebRTCSession:
         self._speak_started_at: float | None = None
         self._stream_id: int | None = None  # the utterance playing, for the stats' position
         self._heard_base = 0  # 48 kHz samples of it heard before it came to this node
+        self._text_streams: dict[int, TextStream] = {}  # by stream id, while they play
 
     @property
     def pending(self) -> bool:
@@ -211,6 +170,8 @@ class WebRTCSession:
                 self._send(event.text)
             elif isinstance(event, StartUtterance | ResumeUtterance):
                 self._playing.start(event.stream_id, self._play(event))
+            elif isinstance(event, FeedText):
+                feed_text(self._text_streams.get(event.stream_id), event)
             elif isinstance(event, StopUtterance):
                 self.buffer.clear()  # barge-in: nothing queued keeps playing
                 await self._playing.stop(event.stream_id)
@@ -242,26 +203,24 @@ class WebRTCSession:
             self._send(protocol.queued_message(stream_id, position, wait_s))
 
         try:
-            service = self.state.service(start.speak.model, transport="webrtc")
-            info = service.info()
-            lease = await service.admission.open(
-                transport="webrtc",
-                client=self.client,
-                request=self._checkpointable(start.synthesis_request(info.default_sampling)),
-                priority=start.speak.priority,
-                on_queued=queued,
-            )
-        except EdgeError as exc:
-            self._send(protocol.error_message(exc.code, exc.message, stream_id, exc.retry_after_s))
-            return
-        head = StreamHead(
-            service.name, self.client, "pcm", RTC_RATE, lease.request, start.speak.priority
-        )
-        await self._stream(stream_id, lease, info, head, said, Resumed.fresh())
-
-    def _checkpointable(self, request: SynthesisRequest) -> SynthesisRequest:
-        """With checkpoints, every stream has a seed (see :func:`seeded`)."""
-        return request if self.state.checkpoints is None else seeded(request)
+            try:
+                opened = await open_utterance(
+                    self.state,
+                    start,
+                    self.client,
+                    "webrtc",
+                    audio_format="pcm",
+                    on_queued=queued,
+                    on_text_stream=functools.partial(self._text_streams.__setitem__, stream_id),
+                )
+            except EdgeError as exc:
+                self._send(
+                    protocol.error_message(exc.code, exc.message, stream_id, exc.retry_after_s)
+                )
+                return
+            await self._stream(stream_id, opened, said, Resumed.fresh())
+        finally:
+            self._text_streams.pop(stream_id, None)
 
     async def _resume_utterance(self, start: ResumeUtterance, said: SaidFrames) -> None:
         """Go on with a stream whose node was lost (``samples_heard`` counts the track's 48
@@ -274,25 +233,20 @@ class WebRTCSession:
             message = protocol.error_message(exc.code, exc.message, start.stream_id)
             self._send(message)
             return
-        await self._stream(
-            start.stream_id, claimed.lease, claimed.info, claimed.head, said, claimed.resumed
-        )
+        opened = OpenedUtterance(claimed.info, claimed.lease, claimed.head, None)
+        await self._stream(start.stream_id, opened, said, claimed.resumed)
 
     async def _stream(
-        self,
-        stream_id: int,
-        lease: StreamLease,
-        info: EngineInfo,
-        head: StreamHead,
-        said: SaidFrames,
-        resumed: Resumed,
+        self, stream_id: int, opened: OpenedUtterance, said: SaidFrames, resumed: Resumed
     ) -> None:
         """Play the lease's audio on the track as utterance ``stream_id`` (``started``, the
-        audio, ``done``), writing its checkpoint as it goes when the server keeps them."""
+        audio, ``done``), writing its checkpoint as it goes when the server keeps them; a text
+        stream's (``text``) segment by segment, each announced with ``segment``."""
+        lease, info, head, text = opened.lease, opened.info, opened.head, opened.text
         said.frame_rate = info.frame_rate
         resampler = StreamResampler(info.sample_rate, RTC_RATE)
         checkpoint, token = None, None
-        if self.state.checkpoints is not None:
+        if self.state.checkpoints is not None and text is None:
             token = new_token()
             checkpoint = self.state.checkpoints.begin(token, head, resumed.rows, resumed.at)
         self.buffer.start()
@@ -312,10 +266,21 @@ class WebRTCSession:
             fields["resume_token"] = token
         if resumed.rows is not None:
             fields["resumed"] = True
+        if text is not None:
+            fields["text_stream"] = True
         self._send(protocol.server_message("started", **fields))
         try:
-            async with contextlib.aclosing(lease.outputs()) as outputs:
+            items = lease.outputs() if text is None else text.play(lease, self.client)
+            async with contextlib.aclosing(items) as outputs:
                 async for output in outputs:
+                    if isinstance(output, SegmentStarted):
+                        self.buffer.release()
+                        said.text = text.spoken_text if text else None
+                        self._send(segment_message(stream_id, output))
+                        continue
+                    if isinstance(output, WaitingForText):
+                        self.buffer.hold()
+                        continue
                     said.add(output)
                     if checkpoint is not None:
                         checkpoint.record(output)
@@ -325,6 +290,8 @@ class WebRTCSession:
                         self.buffer.push(resampler.flush())
                         self.buffer.end()
                         reason = output.finish_reason.value if output.finish_reason else "eos"
+                        if text is not None and output.finish_reason is FinishReason.EOS:
+                            reason = text.end_reason
             lease.close()  # the engine is done: free the slot while the listener hears the end
             await self._play_out()
             finished = True
@@ -335,6 +302,11 @@ class WebRTCSession:
                 "longest_underrun_ms": self.buffer.stats.longest_underrun_ms,
                 "audio_s": self.buffer.stats.frames_played * FRAME_MS / 1000,
             }
+            if text is not None:
+                stats |= {
+                    "segments": len(text.segments),
+                    "text_wait_ms": round(self.buffer.stats.text_wait_ms),
+                }
             self._send(
                 protocol.server_message("done", stream_id=stream_id, reason=reason, stats=stats)
             )
@@ -419,63 +391,3 @@ class WebRTCSession:
                 if samples.dtype == np.int16:
                     mono = mono / 32768.0
                 self.session.hear(mono.astype(np.float32), frame.sample_rate)
-
-
-def parse_offer(raw: bytes) -> RTCSessionDescription:
-    """An offer body ``{"sdp": ..., "type": "offer"}``. Raises :class:`EdgeError` 400
-    ``invalid_offer``."""
-    try:
-        body = parse_json(raw)
-    except JsonRejected as exc:
-        raise EdgeError(400, f"invalid offer: {exc}", code="invalid_offer") from exc
-    if not isinstance(body, dict) or body.get("type") != "offer":
-        raise EdgeError(
-            400, 'invalid offer: body must be {"sdp": ..., "type": "offer"}', code="invalid_offer"
-        )
-    sdp = body.get("sdp")
-    if not isinstance(sdp, str) or not sdp:
-        raise EdgeError(400, "invalid offer: sdp must be a non-empty string", code="invalid_offer")
-    return RTCSessionDescription(sdp=sdp, type="offer")
-
-
-@router.post("/v1/webrtc/offer")
-async def webrtc_offer(request: Request) -> dict[str, str]:
-    state: EdgeState = request.app.state.edge
-    server = state.config.server
-    client = state.authenticate(
-        request.headers.get("authorization"), request.client.host if request.client else None
-    )
-    state.lifecycle.check_open()  # 503 shutting_down while the server drains
-    state.engine_info()  # 503 while the engine is not ready
-    raw = await read_body(request, max_bytes=MAX_SDP_BYTES, timeout_s=server.request_body_timeout_s)
-    offer = parse_offer(raw)
-    if (
-        sum(session.pending for session in state.webrtc_sessions)
-        >= server.max_pending_webrtc_offers
-    ):
-        raise EdgeError(
-            503,
-            f"{server.max_pending_webrtc_offers} WebRTC peers are already waiting to connect",
-            code="too_many_offers",
-            retry_after_s=server.webrtc_connect_timeout_s,
-        )
-    pc = RTCPeerConnection(rtc_configuration(server))
-    session = WebRTCSession(pc, state, client)
-    session.attach()
-    state.webrtc_sessions.add(session)
-    try:
-        await pc.setRemoteDescription(offer)
-        await pc.setLocalDescription(await pc.createAnswer())
-    except Exception as exc:  # aiortc raises several types for bad SDP
-        await session.close()
-        raise EdgeError(400, f"invalid SDP: {exc}", code="invalid_sdp") from exc
-    answer = announce_address(pc.localDescription.sdp, server.webrtc_public_address)
-    return {"sdp": answer, "type": pc.localDescription.type}
-
-
-@router.get("/v1/webrtc/config")
-async def webrtc_config(request: Request) -> dict[str, Any]:
-    """What a browser needs before its offer: the ICE servers (``RTCPeerConnection``'s
-    ``iceServers``), so that it relays through the same TURN server as the node."""
-    state: EdgeState = request.app.state.edge
-    return {"ice_servers": browser_ice_servers(state.config.server)}

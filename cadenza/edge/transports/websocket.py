@@ -23,33 +23,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
-import numpy as np
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.errors import EngineError
-from cadenza.contract.request import StreamOutput, SynthesisRequest
+from cadenza.contract.request import FinishReason
 from cadenza.edge.admission.api_keys import bearer_token
-from cadenza.edge.media.opus import OpusPacketEncoder
-from cadenza.edge.media.resampler import StreamResampler
-from cadenza.edge.media.wav import float_to_s16le
 from cadenza.edge.server.state import EdgeState
 from cadenza.edge.streams import protocol
-from cadenza.edge.streams.checkpoints import StreamHead, seeded
 from cadenza.edge.streams.conversation import SaidFrames
 from cadenza.edge.streams.errors import EdgeError, error_response
-from cadenza.edge.streams.lease import StreamLease
 from cadenza.edge.streams.protocol import Hello, ProtocolError
 from cadenza.edge.streams.resume_token import new_token
 from cadenza.edge.streams.speak_session import (
     CloseConnection,
     Event,
+    FeedText,
     ResumeUtterance,
     Send,
     SpeakSession,
@@ -57,7 +52,17 @@ from cadenza.edge.streams.speak_session import (
     StopUtterance,
 )
 from cadenza.edge.streams.stream_resume import Resumed, claim_and_admit
+from cadenza.edge.streams.text_stream import (
+    SegmentStarted,
+    TextStream,
+    WaitingForText,
+    feed_text,
+    segment_message,
+)
+from cadenza.edge.streams.utterance_opening import OpenedUtterance, open_utterance
 from cadenza.edge.streams.utterance_tasks import UtteranceTasks
+from cadenza.edge.transports.listener_estimate import ListenerEstimate
+from cadenza.edge.transports.ws_payloads import payload_encoder
 
 log = logging.getLogger(__name__)
 
@@ -86,40 +91,6 @@ class _SlowConsumer(_ClientGone):
     stream was sending has released its slot."""
 
 
-@dataclass
-class ListenerEstimate:
-    """What a listener who starts playing at the first audio would hear: a chunk sent after
-    its own playback time would have found the player empty (an underrun, by how late).
-    Times are seconds since the utterance started."""
-
-    first_audio_s: float | None = None
-    audio_s: float = 0.0
-    chunks: int = 0
-    underruns: int = 0
-    longest_underrun_ms: float = 0.0
-
-    def sent(self, seconds: float, now: float) -> None:
-        if self.first_audio_s is None:
-            self.first_audio_s = now
-        late_ms = 1000 * (now - (self.first_audio_s + self.audio_s))
-        if late_ms > 0:
-            self.underruns += 1
-            self.longest_underrun_ms = max(self.longest_underrun_ms, late_ms)
-        self.audio_s += seconds
-        self.chunks += 1
-
-    def done_message(self, stream_id: int, reason: str) -> str:
-        """The ``done`` message, with this estimate as its ``stats``."""
-        stats = {
-            "ttfa_ms": round(1000 * (self.first_audio_s or 0.0), 1),
-            "audio_s": round(self.audio_s, 3),
-            "chunks": self.chunks,
-            "underruns": self.underruns,
-            "longest_underrun_ms": round(self.longest_underrun_ms, 1),
-        }
-        return protocol.server_message("done", stream_id=stream_id, reason=reason, stats=stats)
-
-
 class WebSocketEndpoint:
     def __init__(self, websocket: WebSocket, state: EdgeState) -> None:
         self.websocket = websocket
@@ -130,6 +101,7 @@ class WebSocketEndpoint:
         self._playing = UtteranceTasks()
         self._wake = asyncio.Event()  # an utterance ended, or the client was dropped
         self._dropped = False
+        self._text_streams: dict[int, TextStream] = {}  # by stream id, while they play
 
     async def run(self) -> None:
         try:
@@ -148,6 +120,8 @@ class WebSocketEndpoint:
             max_context_s=self.state.config.limits.max_context_s,
             binary_audio=True,
             idle_timeout_s=self.config.ws_idle_timeout_s,
+            max_message_chars=self.state.config.limits.max_input_chars,
+            max_text_stream_chars=self.state.config.text_stream.max_chars,
         )
         try:
             await self._send_text(_ready_message(info, self.state))
@@ -234,6 +208,8 @@ class WebSocketEndpoint:
                 await self._send_text(event.text)
             elif isinstance(event, StartUtterance | ResumeUtterance):
                 self._playing.start(event.stream_id, self._play(event, session))
+            elif isinstance(event, FeedText):
+                feed_text(self._text_streams.get(event.stream_id), event)
             elif isinstance(event, StopUtterance):
                 await self._playing.stop(event.stream_id)
             elif isinstance(event, CloseConnection):
@@ -271,27 +247,22 @@ class WebSocketEndpoint:
             await self._send_text(protocol.queued_message(stream_id, position, wait_s))
 
         try:
-            service = self.state.service(start.speak.model, transport="websocket")
-            info = service.info()
-            lease = await service.admission.open(
-                transport="websocket",
-                client=self.client,
-                request=self._checkpointable(start.synthesis_request(info.default_sampling)),
-                priority=start.speak.priority,
-                on_queued=queued,
-            )
-        except EdgeError as exc:
-            await self._send_error(exc, stream_id)
-            return
-        head = StreamHead(
-            service.name, self.client, start.speak.format, start.sample_rate, lease.request,
-            start.speak.priority,
-        )  # fmt: skip
-        await self._stream(stream_id, lease, info, head, said, Resumed.fresh())
-
-    def _checkpointable(self, request: SynthesisRequest) -> SynthesisRequest:
-        """With checkpoints, every stream has a seed (see :func:`seeded`)."""
-        return request if self.state.checkpoints is None else seeded(request)
+            try:
+                opened = await open_utterance(
+                    self.state,
+                    start,
+                    self.client,
+                    "websocket",
+                    audio_format=start.speak.format,
+                    on_queued=queued,
+                    on_text_stream=functools.partial(self._text_streams.__setitem__, stream_id),
+                )
+            except EdgeError as exc:
+                await self._send_error(exc, stream_id)
+                return
+            await self._stream(stream_id, opened, said, Resumed.fresh())
+        finally:
+            self._text_streams.pop(stream_id, None)
 
     async def _resume_utterance(self, start: ResumeUtterance, said: SaidFrames) -> None:
         """Claim the checkpoint ``start`` names and go on with its stream here (see
@@ -301,26 +272,21 @@ class WebSocketEndpoint:
         except EdgeError as exc:
             await self._send_error(exc, start.stream_id)
             return
-        await self._stream(
-            start.stream_id, claimed.lease, claimed.info, claimed.head, said, claimed.resumed
-        )
+        opened = OpenedUtterance(claimed.info, claimed.lease, claimed.head, None)
+        await self._stream(start.stream_id, opened, said, claimed.resumed)
 
     async def _stream(
-        self,
-        stream_id: int,
-        lease: StreamLease,
-        info: EngineInfo,
-        head: StreamHead,
-        said: SaidFrames,
-        resumed: Resumed,
+        self, stream_id: int, opened: OpenedUtterance, said: SaidFrames, resumed: Resumed
     ) -> None:
         """Send the lease's audio as utterance ``stream_id`` (``started``, binary frames,
-        ``done``), writing its checkpoint as it goes when the server keeps them."""
+        ``done``), writing its checkpoint as it goes when the server keeps them; a text
+        stream's (``text``) segment by segment, each announced with ``segment``."""
+        lease, info, head, text = opened.lease, opened.info, opened.head, opened.text
         said.frame_rate = info.frame_rate
-        encode = _payload_encoder(head.format, info.sample_rate, head.sample_rate, info.frame_rate)
+        encode = payload_encoder(head.format, info.sample_rate, head.sample_rate, info.frame_rate)
         listener = ListenerEstimate()
         checkpoint, token = None, None
-        if self.state.checkpoints is not None:
+        if self.state.checkpoints is not None and text is None:
             token = new_token()
             checkpoint = self.state.checkpoints.begin(token, head, resumed.rows, resumed.at)
         finished = False
@@ -335,10 +301,21 @@ class WebSocketEndpoint:
                 started_fields["resume_token"] = token
             if resumed.rows is not None:
                 started_fields["resumed"] = True
+            if text is not None:
+                started_fields["text_stream"] = True
             await self._send_text(protocol.server_message("started", **started_fields))
             started = time.perf_counter()
-            async with contextlib.aclosing(lease.outputs()) as outputs:
+            items = lease.outputs() if text is None else text.play(lease, self.client)
+            async with contextlib.aclosing(items) as outputs:
                 async for output in outputs:
+                    if isinstance(output, SegmentStarted):
+                        listener.segment_started(time.perf_counter() - started)
+                        said.text = text.spoken_text if text else None
+                        await self._send_text(segment_message(stream_id, output))
+                        continue
+                    if isinstance(output, WaitingForText):
+                        listener.waiting_for_text()
+                        continue
                     said.add(output)
                     if checkpoint is not None:
                         checkpoint.record(output)
@@ -349,6 +326,8 @@ class WebSocketEndpoint:
                         listener.sent(seconds, time.perf_counter() - started)
                     if output.finished:
                         reason = output.finish_reason.value if output.finish_reason else "eos"
+                        if text is not None and output.finish_reason is FinishReason.EOS:
+                            reason = text.end_reason
                         await self._send_text(listener.done_message(stream_id, reason))
                         finished = True
         except EdgeError as exc:
@@ -438,42 +417,5 @@ def _ready_message(info: EngineInfo, state: EdgeState) -> str:
         models=models,
         formats=list(protocol.FORMATS),
         sample_rate=info.sample_rate,
+        features=list(protocol.FEATURES),
     )
-
-
-PayloadEncoder = Callable[[StreamOutput, bool], list[tuple[bytes, float]]]
-
-
-def _payload_encoder(fmt: str, native_rate: int, rate: int, frame_rate: float) -> PayloadEncoder:
-    """A function turning each engine output into ``(payload, audio seconds)`` pairs."""
-    if fmt == "encodec":
-        frame_s = 1.0 / frame_rate
-
-        def encodec(output: StreamOutput, final: bool) -> list[tuple[bytes, float]]:
-            codes = output.codes
-            if codes is None or not codes.size:
-                return []
-            return [(codes.astype("<u2").tobytes(), codes.shape[0] * frame_s)]
-
-        return encodec
-    if fmt == "opus":
-        opus = OpusPacketEncoder(native_rate)
-
-        def opus_packets(output: StreamOutput, final: bool) -> list[tuple[bytes, float]]:
-            packets = opus.encode(output.audio)
-            if final:
-                packets += opus.finish()
-            return [(packet, 0.02) for packet in packets]
-
-        return opus_packets
-    resampler = StreamResampler(native_rate, rate)
-
-    def pcm(output: StreamOutput, final: bool) -> list[tuple[bytes, float]]:
-        samples = resampler.process(output.audio)
-        if final:
-            samples = np.concatenate([samples, resampler.flush()])
-        if not samples.size:
-            return []
-        return [(float_to_s16le(samples), samples.size / rate)]
-
-    return pcm

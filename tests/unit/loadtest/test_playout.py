@@ -107,3 +107,40 @@ def test_text_lengths_parse_and_sample() -> None:
         with pytest.raises(WorkloadError):
             TextLengths.parse(garbage)
     assert LoadOptions("http://h:1").ws_url == "ws://h:1/v1/stream"
+
+
+def test_each_chunk_says_how_long_the_player_waited_for_it():
+    chunks = [Chunk(0.0, 0.2), Chunk(0.1, 0.2), Chunk(0.9, 0.2)]
+    playout = simulate_playout(chunks, 0.1, origin_s=0.0)
+    assert playout.starved_s == pytest.approx((0.0, 0.0, 0.4))  # ran dry at 0.5
+
+
+def test_text_stream_levels_report_segment_gaps_and_last_text_to_end():
+    from cadenza.loadtest.level_summary import StreamResult, summarize_level
+
+    playout = simulate_playout([Chunk(0.0, 1.0)], 0.1, origin_s=0.0)
+    streams = [
+        StreamResult("served", 0.0, ttfa_s=0.2, playout=playout, segment_gaps_s=(0.0, 0.05),
+                     text_to_end_s=1.5),
+        StreamResult("served", 0.1, ttfa_s=0.2, playout=playout, segment_gaps_s=(0.0,),
+                     text_to_end_s=2.5),
+    ]  # fmt: skip
+    text = summarize_level(2, streams)["text_stream"]
+    assert text["segments"] == 5
+    assert text["segment_gap_ms"] == {"p50": 0.0, "p99": 50.0, "max": 50.0}
+    assert text["last_text_to_end_ms"] == {"p50": 1500.0, "p99": 2500.0}
+    plain = StreamResult("served", 0.0, ttfa_s=0.2, playout=playout)
+    assert summarize_level(1, [plain])["text_stream"] is None
+
+
+def test_a_text_stream_workload_speaks_in_sentences_cut_into_tokens():
+    from cadenza.loadtest.workload import LoadOptions, WorkloadError, as_sentences, llm_tokens
+
+    text = as_sentences("one two three four five", words_per_sentence=2)
+    assert text == "One two. Three four. Five."
+    tokens = llm_tokens("a wonderful day")
+    assert "".join(tokens) == "a wonderful day" and max(map(len, tokens)) <= 4
+    with pytest.raises(WorkloadError, match="--transport ws"):
+        LoadOptions("http://127.0.0.1:1", transport="http", text_stream_tokens_per_s=20)
+    with pytest.raises(WorkloadError, match="positive"):
+        LoadOptions("http://127.0.0.1:1", text_stream_tokens_per_s=0)

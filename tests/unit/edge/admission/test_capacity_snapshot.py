@@ -8,7 +8,8 @@ import asyncio
 from cadenza.config import AdmissionConfig
 from cadenza.edge.admission.capacity import CapacityModel, StreamCost
 from cadenza.edge.admission.gate import AdmissionGate
-from cadenza.edge.server.metrics import Metrics, ModelMetrics
+from cadenza.edge.server.metrics import Metrics
+from cadenza.edge.server.model_metrics import ModelMetrics
 from tests.support.contract_examples import engine_info as info
 from tests.support.contract_examples import stats_message
 

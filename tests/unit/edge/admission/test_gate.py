@@ -10,9 +10,11 @@ import pytest
 
 from cadenza.config import AdmissionConfig
 from cadenza.edge.admission.capacity import CapacityModel, StreamCost
-from cadenza.edge.admission.gate import AdmissionGate, AdmissionRefused
+from cadenza.edge.admission.gate import AdmissionGate
 from cadenza.edge.admission.priority_queues import PriorityQueues, Waiter
-from cadenza.edge.server.metrics import Metrics, ModelMetrics
+from cadenza.edge.admission.ticket import AdmissionRefused
+from cadenza.edge.server.metrics import Metrics
+from cadenza.edge.server.model_metrics import ModelMetrics
 from tests.support.contract_examples import engine_info as info
 
 COST = StreamCost(10, 4.0)

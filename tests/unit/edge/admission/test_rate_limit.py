@@ -59,3 +59,16 @@ def test_a_refund_gives_back_the_request_and_all_its_audio():
         limiter.admit("a", 50)
     limiter.refund(grant)  # it never started (refused for capacity)
     limiter.admit("a", 50)
+
+
+def test_more_audio_of_a_stream_charges_no_request():
+    clock = Clock()
+    limiter = RateLimiter(requests_per_minute=1, audio_seconds_per_minute=60, clock=clock)
+    limiter.admit("a", 10)
+    limiter.admit("a", 30, request_count=0)  # a text stream's next segment
+    with pytest.raises(RateLimited) as caught:
+        limiter.admit("a", 30, request_count=0)
+    assert caught.value.reason == "audio"
+    with pytest.raises(RateLimited) as caught:
+        limiter.admit("a", 1)
+    assert caught.value.reason == "request"

@@ -67,6 +67,24 @@ def test_unused_audio_goes_back_and_a_refused_stream_is_refunded(
     asyncio.run(scenario())
 
 
+def test_more_audio_of_a_stream_charges_the_shared_audio_but_no_request(
+    redis_server: RedisServer,
+) -> None:
+    async def scenario() -> None:
+        a, _ = node(redis_server.url, per_minute=1, audio_per_minute=60)
+        await a.acquire("key:more", 10)
+        await a.acquire("key:more", 30, requests=0)
+        with pytest.raises(RateLimited) as short:
+            await a.acquire("key:more", 30, requests=0)
+        assert short.value.reason == "audio"
+        with pytest.raises(RateLimited) as second:
+            await a.acquire("key:more", 1)
+        assert second.value.reason == "request"
+        await a.close()
+
+    asyncio.run(scenario())
+
+
 def test_redis_away_open_admits_locally_closed_refuses_and_both_recover(tmp_path) -> None:
     async def scenario(redis: RedisServer) -> None:
         opened, open_metrics = node(redis.url, per_minute=2, failure="open")

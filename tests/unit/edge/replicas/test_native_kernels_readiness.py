@@ -8,7 +8,8 @@ from prometheus_client import generate_latest
 
 from cadenza.contract.native_kernels import NO_COMPILER_NOTE
 from cadenza.edge.replicas.model_service import native_kernels_state
-from cadenza.edge.server.metrics import Metrics, ModelMetrics
+from cadenza.edge.server.metrics import Metrics
+from cadenza.edge.server.model_metrics import ModelMetrics
 from tests.support.contract_examples import NO_COMPILER_KERNELS, engine_info
 
 

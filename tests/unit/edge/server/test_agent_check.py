@@ -17,7 +17,8 @@ from cadenza.edge.server.agent_check import (
     agent_reply,
     free_percent,
 )
-from cadenza.edge.server.metrics import Metrics, ModelMetrics
+from cadenza.edge.server.metrics import Metrics
+from cadenza.edge.server.model_metrics import ModelMetrics
 from tests.support.contract_examples import engine_info
 
 

@@ -21,12 +21,15 @@ from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.errors import EngineError, EngineUnavailable
 from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
 from cadenza.edge.admission.capacity import CapacityModel
-from cadenza.edge.admission.gate import AdmissionGate, Ticket
+from cadenza.edge.admission.gate import AdmissionGate
 from cadenza.edge.admission.guard import GuardVerdict, PhraseListGuard, TextGuard
 from cadenza.edge.admission.rate_limit import RateLimiter
-from cadenza.edge.server.metrics import Metrics, ModelMetrics
+from cadenza.edge.admission.ticket import Ticket
+from cadenza.edge.server.metrics import Metrics
+from cadenza.edge.server.model_metrics import ModelMetrics
+from cadenza.edge.streams.admission_sequence import Admission
 from cadenza.edge.streams.errors import EdgeError
-from cadenza.edge.streams.lease import Admission, StreamLease, Transport
+from cadenza.edge.streams.lease import StreamLease, Transport
 from tests.support.contract_examples import engine_info
 
 RATE = 24000  # engine_info()'s sample rate

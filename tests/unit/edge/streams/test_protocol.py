@@ -135,7 +135,8 @@ def test_the_other_client_messages_parse(text: str, expected: Any) -> None:
 
 def test_every_client_type_is_covered() -> None:
     assert set(CLIENT_TYPES) == {
-        "speak", "audio_in", "hello", "resume", "cancel", "ping", "close", "reset_conversation"
+        "speak", "audio_in", "hello", "resume", "text", "flush", "text_end", "cancel", "ping",
+        "close", "reset_conversation",
     }  # fmt: skip
 
 

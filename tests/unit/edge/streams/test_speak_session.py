@@ -20,6 +20,7 @@ from cadenza.edge.streams.speak_session import (
     CLOSE_IDLE,
     CLOSE_NORMAL,
     CloseConnection,
+    FeedText,
     ResumeUtterance,
     Send,
     SpeakSession,
@@ -30,7 +31,7 @@ from cadenza.edge.streams.untrusted_json import MAX_DEPTH
 
 CODEC_RATE = 24000
 IDLE_S = 60.0
-EVENT_TYPES = (Send, StartUtterance, ResumeUtterance, StopUtterance, CloseConnection)
+EVENT_TYPES = (Send, StartUtterance, ResumeUtterance, FeedText, StopUtterance, CloseConnection)
 
 
 def resolve(speak: Speak) -> int:
@@ -542,3 +543,106 @@ def test_any_sequence_of_client_messages_plays_at_most_one_utterance(
                 assert sent(event)["type"] in {"error", "pong", "done", "conversation"}
         assert session.active_stream_id == playing
         assert sum(isinstance(e, StartUtterance) for e in events) <= 1
+
+
+# -- text streams ---------------------------------------------------------------------------
+
+
+def text_stream(session: SpeakSession, first: str = "") -> int:
+    started = start(session, text(type="speak", text_stream=True, text=first))
+    assert started.speak.text_stream and started.speak.first_text == first
+    return started.stream_id
+
+
+def test_text_flush_and_text_end_feed_the_playing_text_stream() -> None:
+    session = new_session()
+    stream_id = text_stream(session, "Hi")
+    assert session.receive_text(text(type="text", stream_id=stream_id, text=" there")) == [
+        FeedText(stream_id, text=" there")
+    ]
+    assert session.receive_text(text(type="flush", stream_id=stream_id)) == [
+        FeedText(stream_id, flush=True)
+    ]
+    assert session.receive_text(text(type="text_end", stream_id=stream_id)) == [
+        FeedText(stream_id, end=True)
+    ]
+    after = single_error(session.receive_text(text(type="text", stream_id=stream_id, text="x")))
+    assert after["code"] == "text_ended" and after["stream_id"] == stream_id
+    again = single_error(session.receive_text(text(type="text_end", stream_id=stream_id)))
+    assert again["code"] == "text_ended"
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"type": "text", "stream_id": 2, "text": "x"},
+        {"type": "flush", "stream_id": 2},
+        {"type": "text_end", "stream_id": 0},
+    ],
+)
+def test_text_for_a_stream_that_is_not_the_playing_text_stream_is_unknown(message) -> None:
+    session = new_session()
+    assert single_error(session.receive_text(text(**message)))["code"] == "unknown_stream"
+    start(session)  # a stream that is not a text stream
+    assert single_error(session.receive_text(text(**message)))["code"] == "unknown_stream"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"text": 5},
+        {"text": None},
+        {"text": ["a"]},
+        {},
+        {"text": "a", "extra": 1},
+        {"text": "a", "stream_id": "1"},
+        {"text": "a", "stream_id": -1},
+        {"text": "a", "stream_id": 2**40},
+    ],
+)
+def test_malformed_text_messages_are_invalid_and_the_stream_goes_on(fields) -> None:
+    session = new_session()
+    stream_id = text_stream(session)
+    message = {"type": "text", "stream_id": stream_id, **fields}
+    assert single_error(session.receive_text(text(**message)))["code"] == "invalid_message"
+    assert session.active_stream_id == stream_id
+    assert session.receive_text(text(type="text", stream_id=stream_id, text="ok")) == [
+        FeedText(stream_id, text="ok")
+    ]
+
+
+def test_too_much_text_in_a_message_or_in_all_is_text_too_long() -> None:
+    session = SpeakSession(
+        check_speak=resolve,
+        codec_sample_rate=CODEC_RATE,
+        max_prompt_audio_s=5.0,
+        binary_audio=True,
+        max_message_chars=10,
+        max_text_stream_chars=25,
+    )
+    stream_id = text_stream(session, "x" * 10)
+    message = text(type="text", stream_id=stream_id, text="y" * 11)
+    assert single_error(session.receive_text(message))["code"] == "text_too_long"
+    ten = text(type="text", stream_id=stream_id, text="z" * 10)
+    assert session.receive_text(ten) == [FeedText(stream_id, text="z" * 10)]
+    overflow = single_error(session.receive_text(ten))
+    assert overflow["code"] == "text_too_long" and "25" in overflow["message"]
+
+
+def test_a_speak_without_text_is_refused_unless_it_streams_text() -> None:
+    session = new_session()
+    error = single_error(session.receive_text(text(type="speak")))
+    assert error["code"] == "invalid_message" and "text" in error["message"]
+    text_stream(session)
+
+
+def test_a_text_stream_ends_with_its_utterance_or_its_cancel() -> None:
+    session = new_session()
+    stream_id = text_stream(session)
+    session.utterance_ended(stream_id)
+    late = text(type="text", stream_id=stream_id, text="late")
+    assert single_error(session.receive_text(late))["code"] == "unknown_stream"
+    stream_id = text_stream(session)
+    session.receive_text(text(type="cancel"))
+    late = text(type="text", stream_id=stream_id, text="late")
+    assert single_error(session.receive_text(late))["code"] == "unknown_stream"

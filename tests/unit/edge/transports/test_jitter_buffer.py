@@ -54,3 +54,30 @@ def test_barge_in_clears_at_once():
     assert kind is FrameKind.IDLE and not frame.any()
     buffer.push(np.ones(960, np.float32))  # late audio of the cancelled utterance is dropped
     assert buffer.depth_ms == 0
+
+
+def test_running_dry_while_held_for_text_is_text_wait_and_refills_the_reserve():
+    buffer = JitterBuffer(reserve_ms=40)
+    buffer.start()
+    buffer.push(np.ones(960 * 2, np.float32))
+    assert [k for _, k in _frames(buffer, 2)] == [FrameKind.AUDIO] * 2
+    buffer.hold()
+    assert [k for _, k in _frames(buffer, 3)] == [FrameKind.WAITING] * 3
+    buffer.release()
+    buffer.push(np.ones(960, np.float32))  # less than the reserve: it waits for more
+    assert buffer.pop_frame()[1] is FrameKind.WAITING
+    buffer.push(np.ones(960, np.float32))
+    assert [k for _, k in _frames(buffer, 2)] == [FrameKind.AUDIO] * 2
+    assert buffer.stats.underruns == 0 and buffer.stats.text_wait_ms == 60
+
+
+def test_held_with_audio_left_plays_on_and_a_late_segment_is_an_underrun():
+    buffer = JitterBuffer(reserve_ms=20)
+    buffer.start()
+    buffer.push(np.ones(960 * 2, np.float32))
+    buffer.hold()
+    assert buffer.pop_frame()[1] is FrameKind.AUDIO
+    buffer.release()  # the text came in time
+    assert buffer.pop_frame()[1] is FrameKind.AUDIO
+    assert buffer.pop_frame()[1] is FrameKind.UNDERRUN
+    assert buffer.stats.underruns == 1 and buffer.stats.text_wait_ms == 0

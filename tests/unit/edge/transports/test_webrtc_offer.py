@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 from cadenza.edge.streams.errors import EdgeError
 from cadenza.edge.streams.protocol import ProtocolError, Speak
 from cadenza.edge.streams.untrusted_json import MAX_DEPTH
-from cadenza.edge.transports.webrtc import RTC_RATE, check_webrtc_speak, parse_offer
+from cadenza.edge.transports.paced_track import RTC_RATE
+from cadenza.edge.transports.webrtc import check_webrtc_speak
+from cadenza.edge.transports.webrtc_offer import parse_offer
 
 SDP = "v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n"
 
