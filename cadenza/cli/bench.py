@@ -16,7 +16,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     bench = commands.add_parser("bench", help="benchmarks, side by side in one run")
     bench.add_argument(
         "target",
-        choices=["engine", "codec", "snac", "precision", "pacing", "csm"],
+        choices=["engine", "codec", "snac", "precision", "pacing", "csm", "bark"],
         help="what to measure",
     )
     bench.add_argument("--url", default="http://127.0.0.1:8000", help="server (pacing)")
@@ -31,9 +31,15 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     bench.add_argument("--repeats", type=int, default=3, help="runs per measurement (median)")
     bench.add_argument(
         "--shape",
-        choices=["csm-small", "csm-1b"],
-        default="csm-small",
-        help="csm: the model's size (csm-1b: the public model's)",
+        choices=["csm-small", "csm-1b", "bark-small", "bark-tiny"],
+        help="the model's size; csm: csm-small (default) or csm-1b (the public model's); "
+        "bark: bark-small (default, the public model's) or bark-tiny (a smoke run)",
+    )
+    bench.add_argument(
+        "--semantic-tokens",
+        type=int,
+        default=100,
+        help="bark: semantic tokens per stream (100: about 2 s of audio)",
     )
     bench.add_argument("--config", type=Path, help=argparse.SUPPRESS)
     bench.set_defaults(run=run)
@@ -54,9 +60,13 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
         print(json.dumps(pacing.run(args.url, args.peers, args.seconds)))
         return 0
 
-    default = {"engine": "1,4,16", "snac": "1,4,8", "precision": "1,16,32", "csm": "1,4,8"}.get(
-        args.target, "1,4,8,16"
-    )
+    default = {
+        "engine": "1,4,16",
+        "snac": "1,4,8",
+        "precision": "1,16,32",
+        "csm": "1,4,8",
+        "bark": "1,4,8",
+    }.get(args.target, "1,4,8,16")
     try:
         sizes = tuple(int(b) for b in (args.batch_sizes or default).split(","))
     except ValueError:
@@ -71,9 +81,28 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
         "snac": snac_throughput.run,
         "precision": cpu_precision.run,
     }
+    shape: str = args.shape or {"csm": "csm-small", "bark": "bark-small"}.get(args.target, "")
+    if args.target in ("csm", "bark") and not shape.startswith(args.target):
+        print(f"cadenza: --shape {shape} is not a {args.target} shape", file=sys.stderr)
+        return 2
     if args.target == "csm":
         result = csm_throughput.run(
-            sizes, repeats=args.repeats, progress=not args.json, shape=args.shape
+            sizes, repeats=args.repeats, progress=not args.json, shape=shape
+        )
+        print(json.dumps(result, indent=None if args.json else 2))
+        return 0
+    if args.target == "bark":
+        if not 1 <= args.semantic_tokens <= 768:
+            print("cadenza: --semantic-tokens must be in 1..768", file=sys.stderr)
+            return 2
+        from cadenza.bench import bark_throughput
+
+        result = bark_throughput.run(
+            sizes,
+            repeats=args.repeats,
+            progress=not args.json,
+            shape=shape,
+            semantic_tokens=args.semantic_tokens,
         )
         print(json.dumps(result, indent=None if args.json else 2))
         return 0

@@ -25,6 +25,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     generate.add_argument("--top-k", type=int, help="0: off (default: the model's)")
     generate.add_argument("--top-p", type=float, help="1: off (default: the model's)")
     generate.add_argument("--min-p", type=float, help="0: off (default: the model's)")
+    generate.add_argument(
+        "--fine-temperature", type=float, help="Bark's fine stage (0 or none: greedy)"
+    )
     generate.add_argument("--repetition-penalty", type=float, help="1: off (default: the model's)")
     generate.add_argument(
         "--codec-noise",
@@ -36,13 +39,22 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(config: CadenzaConfig, args: argparse.Namespace) -> int:
+    from cadenza.engine.models.bark.bark_offline import bark_directory
+    from cadenza.hub_cache import NotInHubCache
+
+    try:
+        bark = bark_directory(config.model.name)
+    except NotInHubCache as exc:
+        print(f"cadenza: {exc}", file=sys.stderr)
+        return 2
+    if bark is not None:
+        return _run_bark(bark, args)
     from cadenza.edge.admission.validation import InvalidRequest, validate_synthesis
     from cadenza.edge.media.wav import wav_file_bytes
     from cadenza.engine.engine import Engine
     from cadenza.engine.models.checkpoint import CheckpointError
     from cadenza.engine.models.registry import UnknownModelError
     from cadenza.engine.offline import synthesize
-    from cadenza.hub_cache import NotInHubCache
 
     started = time.perf_counter()
     try:
@@ -82,6 +94,44 @@ def run(config: CadenzaConfig, args: argparse.Namespace) -> int:
         "audio_s": round(len(audio) / engine.sample_rate, 3),
         "load_s": round(loaded - started, 3),
         "synthesis_s": round(done - loaded, 3),
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+def _run_bark(directory: Path, args: argparse.Namespace) -> int:
+    """Bark's three stages offline: ``--temperature`` is the semantic and coarse stages'
+    (0 or none: greedy, as ``transformers`` runs Bark by default), ``--fine-temperature`` the
+    fine stage's; ``--voice`` a preset (``default``: none)."""
+    from cadenza.edge.media.wav import wav_file_bytes
+    from cadenza.engine.models.bark.bark_batch import BarkRequestError, BarkSampling
+    from cadenza.engine.models.bark.bark_offline import synthesize_bark
+    from cadenza.engine.models.checkpoint import CheckpointError
+
+    if args.top_k or args.top_p or args.min_p or args.repetition_penalty:
+        print(
+            "cadenza: Bark takes --temperature, --fine-temperature, --seed and --max-duration-s",
+            file=sys.stderr,
+        )
+        return 2
+    temperature = args.temperature or None
+    started = time.perf_counter()
+    try:
+        sampling = BarkSampling(
+            semantic_temperature=temperature,
+            coarse_temperature=temperature,
+            fine_temperature=args.fine_temperature or None,
+            seed=args.seed or 0,
+        )
+        made = synthesize_bark(directory, args.text, args.voice, sampling, args.max_duration_s)
+    except (CheckpointError, BarkRequestError) as exc:
+        print(f"cadenza: {exc}", file=sys.stderr)
+        return 2
+    args.out.write_bytes(wav_file_bytes(made.audio, made.sample_rate))
+    summary = {
+        "out": str(args.out),
+        "audio_s": round(len(made.audio) / made.sample_rate, 3),
+        "synthesis_s": round(time.perf_counter() - started, 3),
     }
     print(json.dumps(summary))
     return 0

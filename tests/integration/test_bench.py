@@ -67,3 +67,22 @@ def test_the_csm_run_compares_the_engine_transformers_and_mimi_streaming() -> No
     assert entry["float32_decode_step_ms"] > 0 and entry["auto_depth_loop_ms"] > 0
     assert result["transformers_frames_per_s_one_request"] > 0
     assert result["mimi"][0]["streaming_audio_s_per_s"] > 0
+
+
+def test_the_bark_run_compares_batched_streams_with_transformers() -> None:
+    done = _bench(
+        "bark", "--shape", "bark-tiny", "--batch-sizes", "1,2", "--semantic-tokens", "20", "--json"
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["benchmark"] == "bark" and result["shape"] == "bark-tiny"
+    for row in result["rows"]:
+        audio = {row[name]["audio_s"] for name in ("cadenza", "transformers_one_by_one")}
+        assert len(audio) == 1 and audio.pop() > 0  # the same audio length both ways
+        assert row["speedup_vs_one_by_one"] > 0
+        assert set(row["cadenza"]["stage_seconds"]) == {"semantic", "coarse", "fine", "codec"}
+
+
+def test_bark_shapes_belong_to_bark() -> None:
+    done = _bench("bark", "--shape", "csm-small", "--json")
+    assert done.returncode == 2 and "not a bark shape" in done.stderr

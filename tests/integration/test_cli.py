@@ -141,3 +141,33 @@ def test_generate_speaks_a_csm_checkpoint_as_the_reference_pipeline_does(tmp_pat
     expected = reference_generate(reference, ids, 5, output_audio=True)[0].numpy()
     assert got.shape == expected.shape == (5 * 1920,)
     np.testing.assert_allclose(got, np.clip(expected, -1.0, 1.0), atol=2.0 / 32768)
+
+
+def test_generate_speaks_a_bark_checkpoint_as_transformers_does(tmp_path):
+    import numpy as np
+    import torch
+    from transformers import BarkProcessor
+
+    from tests.unit.engine.bark.bark_checkpoints import VOICE, build_tiny_bark
+
+    checkpoint = tmp_path / "bark"
+    reference = build_tiny_bark(checkpoint)
+    out = tmp_path / "bark.wav"
+    result = _cadenza(
+        "generate", "--model", str(checkpoint), "--voice", VOICE, "--text", "hello world",
+        "--max-duration-s", "0.4", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    with wave.open(io.BytesIO(out.read_bytes())) as reader:
+        assert reader.getframerate() == 24000
+        got = np.frombuffer(reader.readframes(reader.getnframes()), dtype="<i2") / 32768.0
+    inputs = BarkProcessor.from_pretrained(str(checkpoint))("hello world", voice_preset=VOICE)
+    with torch.no_grad():
+        expected = reference.generate(**inputs, semantic_max_new_tokens=20)[0].numpy()
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, np.clip(expected, -1.0, 1.0), atol=2.0 / 32768)
+    bad = _cadenza(
+        "generate", "--model", str(checkpoint), "--voice", "v2/xx", "--text", "hi", "--out",
+        str(out),
+    )  # fmt: skip
+    assert bad.returncode == 2 and "voice 'v2/xx' not found" in bad.stderr

@@ -21,6 +21,15 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "cadenza/bench/roofline.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/bench/snac_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/cli/generate.py": ("tests/integration/test_cli.py", "a command, run as one"),
+    "cadenza/bench/bark_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
+    "cadenza/engine/models/bark/bark_offline.py": (
+        "tests/integration/test_cli.py",
+        "cadenza generate's Bark path, run as the command against transformers",
+    ),
+    "cadenza/engine/models/bark/random_bark.py": (
+        "tests/unit/engine/bark/test_bark_batch.py",
+        "the checkpoints every Bark test loads, and transformers loads them too",
+    ),
     "cadenza/cli/options.py": ("tests/unit/test_old_keys.py", "the flags, and the old flag"),
     "cadenza/cli/serve.py": ("tests/integration/test_cli.py", "a command, run as one"),
     "cadenza/client/sdk.py": ("tests/integration/test_websocket.py", "the SDK is the client"),

@@ -1,0 +1,68 @@
+"""One Bark utterance offline (``cadenza generate --model BARK_DIR``): the checkpoint is
+loaded, the request runs through :class:`~cadenza.engine.models.bark.bark_batch.BarkBatch`
+alone, and the audio comes back whole. Bark is not yet served by the engine's scheduler, so
+this is the one path from a Bark checkpoint to audio outside the tests and benchmarks."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cadenza.engine.models.bark.bark_batch import (
+    BarkBatch,
+    BarkRequest,
+    BarkRequestError,
+    BarkSampling,
+)
+from cadenza.engine.models.bark.bark_checkpoint import load_bark, recognises
+from cadenza.engine.models.checkpoint import read_json
+from cadenza.hub_cache import resolve_checkpoint
+
+DEFAULT_VOICE = "default"
+"""The voice name that means no preset: Bark then picks a speaker itself."""
+
+
+def bark_directory(name_or_path: str) -> Path | None:
+    """The checkpoint directory when ``name_or_path`` names a Bark checkpoint, else ``None``."""
+    directory = resolve_checkpoint(name_or_path, ("config.json",))
+    if directory is None or not (directory / "config.json").exists():
+        return None
+    return directory if recognises(directory, read_json(directory / "config.json")) else None
+
+
+@dataclass(frozen=True)
+class BarkAudio:
+    audio: np.ndarray  # float32 mono
+    sample_rate: int
+    voices: tuple[str, ...]
+
+
+def synthesize_bark(
+    directory: Path,
+    text: str,
+    voice: str,
+    sampling: BarkSampling,
+    max_duration_s: float | None = None,
+) -> BarkAudio:
+    """Speak ``text`` with the preset ``voice`` (or :data:`DEFAULT_VOICE`), at most about
+    ``max_duration_s`` long (a cap on the semantic tokens, at Bark's semantic rate). Raises
+    ``CheckpointError`` for a checkpoint it cannot load and ``BarkRequestError`` for a request
+    Bark cannot take."""
+    bark = load_bark(directory, torch.device("cpu"), torch.float32)
+    if max_duration_s is not None:
+        constants = bark.constants
+        if not (math.isfinite(max_duration_s) and max_duration_s > 0):
+            raise BarkRequestError("max_duration_s must be positive", "max_duration_s")
+        cap = math.ceil(max_duration_s * constants.semantic_rate_hz)
+        sampling = replace(
+            sampling, max_semantic_tokens=min(cap, constants.max_new_semantic_tokens)
+        )
+    batch = BarkBatch(bark)
+    batch.add(BarkRequest(text, None if voice == DEFAULT_VOICE else voice, sampling))
+    (result,) = batch.run()
+    voices = (DEFAULT_VOICE, *sorted(bark.voices))
+    return BarkAudio(result.audio.numpy(), bark.codec.sample_rate, voices)
