@@ -39,7 +39,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(config: CadenzaConfig, args: argparse.Namespace) -> int:
-    from cadenza.engine.models.bark.bark_offline import bark_directory
+    from cadenza.engine.models.bark.bark_recognition import bark_directory
     from cadenza.hub_cache import NotInHubCache
 
     try:

@@ -26,6 +26,18 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
         "tests/integration/test_cli.py",
         "cadenza generate's Bark path, run as the command against transformers",
     ),
+    "cadenza/engine/models/bark/bark_calibration.py": (
+        "tests/unit/engine/bark/test_bark_engine.py",
+        "the engine's calibration, measured on the engine it calibrates",
+    ),
+    "cadenza/engine/models/bark/bark_kv_plan.py": (
+        "tests/integration/test_bark_serving.py",
+        "cadenza plan --model BARK_DIR, run as the command",
+    ),
+    "cadenza/engine/models/bark/bark_recognition.py": (
+        "tests/unit/engine/bark/test_bark_checkpoint.py",
+        "what tells a Bark checkpoint apart, beside its loader",
+    ),
     "cadenza/engine/models/bark/random_bark.py": (
         "tests/unit/engine/bark/test_bark_batch.py",
         "the checkpoints every Bark test loads, and transformers loads them too",

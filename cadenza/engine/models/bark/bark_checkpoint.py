@@ -19,15 +19,11 @@ from cadenza.codecs.encodec import EncodecCodec
 from cadenza.codecs.weight_norm import fold_weight_norm
 from cadenza.engine.models.bark.bark_constants import BarkConstants, bark_constants
 from cadenza.engine.models.bark.bark_gpt import BarkCausalGPT, BarkFineGPT, GPTShape
+from cadenza.engine.models.bark.bark_recognition import recognises
 from cadenza.engine.models.bark.bark_voices import VoicePreset, load_voice_presets
 from cadenza.engine.models.checkpoint import CheckpointError, read_json
 
 _STAGES = ("semantic_config", "coarse_acoustics_config", "fine_acoustics_config", "codec_config")
-
-
-def recognises(directory: Path, config: dict[str, Any]) -> bool:
-    """Whether ``config.json`` is a Bark checkpoint's."""
-    return config.get("model_type") == "bark"
 
 
 @dataclass

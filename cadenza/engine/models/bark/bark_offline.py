@@ -1,7 +1,7 @@
 """One Bark utterance offline (``cadenza generate --model BARK_DIR``): the checkpoint is
 loaded, the request runs through :class:`~cadenza.engine.models.bark.bark_batch.BarkBatch`
-alone, and the audio comes back whole. Bark is not yet served by the engine's scheduler, so
-this is the one path from a Bark checkpoint to audio outside the tests and benchmarks."""
+alone, and the audio comes back whole. A server serves Bark through
+:class:`~cadenza.engine.models.bark.bark_engine.BarkEngine`, which runs the same batch."""
 
 from __future__ import annotations
 
@@ -18,20 +18,10 @@ from cadenza.engine.models.bark.bark_batch import (
     BarkRequestError,
     BarkSampling,
 )
-from cadenza.engine.models.bark.bark_checkpoint import load_bark, recognises
-from cadenza.engine.models.checkpoint import read_json
-from cadenza.hub_cache import resolve_checkpoint
+from cadenza.engine.models.bark.bark_checkpoint import load_bark
 
 DEFAULT_VOICE = "default"
 """The voice name that means no preset: Bark then picks a speaker itself."""
-
-
-def bark_directory(name_or_path: str) -> Path | None:
-    """The checkpoint directory when ``name_or_path`` names a Bark checkpoint, else ``None``."""
-    directory = resolve_checkpoint(name_or_path, ("config.json",))
-    if directory is None or not (directory / "config.json").exists():
-        return None
-    return directory if recognises(directory, read_json(directory / "config.json")) else None
 
 
 @dataclass(frozen=True)

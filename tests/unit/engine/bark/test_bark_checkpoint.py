@@ -10,7 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from cadenza.engine.models.bark.bark_checkpoint import load_bark, recognises
+from cadenza.engine.models.bark.bark_checkpoint import load_bark
+from cadenza.engine.models.bark.bark_recognition import recognises
 from cadenza.engine.models.checkpoint import CheckpointError
 from cadenza.engine.models.registry import family_of
 from tests.unit.engine.bark.bark_checkpoints import SHORT_VOICE, VOICE, build_tiny_bark

@@ -1,0 +1,311 @@
+"""Bark served: the engine process's :class:`~cadenza.engine.serving_engine.ServingEngine` for a
+Bark checkpoint. Every stream runs through one :class:`BarkBatch`, so the three stages are
+batched across all of the checkpoint's streams; each fine window's final frames come back as
+an audio chunk as soon as EnCodec has decoded them.
+
+What it announces (:attr:`BarkEngine.info`) is in Bark's own units, read by the edge's
+admission like any engine's:
+
+- **memory**: a stream holds one semantic and one coarse KV slot of the stage's block size
+  (Bark's context never grows past it), never both at once but both counted, so a "page" here
+  is one stream's slot pair and ``kv_pages_total`` the streams the engine holds
+  (``engine.max_num_seqs``); the fine stage keeps no KV;
+- **time**: a "step" is one codec frame of every running stream's audio, all three stages and
+  EnCodec included, as :mod:`~cadenza.engine.models.bark.bark_calibration` measures it at
+  start-up (per stage as well); the TTFA target is the first audio measured there, since Bark
+  speaks only after a whole fine window (for a short utterance: after all of its coarse codes).
+  Live steps are reported in the same unit, each :meth:`BarkBatch.step` scaled by the batch
+  steps a frame took at calibration (:class:`FrameSteps`), so the edge's realtime factor
+  weighs Bark's live steps against its calibration as it does any engine's.
+
+Sampling is by temperature only: ``temperature`` for the semantic and coarse stages (0:
+greedy everywhere), Bark's fine temperature of 0.5 when sampling; any other sampling field
+set away from the announced defaults is refused rather than ignored.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cadenza.config import CadenzaConfig
+from cadenza.contract.calibration import Calibration
+from cadenza.contract.engine_info import EngineInfo
+from cadenza.contract.engine_stats import EngineStats, StepRecord, StepReport
+from cadenza.contract.errors import RequestRejected
+from cadenza.contract.kv_memory import StreamShape
+from cadenza.contract.realtime_plan import RealtimePlan
+from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
+from cadenza.contract.sampling import SamplingParams
+from cadenza.engine.device import resolve_device, resolve_dtype
+from cadenza.engine.models.bark.bark_batch import (
+    BarkBatch,
+    BarkRequest,
+    BarkRequestError,
+    BarkSampling,
+)
+from cadenza.engine.models.bark.bark_checkpoint import BarkCheckpoint, load_bark
+from cadenza.engine.models.bark.bark_offline import DEFAULT_VOICE
+from cadenza.kernels.native import loader
+
+log = logging.getLogger(__name__)
+
+FINE_TEMPERATURE = 0.5
+"""Bark's fine-stage temperature when a request samples (``BarkModel.generate``'s default)."""
+
+DEFAULT_SAMPLING = SamplingParams(temperature=0.7, top_k=0)
+"""What a request gets unless it says otherwise: the ``bark`` package's temperature of 0.7 for
+the semantic and coarse stages, no other filter."""
+
+ONE_PAGE_PER_STREAM = 2**30
+"""The announced page size: more tokens than any Bark stream has, so every stream costs one
+page (its slot pair)."""
+
+
+@dataclass(frozen=True)
+class FrameSteps:
+    """How many :meth:`BarkBatch.step` calls one frame of every stream's audio took at
+    calibration, per batch size (``points``: ``(streams, steps per frame)``, by streams)."""
+
+    points: tuple[tuple[int, float], ...]
+
+    def at(self, streams: int) -> float:
+        """Steps per frame at ``streams``, linear between the measured batches and the nearest
+        one's outside them."""
+        sizes = [size for size, _ in self.points]
+        index = bisect.bisect_left(sizes, streams)
+        if index == 0:
+            return self.points[0][1]
+        if index == len(sizes):
+            return self.points[-1][1]
+        (b0, k0), (b1, k1) = self.points[index - 1], self.points[index]
+        return k0 + (k1 - k0) * (streams - b0) / (b1 - b0)
+
+
+@dataclass
+class _Live:
+    request_id: str
+    stream_id: int
+    semantic_cap: int
+
+
+class BarkEngine:
+    """A Bark checkpoint's streams in one batch (see the module's docstring)."""
+
+    def __init__(
+        self, bark: BarkCheckpoint, *, config: CadenzaConfig, model_name: str, device: str
+    ) -> None:
+        self.bark = bark
+        self.config = config
+        self.model_name = model_name
+        self.device = device
+        self.max_streams = config.engine.max_num_seqs
+        self.batch = BarkBatch(
+            bark, prefill_chunk=config.engine.max_num_batched_tokens, max_streams=self.max_streams
+        )
+        self.calibration: Calibration | None = None
+        self.frame_steps: FrameSteps | None = None
+        self._records: list[StepRecord] = []
+        self.ttfa_s = config.realtime.ttfa_target_ms / 1000.0
+        self.voices = (DEFAULT_VOICE, *sorted(bark.voices))
+        self._live: dict[str, _Live] = {}
+        self._by_stream: dict[int, _Live] = {}
+        self._ended: list[StreamOutput] = []
+
+    @classmethod
+    def from_config(cls, config: CadenzaConfig, directory: Path) -> BarkEngine:
+        """The checkpoint in ``directory`` on the configured device, in the configured dtype
+        (float32 on a CPU), calibrated unless ``calibration.mode`` is ``off``."""
+        from cadenza.engine.models.bark.bark_calibration import calibrate_bark
+
+        if config.model.torch_threads:
+            torch.set_num_threads(config.model.torch_threads)
+        device = resolve_device(config.model.device)
+        bark = load_bark(directory, device, resolve_dtype(config.model.dtype, device))
+        engine = cls(bark, config=config, model_name=config.model.public_name, device=device.type)
+        if config.calibration.mode != "off":
+            engine.apply_calibration(*calibrate_bark(engine))
+        return engine
+
+    def apply_calibration(self, calibration: Calibration, frame_steps: FrameSteps) -> None:
+        """Serve with this measured per-frame model (live steps reported in frames by
+        ``frame_steps``); its first audio is the TTFA target."""
+        self.calibration = calibration
+        self.frame_steps = frame_steps
+        measured = calibration.first_audio_s
+        self.ttfa_s = max(self.config.realtime.ttfa_target_ms / 1000.0, measured)
+
+    # -- identity ---------------------------------------------------------------------------
+
+    @property
+    def sample_rate(self) -> int:
+        return int(self.bark.codec.sample_rate)
+
+    @property
+    def frame_rate(self) -> float:
+        return float(self.bark.codec.frame_rate)
+
+    @property
+    def info(self) -> EngineInfo:
+        realtime = self.config.realtime
+        frame_period_s = 1.0 / self.frame_rate
+        constants = self.bark.constants
+        window = constants.max_fine_input_length - constants.max_fine_history_length
+        plan = RealtimePlan(
+            step_period_s=frame_period_s,
+            headroom=realtime.headroom,
+            ttfa_target_s=self.ttfa_s,
+            playout_reserve_s=realtime.playout_reserve_ms / 1000.0,
+            first_chunk_frames=window,
+            first_chunk_steps=0,
+            chunk_frames=window,
+            lookahead_frames=0,
+            max_lead_s=realtime.max_lead_ms / 1000.0,
+            nominal_prompt_rows=0,
+        )
+        return EngineInfo(
+            model_name=self.model_name,
+            voices=self.voices,
+            sample_rate=self.sample_rate,
+            frame_rate=self.frame_rate,
+            device=self.device,
+            shape=StreamShape(ONE_PAGE_PER_STREAM, 1, 0, 0),
+            kv_pages_total=self.max_streams,
+            max_num_seqs=self.max_streams,
+            realtime=plan,
+            calibration=self.calibration,
+            default_sampling=DEFAULT_SAMPLING,
+            native_kernels=loader.report(),
+        )
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def bark_request(self, request: SynthesisRequest) -> tuple[BarkRequest, int]:
+        """What ``request`` asks of the batch, and its cap on semantic tokens. Raises
+        :class:`RequestRejected` for what Bark cannot do (speech prompts, context, resuming,
+        sampling filters other than temperature, an unknown voice)."""
+        if request.voice not in self.voices:
+            raise RequestRejected(
+                f"unknown voice {request.voice!r}; voices: {', '.join(self.voices)}"
+            )
+        if request.prompt_audio:
+            raise RequestRejected("Bark takes no speech prompt (its voices are presets)")
+        if request.context:
+            raise RequestRejected("Bark takes no conversation context")
+        if request.resume is not None:
+            raise RequestRejected("a Bark stream cannot be resumed on another engine")
+        sampling = request.sampling
+        for name in ("top_k", "top_p", "min_p", "repetition_penalty", "stop_ids"):
+            if getattr(sampling, name) != getattr(DEFAULT_SAMPLING, name):
+                raise RequestRejected(f"Bark samples by temperature only; {name} is not supported")
+        constants = self.bark.constants
+        cap = constants.max_new_semantic_tokens
+        if request.max_duration_s is not None:
+            if not (math.isfinite(request.max_duration_s) and request.max_duration_s > 0):
+                raise RequestRejected("max_duration_s must be positive")
+            cap = min(cap, math.ceil(request.max_duration_s * constants.semantic_rate_hz))
+        temperature = None if sampling.greedy else sampling.temperature
+        seed = sampling.seed if sampling.seed is not None else random.getrandbits(63)
+        stages = BarkSampling(
+            semantic_temperature=temperature,
+            coarse_temperature=temperature,
+            fine_temperature=None if temperature is None else FINE_TEMPERATURE,
+            max_semantic_tokens=cap,
+            seed=seed % 2**63,
+        )
+        voice = None if request.voice == DEFAULT_VOICE else request.voice
+        return BarkRequest(request.text, voice, stages), cap
+
+    def add_request(self, request: SynthesisRequest) -> None:
+        if request.request_id in self._live:
+            raise RequestRejected(f"duplicate request id {request.request_id!r}")
+        bark_request, cap = self.bark_request(request)
+        try:
+            stream_id = self.batch.add(bark_request)
+        except BarkRequestError as exc:
+            raise RequestRejected(str(exc)) from exc
+        live = _Live(request.request_id, stream_id, cap)
+        self._live[request.request_id] = live
+        self._by_stream[stream_id] = live
+
+    def abort_request(self, request_id: str) -> bool:
+        live = self._live.pop(request_id, None)
+        if live is None:
+            return False
+        del self._by_stream[live.stream_id]
+        self.batch.cancel(live.stream_id)
+        self._ended.append(StreamOutput(request_id, _EMPTY, FinishReason.CANCELLED))
+        return True
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self._live) or bool(self._ended)
+
+    def idle_s(self) -> float:
+        """Never rests while a stream runs: a Bark stream's audio comes a whole window at a
+        time, so no stream is ever far enough ahead of its listener to skip a step."""
+        return 0.0
+
+    def step(self) -> list[StreamOutput]:
+        """One :meth:`BarkBatch.step`: every stream advanced in its stage; the audio made."""
+        outputs, self._ended = self._ended, []
+        if not self._live:
+            return outputs
+        streams = self.batch.active
+        started = time.perf_counter()
+        chunks = self.batch.step()
+        if self.frame_steps is not None:
+            seconds = (time.perf_counter() - started) * self.frame_steps.at(streams)
+            self._records.append(StepRecord(seconds, streams, streams, 0))
+        for chunk in chunks:
+            live = self._by_stream.get(chunk.stream_id)
+            if live is None:
+                continue
+            audio = chunk.audio.float().clamp(-1.0, 1.0).cpu().numpy()
+            reason = None
+            if chunk.result is not None:
+                capped = len(chunk.result.semantic) >= live.semantic_cap
+                reason = FinishReason.LENGTH if capped else FinishReason.EOS
+                del self._live[live.request_id], self._by_stream[live.stream_id]
+            if audio.size or reason is not None:
+                outputs.append(StreamOutput(live.request_id, audio, reason))
+        return outputs
+
+    def stats(self) -> EngineStats:
+        running = self.batch.active
+        return EngineStats(
+            num_running=running,
+            num_waiting=0,
+            max_num_seqs=self.max_streams,
+            kv_pages_total=self.max_streams,
+            kv_pages_free=self.max_streams - running,
+            num_preemptions=0,
+            prefix_hit_tokens=0,
+            prefix_query_tokens=0,
+            skipped_steps=0,
+            step_correction=1.0,
+        )
+
+    def take_report(self) -> StepReport:
+        """Every step since the last call, each as the frame of audio it is a share of (its
+        time times the batch steps a frame took at calibration; none without a calibration).
+        EnCodec's time is inside each step, as in the calibration, so no codec time apart."""
+        records, self._records = self._records, []
+        return StepReport(steps=tuple(records))
+
+    def check_integrity(self) -> None:
+        """Raise ``AssertionError`` when a KV or codec slot is held by no live stream."""
+        held = self.batch.semantic_kv.slots_in_use + self.batch.coarse_kv.slots_in_use
+        assert held <= self.batch.active, (held, self.batch.active)
+        assert self.batch.codec_slots_in_use <= self.batch.active
+        assert self.batch.active == len(self._live), (self.batch.active, len(self._live))
+
+
+_EMPTY = np.zeros(0, dtype=np.float32)

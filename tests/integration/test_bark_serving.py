@@ -1,0 +1,138 @@
+"""Bark served beside another model: a tiny random Bark checkpoint in the public layout and
+cadenza-tiny in one server, each in its own engine process. Bark's voices are listed, its
+audio over HTTP equals the offline path's to the 16-bit sample (greedy), it streams over
+WebSocket and WebRTC, what Bark cannot do is refused with the reason, and ``cadenza plan``
+prices its stages."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import httpx
+import numpy as np
+import pytest
+
+from cadenza.client.sdk import StreamError, connect
+from cadenza.client.webrtc import WebRTCPeer
+from cadenza.engine.models.bark.bark_batch import BarkSampling
+from cadenza.engine.models.bark.bark_offline import synthesize_bark
+from tests.integration.server import serving, wait_until_idle
+from tests.unit.engine.bark.bark_checkpoints import SHORT_VOICE, VOICE, build_tiny_bark
+
+TEXT = "hello world the quick brown fox"
+
+
+@pytest.fixture(scope="module")
+def bark_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("bark") / "bark-tiny"
+    build_tiny_bark(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def server(bark_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("bark-server")
+    config = root / "cadenza.toml"
+    config.write_text(
+        '[[models]]\nname = "cadenza-tiny"\npath = "cadenza-tiny"\n\n'
+        f'[[models]]\nname = "bark-tiny"\npath = "{bark_dir}"\n'
+    )
+    with serving(root / "server.log", args=("--config", str(config))) as running:
+        yield running
+
+
+def test_bark_is_listed_with_its_voices_beside_the_other_model(server) -> None:
+    models = httpx.get(f"{server.url}/v1/models").json()["data"]
+    assert [m["id"] for m in models] == ["cadenza-tiny", "bark-tiny"]
+    assert models[1]["voices"] == ["default", SHORT_VOICE, VOICE]
+    assert models[1]["sample_rate"] == 24000
+    capacity = httpx.get(f"{server.url}/v1/capacity").json()
+    assert set(capacity["models"]) == {"cadenza-tiny", "bark-tiny"}
+
+
+def test_http_audio_equals_the_offline_path(server, bark_dir) -> None:
+    body = {
+        "model": "bark-tiny",
+        "input": TEXT,
+        "voice": VOICE,
+        "response_format": "pcm",
+        "max_duration_s": 1.0,
+        "temperature": 0.0,
+    }
+    response = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    served = np.frombuffer(response.content, dtype="<i2").astype(np.int32)
+    offline = synthesize_bark(bark_dir, TEXT, VOICE, BarkSampling(), max_duration_s=1.0)
+    expected = (np.clip(offline.audio, -1.0, 1.0) * 32767.0).round().astype(np.int32)
+    assert served.size == expected.size > 0
+    assert np.abs(served - expected).max() <= 1
+    wait_until_idle(server)
+
+
+def test_websocket_and_webrtc_stream_bark(server) -> None:
+    async def main() -> tuple[int, dict]:
+        async with connect(server.url.replace("http", "ws") + "/v1/stream") as session:
+            chunks = [
+                c
+                async for c in session.speak(
+                    TEXT, model="bark-tiny", voice=SHORT_VOICE, max_duration_s=1.0, seed=3
+                )
+            ]
+        peer = WebRTCPeer(server.url)
+        try:
+            await peer.connect()
+            peer.send(
+                {"type": "speak", "text": TEXT, "model": "bark-tiny", "voice": VOICE,
+                 "max_duration_s": 0.5}
+            )  # fmt: skip
+            done = await peer.next_event({"done", "error"}, timeout_s=120)
+        finally:
+            await peer.close()
+        return sum(len(c.data) for c in chunks), done
+
+    pcm_bytes, done = asyncio.run(main())
+    assert pcm_bytes > 0
+    assert done["type"] == "done", done
+    wait_until_idle(server)
+
+
+def test_what_bark_cannot_do_is_refused_with_the_reason(server) -> None:
+    speech = f"{server.url}/v1/audio/speech"
+    base = {"model": "bark-tiny", "input": TEXT, "voice": VOICE, "max_duration_s": 0.5}
+    response = httpx.post(speech, json=base | {"voice": "tara"}, timeout=60)
+    assert response.status_code == 400 and VOICE in response.json()["error"]["message"]
+    response = httpx.post(speech, json=base | {"top_p": 0.5}, timeout=60)
+    assert response.status_code >= 400
+    assert "temperature only" in response.json()["error"]["message"]
+    response = httpx.post(speech, json=base | {"input": "word " * 300}, timeout=60)
+    assert response.status_code >= 400
+    assert "256" in response.json()["error"]["message"]
+
+    async def refused_over_websocket() -> str:
+        async with connect(server.url.replace("http", "ws") + "/v1/stream") as session:
+            with pytest.raises(StreamError) as refused:
+                async for _ in session.speak(TEXT, model="bark-tiny", voice=VOICE, top_k=5):
+                    pass
+            return str(refused.value)
+
+    assert "temperature only" in asyncio.run(refused_over_websocket())
+    wait_until_idle(server)
+
+
+def test_plan_prices_barks_stages(bark_dir) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "cadenza", "plan", "--model", str(bark_dir), "--json",
+         "--memory", "1GiB"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    plan = json.loads(completed.stdout)
+    per_stage = 2 * 2 * 2 * 16 * 1024 * 4  # K and V, layers, heads, head width, positions, fp32
+    assert plan["semantic_kv_bytes_per_stream"] == plan["coarse_kv_bytes_per_stream"] == per_stage
+    assert plan["kv_bytes_per_stream"] == 2 * per_stage
+    assert plan["streams_that_fit"] == 2**30 // (2 * per_stage)
+    realtime = plan["realtime"]
+    assert set(realtime["stage_ms_per_frame"]) == {"semantic", "coarse", "fine", "codec"}
+    assert realtime["first_audio_s"] > 0 and realtime["max_streams_per_replica"] >= 1
