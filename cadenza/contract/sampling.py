@@ -15,7 +15,10 @@ class SamplingParams:
     ``stop_ids`` end the sequence when sampled, as the model's own EOS ids do (for a speech
     model, at a frame boundary, among the ids its layout lets it sample there).
     ``repetition_penalty`` > 1 discourages ids a codebook has already seen (prompt included),
-    as Hugging Face applies it: positive logits divided, negative ones multiplied. ``seed``
+    as Hugging Face applies it: positive logits divided, negative ones multiplied.
+    ``fine_temperature``: the temperature of a model's last stage where it has one of its own
+    (Bark's fine stage; ``None``: the model's default, 0: greedy); models without one refuse
+    it. ``seed
     makes a request reproducible on its own, whatever else is in the batch; ``None`` draws a
     fresh seed.
     """
@@ -27,10 +30,13 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     min_p: float = 0.0
     stop_ids: tuple[int, ...] = ()
+    fine_temperature: float | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise ValueError("temperature must be >= 0")
+        if self.fine_temperature is not None and self.fine_temperature < 0:
+            raise ValueError("fine_temperature must be >= 0")
         if self.top_k < 0:
             raise ValueError("top_k must be >= 0")
         if not 0 < self.top_p <= 1:

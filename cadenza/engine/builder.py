@@ -277,9 +277,13 @@ def build_serving_engine(config: CadenzaConfig) -> ServingEngine:
     from cadenza.engine.models.bark.bark_recognition import bark_directory
 
     if (bark := bark_directory(config.model.name)) is not None:
+        from cadenza.engine.models.bark.bark_calibration import calibrate_bark
         from cadenza.engine.models.bark.bark_engine import BarkEngine
 
-        return BarkEngine.from_config(config, bark)
+        bark_engine = BarkEngine.from_config(config, bark)
+        if config.calibration.mode != "off":
+            bark_engine.apply_calibration(*calibrate_bark(bark_engine))
+        return bark_engine
     if config.engine.kind == "naive":
         from cadenza.engine.naive_engine import NaiveEngine
 

@@ -72,6 +72,8 @@ class RequestIntake:
             raise RequestRejected(
                 f"unknown voice {request.voice!r}; voices: {', '.join(self.model.voices)}"
             )
+        if request.sampling.fine_temperature is not None:
+            raise RequestRejected("fine_temperature: this model has no fine stage (Bark has)")
         duration_s = request_duration_s(request.text, request.max_duration_s, self.limits)
         length = stream_length(duration_s, self.codec.frame_rate, self.layout)
         prompt_codes = self._prompt_codes(request)

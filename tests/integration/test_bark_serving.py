@@ -1,8 +1,8 @@
 """Bark served beside another model: a tiny random Bark checkpoint in the public layout and
 cadenza-tiny in one server, each in its own engine process. Bark's voices are listed, its
 audio over HTTP equals the offline path's to the 16-bit sample (greedy), it streams over
-WebSocket and WebRTC, what Bark cannot do is refused with the reason, and ``cadenza plan``
-prices its stages."""
+WebSocket and WebRTC, a text stream speaks more than one Bark prompt takes, what Bark cannot
+do is refused with the reason, and ``cadenza plan`` prices its stages."""
 
 from __future__ import annotations
 
@@ -78,7 +78,12 @@ def test_websocket_and_webrtc_stream_bark(server) -> None:
             chunks = [
                 c
                 async for c in session.speak(
-                    TEXT, model="bark-tiny", voice=SHORT_VOICE, max_duration_s=1.0, seed=3
+                    TEXT,
+                    model="bark-tiny",
+                    voice=SHORT_VOICE,
+                    max_duration_s=1.0,
+                    seed=3,
+                    fine_temperature=0.3,
                 )
             ]
         peer = WebRTCPeer(server.url)
@@ -99,6 +104,31 @@ def test_websocket_and_webrtc_stream_bark(server) -> None:
     wait_until_idle(server)
 
 
+def test_a_text_stream_speaks_more_than_bark_reads_at_once(server) -> None:
+    sentence = "the quick brown fox jumps over the lazy dog and the world. "
+    words = (sentence * 30).split()  # 360 tokens: more than one Bark prompt takes
+
+    async def words_arriving():
+        for word in words:
+            yield word + " "
+
+    async def main() -> tuple[int, list[str]]:
+        async with connect(server.url.replace("http", "ws") + "/v1/stream") as session:
+            chunks = [
+                c
+                async for c in session.speak_stream(
+                    words_arriving(), model="bark-tiny", voice=VOICE, max_duration_s=0.3,
+                    temperature=0.0,
+                )
+            ]  # fmt: skip
+            return len(chunks), list(session.segments)
+
+    chunks, segments = asyncio.run(main())
+    assert chunks > 0 and len(segments) > 1
+    assert " ".join(segments).split() == words
+    wait_until_idle(server)
+
+
 def test_what_bark_cannot_do_is_refused_with_the_reason(server) -> None:
     speech = f"{server.url}/v1/audio/speech"
     base = {"model": "bark-tiny", "input": TEXT, "voice": VOICE, "max_duration_s": 0.5}
@@ -107,6 +137,11 @@ def test_what_bark_cannot_do_is_refused_with_the_reason(server) -> None:
     response = httpx.post(speech, json=base | {"top_p": 0.5}, timeout=60)
     assert response.status_code >= 400
     assert "temperature only" in response.json()["error"]["message"]
+    tiny = base | {"model": "cadenza-tiny", "voice": "default", "fine_temperature": 0.5}
+    response = httpx.post(speech, json=tiny, timeout=60)
+    assert response.status_code == 400 and "no fine stage" in response.json()["error"]["message"]
+    response = httpx.post(speech, json=base | {"fine_temperature": -1}, timeout=60)
+    assert response.status_code == 400
     response = httpx.post(speech, json=base | {"input": "word " * 300}, timeout=60)
     assert response.status_code >= 400
     assert "256" in response.json()["error"]["message"]

@@ -18,6 +18,7 @@ class SamplingFields(BaseModel):
     min_p: float | None = Field(None, ge=0, lt=1)
     repetition_penalty: float | None = Field(None, gt=0, le=10)
     stop_token_ids: list[Annotated[int, Field(ge=0, lt=2**31)]] | None = Field(None, max_length=16)
+    fine_temperature: float | None = Field(None, ge=0, le=5)
 
     def sampling(self, defaults: SamplingParams) -> SamplingParams:
         """The model's ``defaults`` with this request's own choices."""
@@ -29,4 +30,5 @@ class SamplingFields(BaseModel):
             min_p=self.min_p,
             repetition_penalty=self.repetition_penalty,
             stop_ids=None if self.stop_token_ids is None else tuple(self.stop_token_ids),
+            fine_temperature=self.fine_temperature,
         )

@@ -61,10 +61,10 @@ def _voice_name(value: object) -> object:
 
 class SpeechRequest(SamplingFields):
     """OpenAI's speech request, plus the extensions ``max_duration_s``, the sampling settings
-    (``seed``, ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``repetition_penalty``; unset
-    ones take the model's defaults) and ``priority``: the admission class (``realtime``,
-    ``standard``, ``batch``; see docs/capacity.md). Over capacity a request waits in its
-    class's queue or gets 503 with ``Retry-After``.
+    (``seed``, ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``repetition_penalty``,
+    ``fine_temperature``; unset ones take the model's defaults) and ``priority``: the admission
+    class (``realtime``, ``standard``, ``batch``; see docs/capacity.md). Over capacity a
+    request waits in its class's queue or gets 503 with ``Retry-After``.
 
     ``voice`` is always a voice name, whether the body gave a string or a voice object.
     ``instructions`` is accepted (a string of at most 4,096 characters) and not used: see

@@ -98,6 +98,12 @@ def test_an_unknown_voice_is_rejected(intake) -> None:
         intake.speech(SynthesisRequest("r", "hello", voice="nobody"))
 
 
+def test_a_fine_temperature_is_refused_by_a_model_without_a_fine_stage(intake) -> None:
+    sampling = SamplingParams(fine_temperature=0.5)
+    with pytest.raises(RequestRejected, match="no fine stage"):
+        intake.speech(SynthesisRequest("r", "hello", sampling=sampling))
+
+
 def test_a_speech_prompt_becomes_codec_frames_before_the_text(intake, tiny_engine) -> None:
     rate = 24000
     audio = (0.3 * np.sin(np.arange(rate // 5) / rate * 2 * np.pi * 220)).astype("<f4")

@@ -19,8 +19,9 @@ admission like any engine's:
   weighs Bark's live steps against its calibration as it does any engine's.
 
 Sampling is by temperature only: ``temperature`` for the semantic and coarse stages (0:
-greedy everywhere), Bark's fine temperature of 0.5 when sampling; any other sampling field
-set away from the announced defaults is refused rather than ignored.
+greedy), ``fine_temperature`` for the fine stage (unset: Bark's 0.5 when the others sample,
+greedy when they are greedy; 0: greedy); any other sampling field set away from the announced
+defaults is refused rather than ignored.
 """
 
 from __future__ import annotations
@@ -123,17 +124,13 @@ class BarkEngine:
     @classmethod
     def from_config(cls, config: CadenzaConfig, directory: Path) -> BarkEngine:
         """The checkpoint in ``directory`` on the configured device, in the configured dtype
-        (float32 on a CPU), calibrated unless ``calibration.mode`` is ``off``."""
-        from cadenza.engine.models.bark.bark_calibration import calibrate_bark
-
+        (float32 on a CPU), not yet calibrated
+        (:func:`~cadenza.engine.models.bark.bark_calibration.calibrate_bark`)."""
         if config.model.torch_threads:
             torch.set_num_threads(config.model.torch_threads)
         device = resolve_device(config.model.device)
         bark = load_bark(directory, device, resolve_dtype(config.model.dtype, device))
-        engine = cls(bark, config=config, model_name=config.model.public_name, device=device.type)
-        if config.calibration.mode != "off":
-            engine.apply_calibration(*calibrate_bark(engine))
-        return engine
+        return cls(bark, config=config, model_name=config.model.public_name, device=device.type)
 
     def apply_calibration(self, calibration: Calibration, frame_steps: FrameSteps) -> None:
         """Serve with this measured per-frame model (live steps reported in frames by
@@ -213,11 +210,14 @@ class BarkEngine:
                 raise RequestRejected("max_duration_s must be positive")
             cap = min(cap, math.ceil(request.max_duration_s * constants.semantic_rate_hz))
         temperature = None if sampling.greedy else sampling.temperature
+        fine = FINE_TEMPERATURE if sampling.fine_temperature is None else sampling.fine_temperature
+        if sampling.greedy and sampling.fine_temperature is None:
+            fine = 0.0
         seed = sampling.seed if sampling.seed is not None else random.getrandbits(63)
         stages = BarkSampling(
             semantic_temperature=temperature,
             coarse_temperature=temperature,
-            fine_temperature=None if temperature is None else FINE_TEMPERATURE,
+            fine_temperature=fine or None,
             max_semantic_tokens=cap,
             seed=seed % 2**63,
         )

@@ -5,6 +5,7 @@ the reason, and the per-frame calibration with its stage split and first audio."
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +137,28 @@ def test_garbage_requests_are_refused_with_the_reason(
         engine.add_request(request_)
     assert not engine.has_unfinished_requests()
     engine.check_integrity()
+
+
+@pytest.mark.parametrize(
+    ("temperature", "fine", "stages"),
+    [
+        (0.0, None, (None, None)),
+        (0.7, None, (0.7, 0.5)),
+        (0.7, 0.0, (0.7, None)),
+        (0.0, 0.9, (None, 0.9)),
+    ],
+)
+def test_each_stage_gets_its_temperature(
+    engine: BarkEngine, temperature: float, fine: float | None, stages: tuple
+) -> None:
+    sampling = DEFAULT_SAMPLING.with_overrides(temperature=temperature, seed=5)
+    request = SynthesisRequest("t", TEXT, VOICE, 1.0, sampling)
+    if fine is not None:
+        request = SynthesisRequest("t", TEXT, VOICE, 1.0, replace(sampling, fine_temperature=fine))
+    bark, cap = engine.bark_request(request)
+    assert (bark.sampling.semantic_temperature, bark.sampling.fine_temperature) == stages
+    assert bark.sampling.coarse_temperature == bark.sampling.semantic_temperature
+    assert bark.sampling.seed == 5 and cap == 50  # ceil(1.0 s * 49.9 semantic tokens a second)
 
 
 def test_a_duplicate_id_is_refused(engine: BarkEngine) -> None:
