@@ -27,6 +27,7 @@ import torch
 
 from cadenza.engine.models.bark.bark_checkpoint import BarkCheckpoint
 from cadenza.engine.models.bark.bark_gpt import BarkCausalGPT, StageKV
+from cadenza.engine.models.bark.bark_step_cost import StepWork
 from cadenza.engine.models.bark.bark_voices import VoicePreset
 from cadenza.engine.models.bark.bark_windows import (
     CoarseHistory,
@@ -171,6 +172,8 @@ class BarkBatch:
         self._ids = itertools.count()
         self.seconds = {stage.value: 0.0 for stage in _Stage} | {"codec": 0.0}
         """Wall seconds spent in each stage's work and in EnCodec, since the batch began."""
+        self.last_work = StepWork()
+        """What the latest :meth:`step` did."""
 
     def _kv(self, model: BarkCausalGPT) -> StageKV:
         return StageKV(model.shape, model.shape.block_size, self._device, self._dtype)
@@ -254,9 +257,14 @@ class BarkBatch:
         for stream in self._streams.values():
             by_stage[stream.stage].append(stream)
         started = time.perf_counter()
-        self._causal_step(self.bark.semantic, self.semantic_kv, by_stage[_Stage.SEMANTIC])
+        work = self.last_work = StepWork()
+        semantic = self._causal_step(
+            self.bark.semantic, self.semantic_kv, by_stage[_Stage.SEMANTIC]
+        )
+        work.semantic_decodes, work.semantic_chunks, work.semantic_rows = semantic
         semantic_done = time.perf_counter()
-        self._causal_step(self.bark.coarse, self.coarse_kv, by_stage[_Stage.COARSE])
+        coarse = self._causal_step(self.bark.coarse, self.coarse_kv, by_stage[_Stage.COARSE])
+        work.coarse_decodes, work.coarse_chunks, work.coarse_rows = coarse
         coarse_done = time.perf_counter()
         self.seconds["semantic"] += semantic_done - started
         self.seconds["coarse"] += coarse_done - semantic_done
@@ -271,7 +279,12 @@ class BarkBatch:
 
     # -- the causal stages ---------------------------------------------------------------
 
-    def _causal_step(self, model: BarkCausalGPT, kv: StageKV, streams: list[_Stream]) -> None:
+    def _causal_step(
+        self, model: BarkCausalGPT, kv: StageKV, streams: list[_Stream]
+    ) -> tuple[int, int, int]:
+        """One stage's work for its streams; the streams that decoded, the prompt chunks
+        prefilled and their rows."""
+        rows = 0
         # Taken before any token: a stream whose stage ends here opens its next run at once,
         # which belongs to the next stage's step, not to this one.
         decoding = [s for s in streams if s.run is not None and s.run.prefilled]
@@ -293,8 +306,10 @@ class BarkBatch:
             past = torch.tensor([prefill.cached], device=self._device)
             logits = model(chunk[None], slot, past, kv)
             prefill.cached += chunk.shape[0]
+            rows += chunk.shape[0]
             if prefill.prefilled:
                 self._take_token(stream, logits[0])
+        return len(decoding), len(prefilling), rows
 
     def _take_token(self, stream: _Stream, logits: torch.Tensor) -> None:
         if stream.stage is _Stage.SEMANTIC:
@@ -395,6 +410,7 @@ class BarkBatch:
         for row, (stream, fine, start, fill) in enumerate(working):
             fine.buffer[start + fill : start + width] = inputs[row, fill:].cpu()
             stream.window += 1
+        self.last_work.fine_windows = len(working)
         fine_done = time.perf_counter()
         chunks = self._decode([stream for stream, _, _, _ in working])
         self.seconds["codec"] += time.perf_counter() - fine_done
@@ -417,6 +433,8 @@ class BarkBatch:
             if done:
                 last.add(stream.decoder_slot)
         audio = self._decoder.decode(codes, frozenset(last))
+        self.last_work.codec_streams = len(codes)
+        self.last_work.codec_frames = sum(int(frames.shape[1]) for frames in codes.values())
         chunks = []
         for stream in streams:
             piece = audio.get(stream.decoder_slot, torch.zeros(0)).cpu()

@@ -5,9 +5,9 @@ coarse tokens, a share of the coarse windows' prompts and of the fine windows, a
 the engine's "step" is one frame of audio for every running stream, and it is measured whole:
 ``B`` nominal streams (greedy, the calibration's duration of audio, the first voice preset)
 run together from their first semantic prompt to their last sample, and the wall time over the
-frames each made is the step (the batch steps it took over those frames are what the engine
-scales its live steps by, :class:`~cadenza.engine.models.bark.bark_engine.FrameSteps`). The
-stages' shares come from the batch's own clocks
+frames each made is the step. Every batch step it ran, with the work in it, fits
+:class:`~cadenza.engine.models.bark.bark_step_cost.BarkStepCost`, what the engine weighs its
+live steps by. The stages' shares come from the batch's own clocks
 (:attr:`~cadenza.engine.models.bark.bark_batch.BarkBatch.seconds`). Batches grow through
 ``calibration.batch_sizes`` until a step no longer fits one frame period. The first audio of
 the first (single-stream) run is the TTFA the engine announces.
@@ -27,7 +27,8 @@ from cadenza.contract.request import SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.contract.step_time_model import StepSample, StepTimeModel, step_budget_s
 from cadenza.engine.device import device_name, resolve_device
-from cadenza.engine.models.bark.bark_engine import BarkEngine, FrameSteps
+from cadenza.engine.models.bark.bark_engine import BarkEngine
+from cadenza.engine.models.bark.bark_step_cost import BarkStepCost, StepWork
 from cadenza.engine.models.registry import checkpoint_identity
 
 CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog, and then it rests for a while."
@@ -37,9 +38,9 @@ PROMPT_FOLDED_MS = 1e-6
 prompt's cost is already inside the measured per-frame steps."""
 
 
-def calibrate_bark(engine: BarkEngine) -> tuple[Calibration, FrameSteps]:
-    """Measure ``engine`` as the module's docstring says, and how many batch steps a frame
-    took at each batch; it is idle before and after."""
+def calibrate_bark(engine: BarkEngine) -> tuple[Calibration, BarkStepCost]:
+    """Measure ``engine`` as the module's docstring says, and fit what each of its steps cost
+    by the work in it; it is idle before and after."""
     config = engine.config
     frame_ms = 1000.0 / engine.frame_rate
     budget_ms = 1000.0 * step_budget_s(frame_ms / 1000.0, 1, config.realtime.headroom)
@@ -49,14 +50,13 @@ def calibrate_bark(engine: BarkEngine) -> tuple[Calibration, FrameSteps]:
     samples: list[StepSample] = []
     stages: list[StageTime] = []
     first_audio_s = 0.0
-    frame_steps: list[tuple[int, float]] = []
+    steps: list[tuple[StepWork, float]] = []
     sizes = sorted({b for b in config.calibration.batch_sizes if b <= engine.max_streams} or {1})
     for streams in sizes:
         before = dict(engine.batch.seconds)
         run_started = time.perf_counter()
         first: float | None = None
         samples_made = 0
-        batch_steps = 0
         for index in range(streams):
             engine.add_request(
                 SynthesisRequest(
@@ -68,17 +68,17 @@ def calibrate_bark(engine: BarkEngine) -> tuple[Calibration, FrameSteps]:
                 )
             )
         while engine.has_unfinished_requests():
-            batch_steps += 1
             for output in engine.step():
                 samples_made += output.audio.size
                 if first is None and output.audio.size:
                     first = time.perf_counter() - run_started
+            work, seconds = engine.last_step
+            steps.append((work, 1000.0 * seconds))
         elapsed_ms = 1000.0 * (time.perf_counter() - run_started)
         hop = engine.sample_rate / engine.frame_rate
         frames = max(samples_made / hop / streams, 1.0)  # each stream's, on average
         ms_per_frame = elapsed_ms / frames
         samples.append(StepSample(streams, 0, ms_per_frame))
-        frame_steps.append((streams, batch_steps / frames))
         for stage, seconds in engine.batch.seconds.items():
             spent_ms = 1000.0 * (seconds - before.get(stage, 0.0))
             stages.append(StageTime(stage, streams, spent_ms / frames))
@@ -100,4 +100,4 @@ def calibrate_bark(engine: BarkEngine) -> tuple[Calibration, FrameSteps]:
         stages=tuple(stages),
         first_audio_s=first_audio_s,
     )
-    return calibration, FrameSteps(tuple(frame_steps))
+    return calibration, BarkStepCost.fit(steps)

@@ -14,9 +14,10 @@ admission like any engine's:
   EnCodec included, as :mod:`~cadenza.engine.models.bark.bark_calibration` measures it at
   start-up (per stage as well); the TTFA target is the first audio measured there, since Bark
   speaks only after a whole fine window (for a short utterance: after all of its coarse codes).
-  Live steps are reported in the same unit, each :meth:`BarkBatch.step` scaled by the batch
-  steps a frame took at calibration (:class:`FrameSteps`), so the edge's realtime factor
-  weighs Bark's live steps against its calibration as it does any engine's.
+  Live steps are reported in the same unit: each :meth:`BarkBatch.step`'s time over what its
+  own work cost at calibration (:class:`~cadenza.engine.models.bark.bark_step_cost.
+  BarkStepCost`), times a frame of that many streams, so the edge's realtime factor weighs
+  Bark's live steps (and its idle probes, :meth:`BarkEngine.probe`) as it does any engine's.
 
 Sampling is by temperature only: ``temperature`` for the semantic and coarse stages (0:
 greedy), ``fine_temperature`` for the fine stage (unset: Bark's 0.5 when the others sample,
@@ -26,11 +27,11 @@ defaults is refused rather than ignored.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +41,13 @@ import torch
 from cadenza.config import CadenzaConfig
 from cadenza.contract.calibration import Calibration
 from cadenza.contract.engine_info import EngineInfo
-from cadenza.contract.engine_stats import EngineStats, StepRecord, StepReport
+from cadenza.contract.engine_stats import (
+    EngineStats,
+    ProbeOutcome,
+    ProbeResult,
+    StepRecord,
+    StepReport,
+)
 from cadenza.contract.errors import RequestRejected
 from cadenza.contract.kv_memory import StreamShape
 from cadenza.contract.realtime_plan import RealtimePlan
@@ -55,6 +62,7 @@ from cadenza.engine.models.bark.bark_batch import (
 )
 from cadenza.engine.models.bark.bark_checkpoint import BarkCheckpoint, load_bark
 from cadenza.engine.models.bark.bark_offline import DEFAULT_VOICE
+from cadenza.engine.models.bark.bark_step_cost import BarkStepCost, StepWork
 from cadenza.kernels.native import loader
 
 log = logging.getLogger(__name__)
@@ -66,29 +74,14 @@ DEFAULT_SAMPLING = SamplingParams(temperature=0.7, top_k=0)
 """What a request gets unless it says otherwise: the ``bark`` package's temperature of 0.7 for
 the semantic and coarse stages, no other filter."""
 
+PROBE_TEXT = "A probe of the machine's speed, spoken to nobody."
+
+PROBE_SHARE = 0.8
+"""The share of a probe's time limit it steps for before it stops as ``done``."""
+
 ONE_PAGE_PER_STREAM = 2**30
 """The announced page size: more tokens than any Bark stream has, so every stream costs one
 page (its slot pair)."""
-
-
-@dataclass(frozen=True)
-class FrameSteps:
-    """How many :meth:`BarkBatch.step` calls one frame of every stream's audio took at
-    calibration, per batch size (``points``: ``(streams, steps per frame)``, by streams)."""
-
-    points: tuple[tuple[int, float], ...]
-
-    def at(self, streams: int) -> float:
-        """Steps per frame at ``streams``, linear between the measured batches and the nearest
-        one's outside them."""
-        sizes = [size for size, _ in self.points]
-        index = bisect.bisect_left(sizes, streams)
-        if index == 0:
-            return self.points[0][1]
-        if index == len(sizes):
-            return self.points[-1][1]
-        (b0, k0), (b1, k1) = self.points[index - 1], self.points[index]
-        return k0 + (k1 - k0) * (streams - b0) / (b1 - b0)
 
 
 @dataclass
@@ -113,7 +106,9 @@ class BarkEngine:
             bark, prefill_chunk=config.engine.max_num_batched_tokens, max_streams=self.max_streams
         )
         self.calibration: Calibration | None = None
-        self.frame_steps: FrameSteps | None = None
+        self.step_cost: BarkStepCost | None = None
+        self.last_step: tuple[StepWork, float] = (StepWork(), 0.0)
+        """The latest step's work and wall seconds."""
         self._records: list[StepRecord] = []
         self.ttfa_s = config.realtime.ttfa_target_ms / 1000.0
         self.voices = (DEFAULT_VOICE, *sorted(bark.voices))
@@ -132,11 +127,11 @@ class BarkEngine:
         bark = load_bark(directory, device, resolve_dtype(config.model.dtype, device))
         return cls(bark, config=config, model_name=config.model.public_name, device=device.type)
 
-    def apply_calibration(self, calibration: Calibration, frame_steps: FrameSteps) -> None:
-        """Serve with this measured per-frame model (live steps reported in frames by
-        ``frame_steps``); its first audio is the TTFA target."""
+    def apply_calibration(self, calibration: Calibration, step_cost: BarkStepCost) -> None:
+        """Serve with this measured per-frame model (live steps weighed by ``step_cost``); its
+        first audio is the TTFA target."""
         self.calibration = calibration
-        self.frame_steps = frame_steps
+        self.step_cost = step_cost
         measured = calibration.first_audio_s
         self.ttfa_s = max(self.config.realtime.ttfa_target_ms / 1000.0, measured)
 
@@ -261,9 +256,8 @@ class BarkEngine:
         streams = self.batch.active
         started = time.perf_counter()
         chunks = self.batch.step()
-        if self.frame_steps is not None:
-            seconds = (time.perf_counter() - started) * self.frame_steps.at(streams)
-            self._records.append(StepRecord(seconds, streams, streams, 0))
+        self.last_step = (self.batch.last_work, time.perf_counter() - started)
+        self._record(streams)
         for chunk in chunks:
             live = self._by_stream.get(chunk.stream_id)
             if live is None:
@@ -277,6 +271,49 @@ class BarkEngine:
             if audio.size or reason is not None:
                 outputs.append(StreamOutput(live.request_id, audio, reason))
         return outputs
+
+    def probe(self, batch: int, max_ms: float, interrupted: Callable[[], bool]) -> ProbeResult:
+        """Step ``batch`` synthetic streams (greedy, at most ``engine.max_num_seqs``) for
+        :data:`PROBE_SHARE` of ``max_ms``, or until something arrives for the engine
+        (``interrupted``) or they end; then cancel them. Their steps, reported as live ones
+        are (each weighed by what its own work cost at calibration, so the semantic steps a
+        short probe runs count for what they are), are the result. ``unsupported`` without a
+        calibration, ``busy`` while a stream runs; the engine is idle again after."""
+        if self.step_cost is None:
+            return ProbeResult(StepReport(), 0, "unsupported")
+        if self.has_unfinished_requests():
+            return ProbeResult(StepReport(), 0, "busy")
+        batch = min(max(batch, 1), self.max_streams)
+        voice = self.voices[-1]
+        greedy = DEFAULT_SAMPLING.with_overrides(temperature=0.0)
+        ids = [f"probe-{index}" for index in range(batch)]
+        deadline = time.perf_counter() + PROBE_SHARE * max_ms / 1000.0
+        outcome: ProbeOutcome = "done"
+        try:
+            for request_id in ids:
+                self.add_request(SynthesisRequest(request_id, PROBE_TEXT, voice, None, greedy))
+            while self._live and time.perf_counter() < deadline:
+                if interrupted():
+                    outcome = "interrupted"
+                    break
+                self.step()
+        finally:
+            for request_id in ids:
+                self.abort_request(request_id)
+            self.step()  # delivers (and drops) the cancellations
+        return ProbeResult(self.take_report(), batch, outcome)
+
+    def _record(self, streams: int) -> None:
+        """The latest step as the frame of ``streams`` streams it is a share of: its time over
+        what its work cost at calibration, times that frame's calibrated time."""
+        if self.step_cost is None or self.calibration is None:
+            return
+        work, seconds = self.last_step
+        predicted_ms = self.step_cost.predict_ms(work)
+        if predicted_ms <= 0:
+            return
+        frame_ms = self.calibration.model.predict_ms(streams, 0)
+        self._records.append(StepRecord(seconds * frame_ms / predicted_ms, streams, streams, 0))
 
     def stats(self) -> EngineStats:
         running = self.batch.active
@@ -294,9 +331,9 @@ class BarkEngine:
         )
 
     def take_report(self) -> StepReport:
-        """Every step since the last call, each as the frame of audio it is a share of (its
-        time times the batch steps a frame took at calibration; none without a calibration).
-        EnCodec's time is inside each step, as in the calibration, so no codec time apart."""
+        """Every step since the last call, each as the frame of audio it is a share of
+        (:meth:`_record`; none without a calibration). EnCodec's time is inside each step, as
+        in the calibration, so no codec time apart."""
         records, self._records = self._records, []
         return StepReport(steps=tuple(records))
 

@@ -1,7 +1,8 @@
 """The Bark serving engine on a tiny random checkpoint: what it announces (voices, one page a
 stream, Bark's defaults), streams equal to the batch run offline, seeded sampling reproducible
 whatever else runs, cancels and endings that free every slot, garbage requests refused with
-the reason, and the per-frame calibration with its stage split and first audio."""
+the reason, the per-frame calibration with its stage split and first audio, live steps and
+idle probes weighed by what their own work cost."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from cadenza.config import CadenzaConfig
+from cadenza.contract.calibration import Calibration
 from cadenza.contract.errors import RequestRejected
 from cadenza.contract.request import (
     ContextTurn,
@@ -23,8 +25,10 @@ from cadenza.contract.request import (
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.models.bark.bark_batch import BarkSampling
 from cadenza.engine.models.bark.bark_calibration import calibrate_bark
-from cadenza.engine.models.bark.bark_engine import DEFAULT_SAMPLING, BarkEngine, FrameSteps
+from cadenza.engine.models.bark.bark_engine import DEFAULT_SAMPLING, BarkEngine
 from cadenza.engine.models.bark.bark_offline import synthesize_bark
+from cadenza.engine.models.bark.bark_step_cost import BarkStepCost
+from cadenza.engine.realtime.probe import probe_engine
 from tests.unit.engine.bark.bark_checkpoints import SHORT_VOICE, VOICE, build_tiny_bark
 
 TEXT = "hello world the quick brown fox"
@@ -170,18 +174,24 @@ def test_a_duplicate_id_is_refused(engine: BarkEngine) -> None:
     engine.check_integrity()
 
 
-def test_the_calibration_times_a_frame_of_every_stream_by_stage(bark_dir: Path) -> None:
+@pytest.fixture(scope="module")
+def calibrated(bark_dir: Path) -> tuple[BarkEngine, Calibration, BarkStepCost]:
     engine = _engine(bark_dir, batch_sizes=(1, 2), duration_ms=400.0)
     assert engine.take_report().steps == ()  # uncalibrated: nothing to weigh live steps by
-    calibration, frame_steps = calibrate_bark(engine)
+    calibration, cost = calibrate_bark(engine)
+    return engine, calibration, cost
+
+
+def test_the_calibration_times_a_frame_of_every_stream_by_stage(calibrated) -> None:
+    engine, calibration, cost = calibrated
     assert calibration.samples[0].tokens == 1
     assert {t.stage for t in calibration.stages} == {"semantic", "coarse", "fine", "codec"}
     for sample in calibration.samples:
         shares = [t.ms_per_frame for t in calibration.stages if t.streams == sample.tokens]
         assert 0 < sum(shares) <= sample.ms
     assert 0 < calibration.first_audio_s < calibration.measured_s
-    assert [size for size, _ in frame_steps.points] == [s.tokens for s in calibration.samples]
-    engine.apply_calibration(calibration, frame_steps)
+    assert any(coefficient > 0 for coefficient in cost.coefficients)
+    engine.apply_calibration(calibration, cost)
     assert engine.info.realtime.ttfa_target_s >= calibration.first_audio_s
     assert engine.take_report().steps == ()  # the calibration's steps are not live evidence
     _run(engine, SynthesisRequest("live", TEXT, VOICE, 0.4, GREEDY))
@@ -190,7 +200,22 @@ def test_the_calibration_times_a_frame_of_every_stream_by_stage(bark_dir: Path) 
     engine.check_integrity()
 
 
-def test_frame_steps_interpolate_between_batches_and_hold_outside() -> None:
-    steps = FrameSteps(((1, 4.0), (4, 10.0)))
-    assert steps.at(1) == 4.0 and steps.at(2) == 6.0 and steps.at(4) == 10.0
-    assert steps.at(0) == 4.0 and steps.at(9) == 10.0
+def test_a_probe_steps_synthetic_streams_and_leaves_the_engine_idle(calibrated) -> None:
+    engine, calibration, cost = calibrated
+    engine.apply_calibration(calibration, cost)
+    result = engine.probe(2, 300.0, lambda: False)
+    assert result.outcome == "done" and result.batch == 2
+    assert result.report.steps and all(step.decodes <= 2 for step in result.report.steps)
+    assert not engine.has_unfinished_requests() and engine.take_report().steps == ()
+    engine.check_integrity()
+    assert probe_engine(engine, 1, 300.0, lambda: True).outcome == "interrupted"  # handed over
+    engine.check_integrity()
+    engine.add_request(SynthesisRequest("busy", TEXT, VOICE, 0.3, GREEDY))
+    assert engine.probe(1, 300.0, lambda: False).outcome == "busy"
+    engine.abort_request("busy")
+    engine.step()
+    engine.check_integrity()
+
+
+def test_an_uncalibrated_engine_does_not_probe(engine: BarkEngine) -> None:
+    assert engine.probe(1, 100.0, lambda: False).outcome == "unsupported"
