@@ -1,15 +1,19 @@
 """Bark served beside another model: a tiny random Bark checkpoint in the public layout and
 cadenza-tiny in one server, each in its own engine process. Bark's voices are listed, its
 audio over HTTP equals the offline path's to the 16-bit sample (greedy), it streams over
-WebSocket and WebRTC, a text stream speaks more than one Bark prompt takes, what Bark cannot
-do is refused with the reason, and ``cadenza plan`` prices its stages."""
+WebSocket and WebRTC, a text stream speaks more than one Bark prompt takes, a stream whose
+engine dies goes on elsewhere from what its listener heard, what Bark cannot do is refused
+with the reason, and ``cadenza plan`` prices its stages."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import httpx
 import numpy as np
@@ -155,6 +159,56 @@ def test_what_bark_cannot_do_is_refused_with_the_reason(server) -> None:
 
     assert "temperature only" in asyncio.run(refused_over_websocket())
     wait_until_idle(server)
+
+
+@pytest.fixture(scope="module")
+def replicated(bark_dir, tmp_path_factory):
+    """Two engine replicas of the Bark checkpoint."""
+    root = tmp_path_factory.mktemp("bark-replicated")
+    config = root / "cadenza.toml"
+    config.write_text(f'[[models]]\nname = "bark-tiny"\npath = "{bark_dir}"\n')
+    env = {"CADENZA_SUPERVISION__REPLICAS": "2"}
+    with serving(root / "server.log", env, args=("--config", str(config))) as running:
+        yield running
+
+
+def _serving_pid(server) -> int:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        models = httpx.get(f"{server.url}/admin/replicas", timeout=10).json()["models"]
+        busy = [r["pid"] for r in models["bark-tiny"] if r["streams"]]
+        if busy:
+            return busy[0]
+        time.sleep(0.02)
+    raise AssertionError("no replica holds the stream")
+
+
+def test_a_stream_whose_engine_dies_goes_on_from_what_it_had_heard(replicated, bark_dir) -> None:
+    """Killed after its first chunk (a whole fine window, 6.8 s of audio; the random weights
+    never end the semantic stage, so 15 s are made in all), the stream is generated again on
+    the other replica and its listener hears the rest, no sample twice."""
+    text = "hello world the quick brown fox jumps over lazy dog"
+    offline = synthesize_bark(bark_dir, text, VOICE, BarkSampling(), max_duration_s=16.0)
+    expected = (np.clip(offline.audio, -1.0, 1.0) * 32767.0).round().astype(np.int32)
+    metric = 'cadenza_stream_resumes_total{model="bark-tiny",outcome="resumed"'
+    resumes = replicated.metric(metric)
+
+    async def main() -> bytes:
+        received = b""
+        async with connect(replicated.url.replace("http", "ws") + "/v1/stream") as session:
+            async for chunk in session.speak(
+                text, model="bark-tiny", voice=VOICE, max_duration_s=16.0, temperature=0.0
+            ):
+                if not received:
+                    os.kill(await asyncio.to_thread(_serving_pid, replicated), signal.SIGKILL)
+                received += chunk.data
+        return received
+
+    heard = np.frombuffer(asyncio.run(main()), dtype="<i2").astype(np.int32)
+    assert heard.size == expected.size
+    assert np.abs(heard - expected).max() <= 1
+    assert replicated.metric(metric) == resumes + 1
+    wait_until_idle(replicated)
 
 
 def test_plan_prices_barks_stages(bark_dir) -> None:

@@ -101,12 +101,14 @@ class BarkResult:
 
 @dataclass(frozen=True)
 class BarkChunk:
-    """Audio a stream made in one step (float32, 24 kHz; possibly empty), and its
+    """Audio a stream made in one step (float32, 24 kHz; possibly empty), the EnCodec frames
+    it was decoded from (``[frames, 8]``; one frame a hop of samples), and its
     :class:`BarkResult` when the stream finished with it."""
 
     stream_id: int
     audio: torch.Tensor
     result: BarkResult | None = None
+    codes: torch.Tensor | None = None
 
 
 class _Stage(Enum):
@@ -439,8 +441,11 @@ class BarkBatch:
         for stream in streams:
             piece = audio.get(stream.decoder_slot, torch.zeros(0)).cpu()
             stream.audio.append(piece)
+            frames = codes.get(stream.decoder_slot)
             result = self._finish(stream) if stream.decoder_slot in last else None
-            chunks.append(BarkChunk(stream.id, piece, result))
+            chunks.append(
+                BarkChunk(stream.id, piece, result, None if frames is None else frames.T.cpu())
+            )
         return chunks
 
     def _finish(self, stream: _Stream) -> BarkResult:

@@ -19,6 +19,10 @@ admission like any engine's:
   BarkStepCost`), times a frame of that many streams, so the edge's realtime factor weighs
   Bark's live steps (and its idle probes, :meth:`BarkEngine.probe`) as it does any engine's.
 
+A stream moved here from a lost engine (``resume``: the frames its listener has had, no rows)
+is generated again from its start and those frames' audio dropped: identical for greedy and
+seeded streams, and one without a seed draws it from its request id (:func:`request_seed`).
+
 Sampling is by temperature only: ``temperature`` for the semantic and coarse stages (0:
 greedy), ``fine_temperature`` for the fine stage (unset: Bark's 0.5 when the others sample,
 greedy when they are greedy; 0: greedy); any other sampling field set away from the announced
@@ -27,9 +31,9 @@ defaults is refused rather than ignored.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,6 +93,7 @@ class _Live:
     request_id: str
     stream_id: int
     semantic_cap: int
+    skip_frames: int = 0  # a resumed stream's frames its listener already has
 
 
 class BarkEngine:
@@ -146,6 +151,11 @@ class BarkEngine:
         return float(self.bark.codec.frame_rate)
 
     @property
+    def hop_length(self) -> int:
+        """Samples a codec frame decodes to."""
+        return round(self.sample_rate / self.frame_rate)
+
+    @property
     def info(self) -> EngineInfo:
         realtime = self.config.realtime
         frame_period_s = 1.0 / self.frame_rate
@@ -192,8 +202,8 @@ class BarkEngine:
             raise RequestRejected("Bark takes no speech prompt (its voices are presets)")
         if request.context:
             raise RequestRejected("Bark takes no conversation context")
-        if request.resume is not None:
-            raise RequestRejected("a Bark stream cannot be resumed on another engine")
+        if request.resume is not None and request.resume.rows:
+            raise RequestRejected("a Bark stream resumes from its frames heard, not from rows")
         sampling = request.sampling
         for name in ("top_k", "top_p", "min_p", "repetition_penalty", "stop_ids"):
             if getattr(sampling, name) != getattr(DEFAULT_SAMPLING, name):
@@ -208,7 +218,7 @@ class BarkEngine:
         fine = FINE_TEMPERATURE if sampling.fine_temperature is None else sampling.fine_temperature
         if sampling.greedy and sampling.fine_temperature is None:
             fine = 0.0
-        seed = sampling.seed if sampling.seed is not None else random.getrandbits(63)
+        seed = sampling.seed if sampling.seed is not None else request_seed(request.request_id)
         stages = BarkSampling(
             semantic_temperature=temperature,
             coarse_temperature=temperature,
@@ -227,7 +237,8 @@ class BarkEngine:
             stream_id = self.batch.add(bark_request)
         except BarkRequestError as exc:
             raise RequestRejected(str(exc)) from exc
-        live = _Live(request.request_id, stream_id, cap)
+        skip = 0 if request.resume is None else max(request.resume.frames_sent, 0)
+        live = _Live(request.request_id, stream_id, cap, skip)
         self._live[request.request_id] = live
         self._by_stream[stream_id] = live
 
@@ -263,13 +274,19 @@ class BarkEngine:
             if live is None:
                 continue
             audio = chunk.audio.float().clamp(-1.0, 1.0).cpu().numpy()
+            codes = None if chunk.codes is None else chunk.codes.numpy().astype(np.uint16)
+            if live.skip_frames and codes is not None:
+                dropped = min(live.skip_frames, len(codes))
+                live.skip_frames -= dropped
+                codes = codes[dropped:]
+                audio = audio[dropped * self.hop_length :]
             reason = None
             if chunk.result is not None:
                 capped = len(chunk.result.semantic) >= live.semantic_cap
                 reason = FinishReason.LENGTH if capped else FinishReason.EOS
                 del self._live[live.request_id], self._by_stream[live.stream_id]
             if audio.size or reason is not None:
-                outputs.append(StreamOutput(live.request_id, audio, reason))
+                outputs.append(StreamOutput(live.request_id, audio, reason, codes=codes))
         return outputs
 
     def probe(self, batch: int, max_ms: float, interrupted: Callable[[], bool]) -> ProbeResult:
@@ -346,3 +363,10 @@ class BarkEngine:
 
 
 _EMPTY = np.zeros(0, dtype=np.float32)
+
+
+def request_seed(request_id: str) -> int:
+    """The seed of a request that gave none: drawn from its id, so that the same request
+    resumed on another engine (its id kept) draws the same tokens and its audio goes on
+    where its listener left it; a fresh seed for every new request."""
+    return int.from_bytes(hashlib.sha256(request_id.encode()).digest()[:8], "big") % 2**63

@@ -128,7 +128,7 @@ def _garbage(text: str = TEXT, voice: str = VOICE, **fields: object) -> Synthesi
         (_garbage(sampling=SamplingParams()), "top_k"),
         (_garbage(prompt_audio=b"\0" * 400), "speech prompt"),
         (_garbage(context=(ContextTurn("0", "hi"),)), "context"),
-        (_garbage(resume=ResumePoint((), 0)), "resumed"),
+        (_garbage(resume=ResumePoint(((1, 2),), 0)), "not from rows"),
         (_garbage(max_duration_s=float("nan")), "max_duration_s"),
         (_garbage(text="   "), "empty"),
         (_garbage(text="word " * 300), "256"),
@@ -163,6 +163,22 @@ def test_each_stage_gets_its_temperature(
     assert (bark.sampling.semantic_temperature, bark.sampling.fine_temperature) == stages
     assert bark.sampling.coarse_temperature == bark.sampling.semantic_temperature
     assert bark.sampling.seed == 5 and cap == 50  # ceil(1.0 s * 49.9 semantic tokens a second)
+
+
+def test_a_resumed_stream_goes_on_where_its_listener_left_it(bark_dir: Path) -> None:
+    sampled = DEFAULT_SAMPLING  # no seed: drawn from the request's id
+    whole = _run(_engine(bark_dir), SynthesisRequest("r", TEXT, VOICE, 1.0, sampled))["r"]
+    audio, codes = _audio(whole), np.concatenate([o.codes for o in whole if o.codes is not None])
+    assert len(audio) == 320 * len(codes) and codes.shape[1] == 8
+    heard = len(codes) // 2
+    moved = SynthesisRequest("r", TEXT, VOICE, 1.0, sampled, resume=ResumePoint((), heard))
+    rest = _run(_engine(bark_dir), moved)["r"]
+    np.testing.assert_array_equal(_audio(rest), audio[320 * heard :])
+    np.testing.assert_array_equal(
+        np.concatenate([o.codes for o in rest if o.codes is not None]), codes[heard:]
+    )
+    other = _run(_engine(bark_dir), SynthesisRequest("o", TEXT, VOICE, 1.0, sampled))["o"]
+    assert not np.array_equal(_audio(other), audio)  # another request, another seed
 
 
 def test_a_duplicate_id_is_refused(engine: BarkEngine) -> None:
