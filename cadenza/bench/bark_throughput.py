@@ -22,8 +22,9 @@ from typing import Any
 
 import torch
 
-from cadenza.engine.models.bark.bark_batch import BarkBatch, BarkRequest, BarkSampling
+from cadenza.engine.models.bark.bark_batch import BarkBatch
 from cadenza.engine.models.bark.bark_checkpoint import load_bark
+from cadenza.engine.models.bark.bark_request import BarkRequest, BarkSampling
 from cadenza.engine.models.bark.random_bark import save_random_bark
 
 TEXT = "hello world the quick brown fox jumps over the lazy dog"

@@ -104,8 +104,8 @@ def _run_bark(directory: Path, args: argparse.Namespace) -> int:
     (0 or none: greedy, as ``transformers`` runs Bark by default), ``--fine-temperature`` the
     fine stage's; ``--voice`` a preset (``default``: none)."""
     from cadenza.edge.media.wav import wav_file_bytes
-    from cadenza.engine.models.bark.bark_batch import BarkRequestError, BarkSampling
     from cadenza.engine.models.bark.bark_offline import synthesize_bark
+    from cadenza.engine.models.bark.bark_request import BarkRequestError, BarkSampling
     from cadenza.engine.models.checkpoint import CheckpointError
 
     if args.top_k or args.top_p or args.min_p or args.repetition_penalty:

@@ -21,8 +21,8 @@ import pytest
 
 from cadenza.client.sdk import StreamError, connect
 from cadenza.client.webrtc import WebRTCPeer
-from cadenza.engine.models.bark.bark_batch import BarkSampling
 from cadenza.engine.models.bark.bark_offline import synthesize_bark
+from cadenza.engine.models.bark.bark_request import BarkSampling
 from tests.integration.server import serving, wait_until_idle
 from tests.unit.engine.bark.bark_checkpoints import SHORT_VOICE, VOICE, build_tiny_bark
 

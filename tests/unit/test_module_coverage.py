@@ -38,6 +38,10 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
         "tests/unit/engine/bark/test_bark_checkpoint.py",
         "what tells a Bark checkpoint apart, beside its loader",
     ),
+    "cadenza/engine/models/bark/bark_request.py": (
+        "tests/unit/engine/bark/test_bark_batch.py",
+        "the batch's requests and results, checked with the batch",
+    ),
     "cadenza/engine/models/bark/random_bark.py": (
         "tests/unit/engine/bark/test_bark_batch.py",
         "the checkpoints every Bark test loads, and transformers loads them too",

@@ -27,6 +27,12 @@ import torch
 
 from cadenza.engine.models.bark.bark_checkpoint import BarkCheckpoint
 from cadenza.engine.models.bark.bark_gpt import BarkCausalGPT, StageKV
+from cadenza.engine.models.bark.bark_request import (
+    BarkChunk,
+    BarkRequest,
+    BarkRequestError,
+    BarkResult,
+)
 from cadenza.engine.models.bark.bark_step_cost import StepWork
 from cadenza.engine.models.bark.bark_voices import VoicePreset
 from cadenza.engine.models.bark.bark_windows import (
@@ -40,75 +46,6 @@ from cadenza.engine.models.bark.bark_windows import (
     fine_windows,
     semantic_prompt,
 )
-
-
-class BarkRequestError(ValueError):
-    """A request Bark cannot take; ``param`` names the field."""
-
-    def __init__(self, message: str, param: str) -> None:
-        super().__init__(message)
-        self.param = param
-
-
-@dataclass(frozen=True)
-class BarkSampling:
-    """Per-stage sampling: temperatures (``None``: greedy), ``min_eos_p`` (end the semantic
-    tokens once the end token's probability passes it), a cap on semantic tokens, the seed."""
-
-    semantic_temperature: float | None = None
-    coarse_temperature: float | None = None
-    fine_temperature: float | None = None
-    min_eos_p: float | None = None
-    max_semantic_tokens: int | None = None
-    seed: int = 0
-
-    def check(self, limit: int) -> None:
-        """Raise :class:`BarkRequestError` for the first setting out of range."""
-        for name in ("semantic_temperature", "coarse_temperature", "fine_temperature"):
-            value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and 0.0 < value <= 10.0):
-                raise BarkRequestError(f"{name} must be in (0, 10] or null, got {value}", name)
-        if self.min_eos_p is not None and not 0.0 < self.min_eos_p <= 1.0:
-            raise BarkRequestError(
-                f"min_eos_p must be in (0, 1], got {self.min_eos_p}", "min_eos_p"
-            )
-        cap = self.max_semantic_tokens
-        if cap is not None and not 1 <= cap <= limit:
-            raise BarkRequestError(
-                f"max_semantic_tokens must be in 1..{limit}, got {cap}", "max_semantic_tokens"
-            )
-        if not 0 <= self.seed < 2**63:
-            raise BarkRequestError(f"seed must be in 0..2**63-1, got {self.seed}", "seed")
-
-
-@dataclass(frozen=True)
-class BarkRequest:
-    text: str
-    voice: str | None = None  # a preset's name; None: no voice history (Bark picks a speaker)
-    sampling: BarkSampling = BarkSampling()
-
-
-@dataclass(frozen=True)
-class BarkResult:
-    """A finished stream: its tokens at every stage and its audio (float32, 24 kHz)."""
-
-    stream_id: int
-    semantic: list[int]
-    coarse: torch.Tensor  # [2, frames]
-    fine: torch.Tensor  # [8, frames]
-    audio: torch.Tensor  # [frames * hop_length]
-
-
-@dataclass(frozen=True)
-class BarkChunk:
-    """Audio a stream made in one step (float32, 24 kHz; possibly empty), the EnCodec frames
-    it was decoded from (``[frames, 8]``; one frame a hop of samples), and its
-    :class:`BarkResult` when the stream finished with it."""
-
-    stream_id: int
-    audio: torch.Tensor
-    result: BarkResult | None = None
-    codes: torch.Tensor | None = None
 
 
 class _Stage(Enum):
@@ -251,13 +188,32 @@ class BarkBatch:
     def _kv_of(self, stream: _Stream) -> StageKV:
         return self.semantic_kv if stream.stage is _Stage.SEMANTIC else self.coarse_kv
 
+    def steps_to_audio(self, stream_id: int) -> int | None:
+        """At most how many steps the stream needs until its next audio: the coarse tokens up
+        to the end of its next fine window, the prompt chunks of the coarse windows that make
+        them (each at most a full prompt), and the fine step. ``None`` while its semantic
+        tokens run (how many frames it makes is not known yet) or for an unknown stream."""
+        stream = self._streams.get(stream_id)
+        if stream is None or stream.fine is None:
+            return None
+        constants, fine = self.bark.constants, stream.fine
+        if stream.window == len(fine.windows):
+            return 1
+        start, _ = fine.windows[stream.window]
+        needed = min(fine.frames, start + constants.max_fine_input_length - fine.history)
+        tokens = max(needed - fine.coarse_frames, 0) * constants.n_coarse_codebooks
+        windows = math.ceil(tokens / constants.sliding_window_len)
+        prompt = constants.max_coarse_input_length + 1 + constants.max_coarse_history
+        return tokens + windows * math.ceil(prompt / self.prefill_chunk) + 1
+
     @torch.inference_mode()
-    def step(self) -> list[BarkChunk]:
-        """Advance every stream by one unit of work; the audio made, with the results of the
-        streams that finished."""
+    def step(self, resting: frozenset[int] = frozenset()) -> list[BarkChunk]:
+        """Advance every stream but the ``resting`` ones by one unit of work; the audio made,
+        with the results of the streams that finished."""
         by_stage: dict[_Stage, list[_Stream]] = {stage: [] for stage in _Stage}
         for stream in self._streams.values():
-            by_stage[stream.stage].append(stream)
+            if stream.id not in resting:
+                by_stage[stream.stage].append(stream)
         started = time.perf_counter()
         work = self.last_work = StepWork()
         semantic = self._causal_step(
@@ -270,7 +226,7 @@ class BarkBatch:
         coarse_done = time.perf_counter()
         self.seconds["semantic"] += semantic_done - started
         self.seconds["coarse"] += coarse_done - semantic_done
-        return self._fine_step()
+        return self._fine_step([s for s in self._streams.values() if s.id not in resting])
 
     def run(self) -> list[BarkResult]:
         """Step until every stream has finished; their results in the order they finished."""
@@ -384,14 +340,14 @@ class BarkBatch:
 
     # -- the fine stage ------------------------------------------------------------------
 
-    def _fine_step(self) -> list[BarkChunk]:
-        """Run the next fine window of every stream whose coarse codes reach its end, then
-        decode the frames no later window changes."""
+    def _fine_step(self, streams: list[_Stream]) -> list[BarkChunk]:
+        """Run the next fine window of every one of ``streams`` whose coarse codes reach its
+        end, then decode the frames no later window changes."""
         started = time.perf_counter()
         constants = self.bark.constants
         width = constants.max_fine_input_length
         working: list[tuple[_Stream, FineWindows, int, int]] = []
-        for stream in self._streams.values():
+        for stream in streams:
             fine = stream.fine
             if fine is None or stream.window == len(fine.windows):
                 continue

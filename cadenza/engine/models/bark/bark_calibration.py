@@ -52,6 +52,7 @@ def calibrate_bark(engine: BarkEngine) -> tuple[Calibration, BarkStepCost]:
     first_audio_s = 0.0
     steps: list[tuple[StepWork, float]] = []
     sizes = sorted({b for b in config.calibration.batch_sizes if b <= engine.max_streams} or {1})
+    engine.rests = False  # every step of the sweep runs all of its streams
     for streams in sizes:
         before = dict(engine.batch.seconds)
         run_started = time.perf_counter()
@@ -88,6 +89,7 @@ def calibrate_bark(engine: BarkEngine) -> tuple[Calibration, BarkStepCost]:
             break
     best = max(samples, key=lambda s: s.tokens * frame_ms / s.ms)
     codec = [s for s in stages if s.stage == "codec"]
+    engine.rests = True
     engine.take_report()  # the calibration's own steps are not live evidence
     calibration = Calibration(
         model=StepTimeModel.fit(samples, prefill_ms_per_token=PROMPT_FOLDED_MS),

@@ -1,7 +1,8 @@
 """Bark served: the engine process's :class:`~cadenza.engine.serving_engine.ServingEngine` for a
 Bark checkpoint. Every stream runs through one :class:`BarkBatch`, so the three stages are
 batched across all of the checkpoint's streams; each fine window's final frames come back as
-an audio chunk as soon as EnCodec has decoded them.
+an audio chunk as soon as EnCodec has decoded them. Streams far enough ahead of their
+listeners skip steps (:mod:`~cadenza.engine.models.bark.bark_playout`).
 
 What it announces (:attr:`BarkEngine.info`) is in Bark's own units, read by the edge's
 admission like any engine's:
@@ -58,14 +59,11 @@ from cadenza.contract.realtime_plan import RealtimePlan
 from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.device import resolve_device, resolve_dtype
-from cadenza.engine.models.bark.bark_batch import (
-    BarkBatch,
-    BarkRequest,
-    BarkRequestError,
-    BarkSampling,
-)
+from cadenza.engine.models.bark.bark_batch import BarkBatch
 from cadenza.engine.models.bark.bark_checkpoint import BarkCheckpoint, load_bark
 from cadenza.engine.models.bark.bark_offline import DEFAULT_VOICE
+from cadenza.engine.models.bark.bark_playout import BarkPlayout
+from cadenza.engine.models.bark.bark_request import BarkRequest, BarkRequestError, BarkSampling
 from cadenza.engine.models.bark.bark_step_cost import BarkStepCost, StepWork
 from cadenza.kernels.native import loader
 
@@ -100,7 +98,13 @@ class BarkEngine:
     """A Bark checkpoint's streams in one batch (see the module's docstring)."""
 
     def __init__(
-        self, bark: BarkCheckpoint, *, config: CadenzaConfig, model_name: str, device: str
+        self,
+        bark: BarkCheckpoint,
+        *,
+        config: CadenzaConfig,
+        model_name: str,
+        device: str,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.bark = bark
         self.config = config
@@ -120,6 +124,9 @@ class BarkEngine:
         self._live: dict[str, _Live] = {}
         self._by_stream: dict[int, _Live] = {}
         self._ended: list[StreamOutput] = []
+        self.playout = BarkPlayout(config.realtime.playout_reserve_ms / 1000.0, clock)
+        self.rests = True
+        """Whether streams ahead of their listeners skip steps (off while measuring)."""
 
     @classmethod
     def from_config(cls, config: CadenzaConfig, directory: Path) -> BarkEngine:
@@ -248,27 +255,43 @@ class BarkEngine:
             return False
         del self._by_stream[live.stream_id]
         self.batch.cancel(live.stream_id)
+        self.playout.forget(live.stream_id)
         self._ended.append(StreamOutput(request_id, _EMPTY, FinishReason.CANCELLED))
         return True
 
     def has_unfinished_requests(self) -> bool:
         return bool(self._live) or bool(self._ended)
 
+    def _resting(self) -> dict[int, float]:
+        """The streams far enough ahead of their listeners to skip the next step
+        (:class:`~cadenza.engine.models.bark.bark_playout.BarkPlayout`), each with how long
+        it could still rest."""
+        if not self.rests:
+            return {}
+        streams = (live.stream_id for live in self._live.values())
+        return self.playout.resting(streams, self.batch.steps_to_audio)
+
     def idle_s(self) -> float:
-        """Never rests while a stream runs: a Bark stream's audio comes a whole window at a
-        time, so no stream is ever far enough ahead of its listener to skip a step."""
-        return 0.0
+        """How long the engine may wait: while every stream is far enough ahead of its
+        listener, until the first of them must go on (0: step now)."""
+        if self._ended or not self._live:
+            return 0.0
+        resting = self._resting()
+        return min(resting.values()) if len(resting) == len(self._live) else 0.0
 
     def step(self) -> list[StreamOutput]:
-        """One :meth:`BarkBatch.step`: every stream advanced in its stage; the audio made."""
+        """One :meth:`BarkBatch.step` for every stream not far enough ahead of its listener to
+        rest; the audio made."""
         outputs, self._ended = self._ended, []
-        if not self._live:
+        resting = self._resting()
+        advancing = len(self._live) - len(resting)
+        if advancing <= 0:
             return outputs
-        streams = self.batch.active
         started = time.perf_counter()
-        chunks = self.batch.step()
+        chunks = self.batch.step(frozenset(resting))
         self.last_step = (self.batch.last_work, time.perf_counter() - started)
-        self._record(streams)
+        self.playout.observe_step(self.last_step[1])
+        self._record(advancing)
         for chunk in chunks:
             live = self._by_stream.get(chunk.stream_id)
             if live is None:
@@ -280,11 +303,13 @@ class BarkEngine:
                 live.skip_frames -= dropped
                 codes = codes[dropped:]
                 audio = audio[dropped * self.hop_length :]
+            self.playout.delivered(live.stream_id, audio.size / self.sample_rate)
             reason = None
             if chunk.result is not None:
                 capped = len(chunk.result.semantic) >= live.semantic_cap
                 reason = FinishReason.LENGTH if capped else FinishReason.EOS
                 del self._live[live.request_id], self._by_stream[live.stream_id]
+                self.playout.forget(live.stream_id)
             if audio.size or reason is not None:
                 outputs.append(StreamOutput(live.request_id, audio, reason, codes=codes))
         return outputs
@@ -306,6 +331,7 @@ class BarkEngine:
         ids = [f"probe-{index}" for index in range(batch)]
         deadline = time.perf_counter() + PROBE_SHARE * max_ms / 1000.0
         outcome: ProbeOutcome = "done"
+        self.rests = False  # every step measures all of the probe's streams
         try:
             for request_id in ids:
                 self.add_request(SynthesisRequest(request_id, PROBE_TEXT, voice, None, greedy))
@@ -318,6 +344,7 @@ class BarkEngine:
             for request_id in ids:
                 self.abort_request(request_id)
             self.step()  # delivers (and drops) the cancellations
+            self.rests = True
         return ProbeResult(self.take_report(), batch, outcome)
 
     def _record(self, streams: int) -> None:

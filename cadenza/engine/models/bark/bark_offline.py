@@ -12,13 +12,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cadenza.engine.models.bark.bark_batch import (
-    BarkBatch,
-    BarkRequest,
-    BarkRequestError,
-    BarkSampling,
-)
+from cadenza.engine.models.bark.bark_batch import BarkBatch
 from cadenza.engine.models.bark.bark_checkpoint import load_bark
+from cadenza.engine.models.bark.bark_request import BarkRequest, BarkRequestError, BarkSampling
 
 DEFAULT_VOICE = "default"
 """The voice name that means no preset: Bark then picks a speaker itself."""

@@ -17,14 +17,14 @@ from transformers.models.bark.generation_configuration_bark import (
     BarkSemanticGenerationConfig,
 )
 
-from cadenza.engine.models.bark.bark_batch import (
-    BarkBatch,
+from cadenza.engine.models.bark.bark_batch import BarkBatch
+from cadenza.engine.models.bark.bark_checkpoint import BarkCheckpoint, load_bark
+from cadenza.engine.models.bark.bark_request import (
     BarkRequest,
     BarkRequestError,
     BarkResult,
     BarkSampling,
 )
-from cadenza.engine.models.bark.bark_checkpoint import BarkCheckpoint, load_bark
 from tests.unit.engine.bark.bark_checkpoints import SHORT_VOICE, VOICE, build_tiny_bark
 
 LONG = "hello world the quick brown fox jumps over lazy dog"

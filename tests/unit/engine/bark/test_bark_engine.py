@@ -23,10 +23,10 @@ from cadenza.contract.request import (
     SynthesisRequest,
 )
 from cadenza.contract.sampling import SamplingParams
-from cadenza.engine.models.bark.bark_batch import BarkSampling
 from cadenza.engine.models.bark.bark_calibration import calibrate_bark
 from cadenza.engine.models.bark.bark_engine import DEFAULT_SAMPLING, BarkEngine
 from cadenza.engine.models.bark.bark_offline import synthesize_bark
+from cadenza.engine.models.bark.bark_request import BarkSampling
 from cadenza.engine.models.bark.bark_step_cost import BarkStepCost
 from cadenza.engine.realtime.probe import probe_engine
 from tests.unit.engine.bark.bark_checkpoints import SHORT_VOICE, VOICE, build_tiny_bark
@@ -179,6 +179,32 @@ def test_a_resumed_stream_goes_on_where_its_listener_left_it(bark_dir: Path) -> 
     )
     other = _run(_engine(bark_dir), SynthesisRequest("o", TEXT, VOICE, 1.0, sampled))["o"]
     assert not np.array_equal(_audio(other), audio)  # another request, another seed
+
+
+def test_a_stream_ahead_of_its_listener_rests_until_its_next_audio_is_due(
+    engine: BarkEngine, bark_dir: Path
+) -> None:
+    now = [0.0]
+    resting = BarkEngine(
+        engine.bark, config=engine.config, model_name="bark", device="cpu", clock=lambda: now[0]
+    )
+    long = "hello world the quick brown fox jumps over lazy dog"
+    resting.add_request(SynthesisRequest("a", long, VOICE, 16.0, GREEDY))
+    heard: list[StreamOutput] = []
+    while not heard:
+        heard += [o for o in resting.step() if o.audio.size]
+    first_s = heard[0].audio.size / 24000  # a whole fine window, and its listener has not moved
+    assert first_s > 5 and resting.idle_s() > 0
+    work = resting.last_step
+    assert resting.step() == [] and resting.last_step is work  # it rested: nothing ran
+    now[0] += first_s  # the listener has heard it all: the next audio is due
+    assert resting.idle_s() == 0
+    while resting.has_unfinished_requests():
+        heard += resting.step()
+        now[0] += 1.0  # the listener keeps up with anything the engine makes
+    offline = synthesize_bark(bark_dir, long, VOICE, BarkSampling(), 16.0)
+    np.testing.assert_allclose(_audio(heard), offline.audio, atol=1e-5)
+    resting.check_integrity()
 
 
 def test_a_duplicate_id_is_refused(engine: BarkEngine) -> None:
