@@ -290,7 +290,7 @@ class BarkEngine:
         started = time.perf_counter()
         chunks = self.batch.step(frozenset(resting))
         self.last_step = (self.batch.last_work, time.perf_counter() - started)
-        self.playout.observe_step(self.last_step[1])
+        self.playout.observe_step(self.last_step[1], advancing)
         self._record(advancing)
         for chunk in chunks:
             live = self._by_stream.get(chunk.stream_id)

@@ -9,8 +9,10 @@ stream is ahead, leaves the CPU to the rest of the machine).
 A stream's listener is taken to start playing when its first audio leaves the engine (the
 edge's playout reserve only adds to the lead). A stream rests while its lead exceeds the
 reserve plus :data:`SAFETY` times what its next audio needs: the steps
-:meth:`~cadenza.engine.models.bark.bark_batch.BarkBatch.steps_to_audio` bounds, at the recent
-step time. Streams without audio yet, or whose need is unknown (semantic stage), never rest.
+:meth:`~cadenza.engine.models.bark.bark_batch.BarkBatch.steps_to_audio` bounds, each as long as
+a step of every live stream (the recent time per advancing stream, times the streams: the
+ones resting now will all be stepping then). Streams without audio yet, or whose need is
+unknown (semantic stage), never rest.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ SAFETY = 2.0
 """How many times the estimated time to its next audio a resting stream keeps in hand."""
 
 RECENT_STEPS = 256
-"""Steps the recent step time is the mean of (a fine window's heavy step counts for its share,
-as it does in the steps to the next audio)."""
+"""Steps the recent time per stream is the mean of (a fine window's heavy step counts for its
+share, as it does in the steps to the next audio)."""
 
 
 @dataclass
@@ -43,12 +45,14 @@ class BarkPlayout:
         self._listeners: dict[int, _Listener] = {}
 
     @property
-    def step_s(self) -> float | None:
-        """The mean of the recent steps (``None`` before any step)."""
+    def stream_step_s(self) -> float | None:
+        """The recent steps' time per stream they advanced (``None`` before any step)."""
         return sum(self._steps) / len(self._steps) if self._steps else None
 
-    def observe_step(self, seconds: float) -> None:
-        self._steps.append(seconds)
+    def observe_step(self, seconds: float, streams: int) -> None:
+        """A step took ``seconds`` and advanced ``streams`` streams."""
+        if streams > 0:
+            self._steps.append(seconds / streams)
 
     def delivered(self, stream_id: int, seconds: float) -> None:
         """``seconds`` more audio of the stream left the engine now."""
@@ -72,13 +76,15 @@ class BarkPlayout:
     def resting(
         self, streams: Iterable[int], steps_to_audio: Callable[[int], int | None]
     ) -> dict[int, float]:
-        """The streams among ``streams`` that may skip the next step, each with how long it
-        could still rest."""
-        step_s = self.step_s
-        if step_s is None:
+        """The streams among ``streams`` (every live one) that may skip the next step, each
+        with how long it could still rest."""
+        per_stream_s = self.stream_step_s
+        if per_stream_s is None:
             return {}
+        live = list(streams)
+        step_s = per_stream_s * len(live)
         rest: dict[int, float] = {}
-        for stream_id in streams:
+        for stream_id in live:
             lead = self.lead_s(stream_id)
             steps = steps_to_audio(stream_id)
             if lead is None or steps is None:

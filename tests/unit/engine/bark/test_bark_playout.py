@@ -1,5 +1,6 @@
 """Which Bark streams rest: those whose lead over their listener covers the reserve and twice
-what their next audio needs; none without audio, an unknown need or a step time."""
+what their next audio needs at a step of every live stream; none without audio, an unknown
+need or a step time."""
 
 from __future__ import annotations
 
@@ -35,13 +36,13 @@ def test_a_listener_starts_with_the_first_audio_and_falls_behind_in_real_time(
 def test_streams_rest_while_their_lead_covers_their_next_audio(
     playout: BarkPlayout, clock: list[float]
 ) -> None:
-    needs = {1: 100, 2: 100, 3: None}  # steps to the next audio; 3 is in its semantic stage
+    needs = {1: 50, 2: 50, 3: None}  # steps to the next audio; 3 is in its semantic stage
     for stream in (1, 3):
         playout.delivered(stream, 3.0)
     assert playout.resting(needs, needs.get) == {}  # no step time yet
-    playout.observe_step(0.01)
+    playout.observe_step(0.01, 2)  # 5 ms a stream: a step of all three takes 15 ms
     rest = playout.resting(needs, needs.get)
     assert set(rest) == {1}  # 2 has no audio yet, 3 an unknown need
-    assert rest[1] == pytest.approx(3.0 - 0.1 - SAFETY * 100 * 0.01)
+    assert rest[1] == pytest.approx(3.0 - 0.1 - SAFETY * 50 * 0.015)
     clock[0] += rest[1]  # the listener has caught up that far: stream 1 goes on
     assert playout.resting(needs, needs.get) == {}
