@@ -212,10 +212,11 @@ def test_a_stream_whose_engine_dies_goes_on_from_what_it_had_heard(replicated, b
 
 
 def test_plan_prices_barks_stages(bark_dir) -> None:
+    env = {**os.environ, "CADENZA_CALIBRATION__BATCH_SIZES": "[1, 2]"}  # a short sweep
     completed = subprocess.run(
         [sys.executable, "-m", "cadenza", "plan", "--model", str(bark_dir), "--json",
          "--memory", "1GiB"],
-        capture_output=True, text=True, timeout=300, check=True,
+        capture_output=True, text=True, timeout=300, check=True, env=env,
     )  # fmt: skip
     plan = json.loads(completed.stdout)
     per_stage = 2 * 2 * 2 * 16 * 1024 * 4  # K and V, layers, heads, head width, positions, fp32
@@ -225,3 +226,4 @@ def test_plan_prices_barks_stages(bark_dir) -> None:
     realtime = plan["realtime"]
     assert set(realtime["stage_ms_per_frame"]) == {"semantic", "coarse", "fine", "codec"}
     assert realtime["first_audio_s"] > 0 and realtime["max_streams_per_replica"] >= 1
+    assert set(realtime["decode_step_ms"]) == {"1", "2"}
