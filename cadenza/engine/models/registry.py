@@ -48,6 +48,11 @@ def family_of(directory: Path) -> ModelFamily:
         if family.recognises(directory, config):
             return family
     names = ", ".join(family.name for family in FAMILIES)
+    if config.get("model_type") == "bark":
+        raise CheckpointError(
+            f"{directory}: a Bark checkpoint runs on its own engine (cadenza serve, cadenza "
+            f"generate; cadenza.engine.models.bark.bark_engine), not this one (families: {names})"
+        )
     raise CheckpointError(
         f"{directory}: model_type {config.get('model_type')!r} is not supported (families: {names})"
     )

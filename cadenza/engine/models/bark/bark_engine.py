@@ -146,6 +146,16 @@ class BarkEngine:
         self.step_cost = step_cost
         measured = calibration.first_audio_s
         self.ttfa_s = max(self.config.realtime.ttfa_target_ms / 1000.0, measured)
+        last = calibration.samples[-1]
+        log.info(
+            "%s: a frame of %d streams takes %.1f ms (a frame period is %.1f ms); the first "
+            "audio of its longest utterance comes after %.1f s alone",
+            self.model_name,
+            last.tokens,
+            last.ms,
+            1000.0 / self.frame_rate,
+            measured,
+        )
 
     # -- identity ---------------------------------------------------------------------------
 

@@ -40,8 +40,8 @@ def test_a_checkpoint_loads_with_its_voices_tokenizer_and_codec(saved: Path) -> 
     assert bark.constants.text_pad_token == 129_595
 
 
-def test_the_engine_families_do_not_take_bark(saved: Path) -> None:
-    with pytest.raises(CheckpointError, match="'bark' is not supported"):
+def test_the_batching_engine_s_families_send_bark_to_its_own_engine(saved: Path) -> None:
+    with pytest.raises(CheckpointError, match="Bark checkpoint runs on its own engine"):
         family_of(saved)
 
 
