@@ -1,5 +1,5 @@
 """What the engine process's loop (:mod:`cadenza.ipc.engine_side.engine_loop`) needs from an
-engine: the batching engine and the naive baseline both implement it, and the loop reads
+engine: the batching engine, the naive baseline and Bark's engine implement it, and the loop reads
 nothing else (idle probes go through :func:`cadenza.engine.realtime.probe.probe_engine`, which
 hands them to an engine that is :class:`SelfProbing`)."""
 
