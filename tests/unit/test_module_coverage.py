@@ -30,10 +30,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
         "tests/unit/engine/bark/test_bark_engine.py",
         "the engine's calibration, measured on the engine it calibrates",
     ),
-    "cadenza/engine/models/bark/bark_kv_plan.py": (
-        "tests/integration/test_bark_serving.py",
-        "cadenza plan --model BARK_DIR, run as the command",
-    ),
     "cadenza/engine/models/bark/bark_recognition.py": (
         "tests/unit/engine/bark/test_bark_checkpoint.py",
         "what tells a Bark checkpoint apart, beside its loader",
