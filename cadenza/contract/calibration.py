@@ -12,16 +12,18 @@ from typing import Literal
 
 from pydantic import TypeAdapter
 
+from cadenza.contract.arrival_wave import WavePoint
 from cadenza.contract.step_time_model import StepSample, StepTimeModel
 
 
 @dataclass(frozen=True)
 class StepRepeat:
     """One calibration point measured twice (ms per step each time): ``tokens`` streams at
-    ``context_tokens`` positions in all. Noise only ever slows a step, so the faster counts;
-    two that disagree by much say the machine was busy while it was measured. ``cpu_share``:
-    the least share of its cores' time the engine got while timing it (its CPU time over the
-    wall time times its threads; well below 1, something else ran on its cores)."""
+    ``context_tokens`` positions in all. The slower counts (the claim is priced at the slow
+    end of what the machine does); two that disagree by much say it was busy meanwhile.
+    ``cpu_share``: the least share of its cores' time the engine got while timing it (its CPU
+    time over the wall time times its threads; well below 1, something else ran on its
+    cores)."""
 
     tokens: int
     context_tokens: int
@@ -65,7 +67,9 @@ class Calibration:
     caches it, :mod:`cadenza.engine.realtime.calibration_checks`). ``stages``: a multi-stage
     model's time split by stage at every measured batch (empty for one backbone);
     ``first_audio_s``: the first audio of one nominal stream alone, measured where it takes
-    longer than any chunk rule says (Bark; 0: not measured).
+    longer than any chunk rule says (Bark; 0: not measured). ``waves``: waves of
+    simultaneous arrivals measured through their first chunks and the chunks after them
+    (:mod:`cadenza.contract.arrival_wave`; empty: not measured, no limit of that kind).
     """
 
     model: StepTimeModel
@@ -83,6 +87,7 @@ class Calibration:
     problems: tuple[str, ...] = ()
     stages: tuple[StageTime, ...] = ()
     first_audio_s: float = 0.0
+    waves: tuple[WavePoint, ...] = ()
 
     @property
     def consistent(self) -> bool:

@@ -20,6 +20,10 @@ Three budgets:
 * **Prompts**: every admitted prompt, and the new one, must be prefilled in time for its first
   chunk, by deadline (:mod:`cadenza.edge.admission.prefill_schedule`), in the step time the
   decoding streams leave free plus the lead they can lend (``EngineStats.spare_lead_s``).
+* **Arrival waves**: the streams admitted within a wave's span, and the new one, may be no
+  more than the largest wave the calibration measured holding at the realtime factor now
+  (:mod:`cadenza.contract.arrival_wave`): streams that start together decode their chunks in
+  phase, and a wave the steady step admits can still miss its second chunks.
 
 ``max_streams`` is the smaller of the memory and real-time limits for a *nominal* stream
 (``admission.nominal_stream_s`` of audio from a 64-character text), capped by the engine's
@@ -42,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cadenza.config import AdmissionConfig
+from cadenza.contract.arrival_wave import wave_limit, wave_span_s
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.engine_stats import StepReport
 from cadenza.contract.messages import Stats
@@ -276,8 +281,8 @@ class CapacityModel:
 
     def refusal(self, load: AdmittedLoad, cost: StreamCost) -> str | None:
         """Why one more stream of ``cost`` cannot start next to ``load`` (``None``: it can):
-        ``deadlines_slipping``, ``realtime_budget``, ``prefill_budget``, ``max_streams`` or
-        ``kv_memory``."""
+        ``deadlines_slipping``, ``realtime_budget``, ``prefill_budget``, ``arrival_wave``,
+        ``max_streams`` or ``kv_memory``."""
         active = load.streams
         if active > 0 and not self.admission_open:
             return "deadlines_slipping"
@@ -285,6 +290,8 @@ class CapacityModel:
             return "realtime_budget"
         if active > 0 and self.prefill_lateness_s(load, cost) > 0:
             return "prefill_budget"
+        if active > 0 and self.wave_wait_s(load) > 0:
+            return "arrival_wave"
         if active + 1 > self.info.max_num_seqs:
             return "max_streams"
         if load.kv_pages + cost.kv_pages > self.info.kv_pages_total:
@@ -356,11 +363,52 @@ class CapacityModel:
             lent_ms = 1000.0 * min(self.spare_lead_s, self.plan.ttfa_target_s)
         return lateness_s(pending, new, rate, lent_ms, now)
 
+    # -- arrival waves ---------------------------------------------------------------------------
+
+    def wave_limit(self, factor: float | None = None) -> int | None:
+        """The most streams that may start together at ``factor`` (default: the realtime
+        factor now), from the calibration's measured waves; ``None`` where none were."""
+        calibration = self.info.calibration
+        if calibration is None:
+            return None
+        return wave_limit(calibration.waves, self.realtime_factor() if factor is None else factor)
+
+    def young_ages_s(self, load: AdmittedLoad, factor: float | None = None) -> list[float]:
+        """The ages of the admitted streams still within a wave's span (at ``factor``): the
+        streams a new arrival would start together with."""
+        calibration = self.info.calibration
+        if calibration is None or not calibration.waves:
+            return []
+        factor = self.realtime_factor() if factor is None else factor
+        span_s = wave_span_s(calibration.waves, load.streams + 1, factor)
+        return [s.age_s for s in load.running if s.age_s < span_s]
+
+    def wave_wait_s(self, load: AdmittedLoad) -> float:
+        """How long until one more stream may start with the streams of ``load`` that are
+        still young (0: at once): until enough of them have aged past the wave's span."""
+        factor = self.realtime_factor()
+        limit = self.wave_limit(factor)
+        if limit is None:
+            return 0.0
+        young = sorted(self.young_ages_s(load, factor), reverse=True)
+        excess = len(young) + 1 - limit
+        if excess <= 0:
+            return 0.0
+        assert self.info.calibration is not None
+        span_s = wave_span_s(self.info.calibration.waves, load.streams + 1, factor)
+        return max(span_s - young[excess - 1], 1e-3)
+
     def prefill_burst(self, load: AdmittedLoad) -> int:
         """How many nominal streams arriving together now would all start on time next to
-        ``load`` (each prompt by its deadline; at most what the real-time and memory limits
-        leave, and at least one on an idle replica)."""
+        ``load`` (each prompt by its deadline, within the arrival-wave limit less the young
+        streams; at most what the real-time and memory limits leave, and at least one on an
+        idle replica)."""
         room = max(self.max_streams() - load.streams, 0)
+        wave = self.wave_limit()
+        if wave is not None and load.streams > 0:
+            room = min(room, max(wave - len(self.young_ages_s(load)), 0))
+        elif wave is not None:
+            room = min(room, wave)
         cost = self.stream_cost(NOMINAL_TEXT, self.config.nominal_stream_s)
         admitted = load
         burst = 0

@@ -59,6 +59,7 @@ def snapshot_of(gate: AdmissionGate) -> CapacitySnapshot:
             max_num_seqs=sum(c.info.max_num_seqs for c in capacities),
             prefill_burst=sum(line.prefill_burst for line in placed),
             operator=cap,
+            arrival_wave=_wave_total([c.wave_limit() for c in capacities]),
         ),
         claim=claim_evidence_of(gate),
         bounds=machine_bounds([c.bounds() for c in capacities]),
@@ -69,6 +70,13 @@ def snapshot_of(gate: AdmissionGate) -> CapacitySnapshot:
         calibration=first.info.calibration,
         replicas=lines,
     )
+
+
+def _wave_total(limits: list[int | None]) -> int | None:
+    """The replicas' arrival-wave limits added up (``None`` unless every one has one)."""
+    if not limits or any(limit is None for limit in limits):
+        return None
+    return sum(limit for limit in limits if limit is not None)
 
 
 def claim_evidence_of(gate: AdmissionGate) -> ClaimEvidence:

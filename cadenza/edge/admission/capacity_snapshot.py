@@ -22,14 +22,18 @@ class QueueState:
 class CapacityLimits:
     """The placeable replicas' limits, summed: nominal streams the real-time budget and the
     KV memory hold, the engines' ``max_num_seqs``, ``prefill_burst``: nominal streams that
-    arriving together now would all have their prompts prefilled by their deadlines, and
-    ``operator``: the operator's cap (``admission.max_streams``; ``None``: unset)."""
+    arriving together now would all start on time (their prompts prefilled by their
+    deadlines, within the arrival-wave limit), ``operator``: the operator's cap
+    (``admission.max_streams``; ``None``: unset), and ``arrival_wave``: the most streams
+    that may start together at the realtime factor now, from the waves the calibration
+    measured (``None``: none measured)."""
 
     realtime: int
     kv_memory: int
     max_num_seqs: int
     prefill_burst: int
     operator: int | None = None
+    arrival_wave: int | None = None
 
 
 @dataclass(frozen=True)

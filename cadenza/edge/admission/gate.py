@@ -35,7 +35,7 @@ from cadenza.contract.messages import Stats
 from cadenza.edge.admission.capacity import AdmittedLoad, CapacityModel, StreamCost
 from cadenza.edge.admission.capacity_report import claim_evidence_of, snapshot_of
 from cadenza.edge.admission.capacity_snapshot import CapacitySnapshot, ClaimEvidence
-from cadenza.edge.admission.placement import Placement, admitted_load, place
+from cadenza.edge.admission.placement import SHORT_HOLDS, Placement, admitted_load, place
 from cadenza.edge.admission.priority_queues import PRIORITIES, Priority, PriorityQueues, Waiter
 from cadenza.edge.admission.ticket import AdmissionRefused, QueuedCallback, Ticket
 from cadenza.edge.server.model_metrics import ModelMetrics
@@ -106,9 +106,8 @@ class AdmissionGate:
                 "queue_full", f"server at capacity and the {priority} queue is full", retry
             )
         expected_wait = self._expected_wait_s(len(self.queues) + 1)
-        prefill_hold = cause == "prefill_budget"
-        if prefill_hold:  # held by the prompts admitted before it: their prefill, no stream's end
-            expected_wait = min(expected_wait, placement.prefill_wait_s)
+        if cause in SHORT_HOLDS:  # held by prompts or a wave clearing, no stream's end
+            expected_wait = min(expected_wait, placement.hold_wait_s)
         if expected_wait > self._max_wait[priority]:
             cause = cause or "behind_others"
             self._count(priority, "refused", "queue_timeout")
@@ -306,9 +305,10 @@ class AdmissionGate:
 
     def _may_overtake_queue(self) -> bool:
         """Whether a stream that fits now may start ahead of the waiters: when none waits, or
-        every waiter is held only by the prompts being prefilled (a stream that fits now
-        takes nothing they wait for: prompts go by deadline in the engine)."""
-        return all(waiter.held_by == "prefill_budget" for waiter in self.queues)
+        every waiter is held only by a short hold (prompts being prefilled, a wave of
+        arrivals aging: a stream that fits now takes nothing they wait for; prompts go by
+        deadline in the engine)."""
+        return all(waiter.held_by in SHORT_HOLDS for waiter in self.queues)
 
     def _admit(
         self,
@@ -353,11 +353,11 @@ class AdmissionGate:
                 break
             placement = self._placement(waiter.cost, waiter.prefix)
             waiter.held_by = placement.reason
-            if placement.replica is None and placement.reason == "prefill_budget":
-                # Held by prompts alone: a waiter behind it that fits may go first; and as
-                # nothing else may happen by the time they are prefilled (no stream ends, no
+            if placement.replica is None and placement.reason in SHORT_HOLDS:
+                # Held by a short hold alone: a waiter behind it that fits may go first; and
+                # as nothing else may happen by the time it clears (no stream ends, no
                 # report), look again then.
-                self._recheck_after(placement.prefill_wait_s)
+                self._recheck_after(placement.hold_wait_s)
                 waiter, placement = self._first_fitting_waiter()
             if waiter is None or placement.replica is None:
                 break
@@ -389,7 +389,7 @@ class AdmissionGate:
             if placement.replica is not None:
                 return waiter, placement
             waiter.held_by = placement.reason
-            if placement.reason != "prefill_budget":
+            if placement.reason not in SHORT_HOLDS:
                 break
         return None, Placement(None)
 

@@ -14,15 +14,21 @@ from cadenza.edge.admission.capacity import (
     StreamCost,
 )
 
+# Holds that clear by themselves within a fraction of a second, with no stream ending: the
+# prompts admitted before a stream being prefilled, the streams it would start with aging past
+# their wave's span. A stream held only by these waits that long instead of being refused.
+SHORT_HOLDS = frozenset({"prefill_budget", "arrival_wave"})
+
 
 @dataclass(frozen=True)
 class Placement:
     """Where a stream goes (``replica``), or why it cannot start now (``reason``) and, when
-    only prompts being prefilled hold it, about how soon it could (``prefill_wait_s``)."""
+    only a short hold (:data:`SHORT_HOLDS`) keeps it, about how soon it could
+    (``hold_wait_s``)."""
 
     replica: int | None
     reason: str | None = None
-    prefill_wait_s: float = math.inf
+    hold_wait_s: float = math.inf
 
 
 def admitted_load(
@@ -56,22 +62,27 @@ def place(
     served_prefix: Callable[[int], bool],
 ) -> Placement:
     """The replica a stream of ``cost`` should start on, or ``None`` and why none can take it
-    now (and, held only by prompts, how soon one could): the most real-time headroom, then
+    now (and, held only by a short hold, how soon one could): the most real-time headroom, then
     one that served its prompt prefix lately (``served_prefix``), then the fewest streams,
     then the lowest index."""
     candidates = sorted(placeable)
     best: int | None = None
     best_key: tuple[int, bool, int, int] | None = None
     reason: str | None = None if candidates else "engine_unavailable"
-    prefill_wait_s = math.inf
+    hold_wait_s = math.inf
+    short_hold: str | None = None
     for index in candidates:
         capacity, load = replicas[index], load_on(index)
         why = capacity.refusal(load, cost)
         if why is not None:
             reason = reason or why
-            if why == "prefill_budget":
-                wait = capacity.prefill_lateness_s(load, cost)
-                prefill_wait_s = min(prefill_wait_s, max(wait, 0.0))
+            if why in SHORT_HOLDS:
+                if why == "prefill_budget":
+                    wait = capacity.prefill_lateness_s(load, cost)
+                else:
+                    wait = capacity.wave_wait_s(load)
+                if wait < hold_wait_s:
+                    hold_wait_s, short_hold = max(wait, 0.0), why
             continue
         final = max(load.longest_final_context or 0, cost.final_context)
         headroom = capacity.realtime_limit(final) - load.streams
@@ -80,6 +91,6 @@ def place(
             best, best_key = index, key
     if best is not None:
         return Placement(best)
-    if math.isfinite(prefill_wait_s):
-        reason = "prefill_budget"  # some replica only waits for prompts to be prefilled
-    return Placement(None, reason, prefill_wait_s)
+    if short_hold is not None:
+        reason = short_hold  # some replica only waits for a short hold to clear
+    return Placement(None, reason, hold_wait_s)

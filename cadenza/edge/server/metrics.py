@@ -231,8 +231,8 @@ class Metrics:
         self.admission_holds = Counter(
             "cadenza_admission_holds",
             "streams that could not start at once, by what held them (realtime_budget, "
-            "prefill_budget, deadlines_slipping, max_streams, kv_memory, engine_unavailable, "
-            "operator_cap, behind_others: streams already waiting)",
+            "prefill_budget, arrival_wave, deadlines_slipping, max_streams, kv_memory, "
+            "engine_unavailable, operator_cap, behind_others: streams already waiting)",
             labelnames=["model", "reason"],
             registry=r,
         )

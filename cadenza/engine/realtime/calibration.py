@@ -10,19 +10,25 @@ codec decodes fall on different steps), step until every one has delivered its f
 then time the pure decode steps of ``calibration.duration_ms`` of audio in windows of one
 chunk period (each
 window holds one codec decode per stream) and record the median of the window means, which
-shrugs off a burst of noise from a neighbour on a shared machine (and every point is measured
-twice, once on the way up and once on the way down, keeping the faster: noise only ever slows a
-step); the spread of the window means (their 90th percentile over the median, pooled over all
-points) is the calibration's *jitter*, what admission allows for before live steps are seen.
+shrugs off a burst of noise from a neighbour on a shared machine. Every point is measured
+twice, once on the way up and once on the way down, keeping the *slower*: a CPU's steps move
+from one run to the next (clock boost, where the pages land, a 2-core Xeon's sweeps a third
+apart from start to start), and a claim cached at the fast end of that scatter is one a wave
+of its size does not hold. The spread of the window means (their 90th percentile over the
+median, pooled over all points) is the calibration's *jitter*, what admission allows for
+before live steps are seen.
 The sweep stops once a point is more than twice the real-time step budget (larger batches
 cannot be admitted anyway). One more point decodes a smaller batch at a long context
 (``calibration.long_context_tokens`` prompt tokens) so attention's share is measured too
-(twice as well, keeping the faster).
+(twice as well, keeping the slower).
 Single prompts of three lengths, each prefilled alone in one step, give what a prompt row
 costs: for its layers and for each position its attention reads (a long prompt's rows cost
 more; where they do not fit one step, the long prompts' prefill steps give one flat cost per
 row). The best point's frames
 per second over the frame rate is the engine's saturated throughput in streams.
+Last, with the fitted model guiding the deadline policy, waves of simultaneous arrivals
+(:mod:`cadenza.engine.realtime.arrival_waves`) measure how many streams can start at once
+and keep every chunk on time through their first chunks and the chunks after them.
 
 The result is cached as JSON under ``calibration.cache_dir`` keyed by everything that
 changes step time: model, weights and KV dtypes, seed, device name, threads, torch and cadenza
@@ -38,6 +44,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -52,13 +59,18 @@ from cadenza.contract.step_time_model import (
 )
 from cadenza.engine.device import device_name
 from cadenza.engine.engine import Engine
+from cadenza.engine.realtime.arrival_waves import measure_waves
 from cadenza.engine.realtime.calibration_cache import (
     cache_path,
     calibration_identity,
     read_cache,
     write_cache,
 )
-from cadenza.engine.realtime.calibration_checks import calibration_problems, conservative
+from cadenza.engine.realtime.calibration_checks import (
+    calibration_problems,
+    conservative,
+    cores_taken,
+)
 from cadenza.engine.realtime.synthetic_streams import (
     SHORT_PROMPT_CHARS,
     steps_to_measure,
@@ -73,25 +85,33 @@ log = logging.getLogger(__name__)
 _PREFILL_PROMPT_CHARS = (48, 192, 448)
 
 
-def load_or_calibrate(engine: Engine, seed: int = 0, neighbours: int = 0) -> Calibration | None:
+def load_or_calibrate(
+    engine: Engine,
+    seed: int = 0,
+    neighbours: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> Calibration | None:
     """The configured calibration of ``engine`` (read from the cache or measured now);
     ``None`` when calibration is off or the model produces no audio. The caller applies it
     (:meth:`Engine.apply_calibration`). ``neighbours``: how many other engine replicas share
     this machine and calibrate at the same time (their steps slow this one's: shared caches,
-    memory bandwidth, a host's sibling threads), part of the cache key."""
+    memory bandwidth, a host's sibling threads), part of the cache key. ``progress`` is told
+    each stage as it begins (each sweep, the warm-up), for the edge's start deadline."""
     mode = engine.config.calibration.mode
     if mode == "off" or engine.policy is None:
         return None
+    stage = progress or (lambda _: None)
     identity = calibration_identity(engine, seed, neighbours)
     path = cache_path(engine, identity)
     calibration: Calibration | None = None
     if mode == "auto" and path.is_file():
         calibration = read_cache(path, engine.config.calibration.tolerance)
     if calibration is None:
-        calibration = _measure_consistent(engine, identity)
+        calibration = _measure_consistent(engine, identity, stage)
         if calibration.consistent:
             write_cache(path, calibration)
     else:
+        stage("warming up")
         warm_up(engine, calibration)
     log.info(
         "step time (%s, %s, beside %d other replica(s)): %s; %.3f ms per 1k context; %.4f ms "
@@ -114,12 +134,22 @@ def load_or_calibrate(engine: Engine, seed: int = 0, neighbours: int = 0) -> Cal
     return calibration
 
 
-def _measure_consistent(engine: Engine, identity: str) -> Calibration:
+def _measure_consistent(
+    engine: Engine, identity: str, stage: Callable[[str], None] = lambda _: None
+) -> Calibration:
     """Sweeps until one agrees with itself (``calibration.attempts`` at most); if none
-    does, :func:`conservative` of them all, which is served but never cached."""
+    does, :func:`conservative` of them all, which is served but never cached. A sweep
+    measured while something else ran on the engine's cores (:func:`cores_taken`) is not
+    followed by another: that one would most likely meet the same neighbour (two nodes
+    calibrating side by side on one machine each see the other) and only delay the start;
+    the engine serves on the conservative calibration and measures again once it is idle
+    on a quiet machine (``calibration.remeasure_idle_s``, :mod:`.remeasure`). ``stage`` is
+    told as each sweep begins."""
     attempts: list[Calibration] = []
-    limit = engine.config.calibration.attempts
+    config = engine.config.calibration
+    limit = config.attempts
     for number in range(1, limit + 1):
+        stage(f"calibrating (attempt {number} of {limit})")
         attempt = run_sweep(engine, identity)
         attempts.append(attempt)
         if attempt.consistent:
@@ -130,13 +160,24 @@ def _measure_consistent(engine: Engine, identity: str) -> Calibration:
             limit,
             "; ".join(attempt.problems),
         )
+        if number < limit and cores_taken(attempt, config.tolerance):
+            log.warning(
+                "something else ran on the engine's cores while it measured: no further "
+                "attempt now (it would measure the same neighbour)"
+            )
+            break
     combined = conservative(attempts)
+    remeasure = (
+        f"it measures again once idle for {config.remeasure_idle_s:g} s"
+        if config.remeasure_idle_s > 0
+        else 'restart on a quiet machine (or with calibration.mode = "refresh") to measure again'
+    )
     log.warning(
-        "no calibration agreed with itself in %d attempts: serving with a conservative one "
-        "(each point at its fastest, jitter x%.2f), not cached; restart on a quiet machine "
-        '(or with calibration.mode = "refresh") to measure again',
-        limit,
+        "no calibration agreed with itself in %d attempt(s): serving with a conservative one "
+        "(each point at its fastest, jitter x%.2f), not cached; %s",
+        len(attempts),
         combined.jitter,
+        remeasure,
     )
     return combined
 
@@ -209,9 +250,9 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
         points[batch] = _measure(engine, batch, SHORT_PROMPT_CHARS)
         if points[batch].sample.ms > 2 * budget_ms and len(points) >= 2:
             break
-    # A neighbour's noise only ever slows a step down: each batch is measured once more, in
-    # the opposite order (so a slow spell does not hit the same points twice), and keeps the
-    # faster of its two measurements.
+    # Each batch is measured once more, in the opposite order (so a slow spell does not hit
+    # the same points twice), and keeps the slower of its two measurements: the claim is
+    # priced at the slow end of what this machine's steps do from one moment to the next.
     repeats: list[StepRepeat] = []
     for batch in sorted(points, reverse=True):
         again = _measure(engine, batch, SHORT_PROMPT_CHARS)
@@ -220,7 +261,7 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
         repeats.append(
             StepRepeat(batch, first.sample.context_tokens, first.sample.ms, again.sample.ms, share)
         )
-        if again.sample.ms < first.sample.ms:
+        if again.sample.ms > first.sample.ms:
             points[batch] = again
     for batch, point in sorted(points.items()):
         samples.append(point.sample)
@@ -231,7 +272,7 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
     if config.calibration.long_context_tokens > 0 and samples:
         batch = max(1, min(8, largest))
         if synthetic_streams_fit(engine, batch, config.calibration.long_context_tokens):
-            # Measured twice as well, keeping the faster: this one point sets what every
+            # Measured twice as well, keeping the slower: this one point sets what every
             # position a step reads costs, and so the claim at long contexts.
             point = _measure(engine, batch, config.calibration.long_context_tokens)
             again = _measure(engine, batch, config.calibration.long_context_tokens)
@@ -241,7 +282,7 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
                     batch, point.sample.context_tokens, point.sample.ms, again.sample.ms, share
                 )
             )
-            if again.sample.ms < point.sample.ms:
+            if again.sample.ms > point.sample.ms:
                 point = again
             long_sample, prefill_ms_per_token = point.sample, point.prefill_ms_per_token
     prefill_ms_per_row_position = 0.0
@@ -273,6 +314,8 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
         long_context_throughput_streams=round(long_throughput, 2),
         repeats=tuple(repeats),
     )
+    waves = measure_waves(engine, calibration, budget_ms)
+    calibration = replace(calibration, waves=tuple(waves), measured_s=time.perf_counter() - started)
     problems = calibration_problems(calibration, config.calibration.tolerance)
     return replace(calibration, problems=tuple(problems))
 
@@ -293,10 +336,10 @@ def _percentile(values: list[float], share: float) -> float:
 
 def _measure_prefill(engine: Engine) -> tuple[float, float] | None:
     """What a prompt row costs, from single prompts of ``_PREFILL_PROMPT_CHARS`` prefilled
-    alone in one step each (twice, keeping the faster): ``ms = fixed + per_row * rows +
+    alone in one step each (twice, keeping the slower): ``ms = fixed + per_row * rows +
     per_position * positions read``, fitted by non-negative least squares; returns
     ``(per_row, per_position)``, or ``None`` where fewer than three lengths fit one step."""
-    fastest: dict[tuple[int, int], float] = {}  # (rows, positions before them) -> ms
+    slowest: dict[tuple[int, int], float] = {}  # (rows, positions before them) -> ms
     for chars in _PREFILL_PROMPT_CHARS * 2:
         if chars > engine.config.limits.max_input_chars or not synthetic_streams_fit(
             engine, 1, chars
@@ -320,14 +363,14 @@ def _measure_prefill(engine: Engine) -> tuple[float, float] | None:
             step = steps[0]
             key = (step.tokens, step.context_tokens - step.tokens)
             ms = 1000.0 * step.seconds
-            fastest[key] = min(ms, fastest.get(key, ms))
-    if len({rows for rows, _ in fastest}) < 3:
+            slowest[key] = max(ms, slowest.get(key, ms))
+    if len({rows for rows, _ in slowest}) < 3:
         return None
-    keys = sorted(fastest)
+    keys = sorted(slowest)
     rows = np.array([r for r, _ in keys], dtype=float)
     before = np.array([b for _, b in keys], dtype=float)
     columns = [np.ones_like(rows), rows, rows * (before + (rows + 1) / 2.0)]
-    target = np.array([fastest[key] for key in keys])
+    target = np.array([slowest[key] for key in keys])
     _, per_row, per_position = nonnegative_least_squares(columns, target)
     if per_row == 0.0 and per_position == 0.0:
         return None

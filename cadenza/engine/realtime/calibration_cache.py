@@ -23,7 +23,7 @@ from cadenza.version import __version__
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_FORMAT = 13  # part of the cache key: bump when the measurement changes
+CALIBRATION_FORMAT = 14  # part of the cache key: bump when the measurement changes
 
 
 def calibration_identity(engine: Engine, seed: int, neighbours: int = 0) -> str:

@@ -31,6 +31,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 
+from cadenza.contract.arrival_wave import WavePoint
 from cadenza.contract.calibration import Calibration, StepRepeat
 from cadenza.contract.step_time_model import StepSample, StepTimeModel
 
@@ -125,4 +126,28 @@ def conservative(attempts: Sequence[Calibration]) -> Calibration:
         repeats=repeats,
         attempts=len(attempts),
         problems=problems,
+        waves=_best_waves(attempts),
     )
+
+
+def _best_waves(attempts: Sequence[Calibration]) -> tuple[WavePoint, ...]:
+    """Every measured wave size at its best factor in any attempt (as the points: the
+    fastest each was seen), with the longest span."""
+    best: dict[int, WavePoint] = {}
+    for attempt in attempts:
+        for wave in attempt.waves:
+            seen = best.get(wave.streams, wave)
+            best[wave.streams] = WavePoint(
+                wave.streams,
+                max(wave.max_factor, seen.max_factor),
+                max(wave.span_s, seen.span_s),
+            )
+    return tuple(best[streams] for streams in sorted(best))
+
+
+def cores_taken(calibration: Calibration, tolerance: float) -> bool:
+    """Whether ``calibration`` was measured while something else ran on the engine's cores
+    (its *cores its own* check failed at some point): another sweep right away would most
+    likely measure the same neighbour, so the start goes on with :func:`conservative` and
+    measures again once the machine is quiet (``calibration.remeasure_idle_s``)."""
+    return any(r.cpu_share < 1 - SHARE_OF_TOLERANCE * tolerance for r in calibration.repeats)

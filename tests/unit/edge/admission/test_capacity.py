@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from cadenza.config import AdmissionConfig
+from cadenza.contract.arrival_wave import WavePoint
 from cadenza.edge.admission.capacity import AdmittedLoad as Load
 from cadenza.edge.admission.capacity import CapacityModel, RunningStream, StreamCost
 from cadenza.edge.admission.factor_memory import RememberedFactor
@@ -399,3 +400,52 @@ def test_an_uncalibrated_engine_that_does_not_pad_admits_by_memory_and_slots() -
     cost = StreamCost(10, 3.0, prompt_tokens=67, final_context=823)
     assert model.refusal(Load(2, 0, running=_running([0.0, 1.0])), cost) is None
     assert model.refusal(Load(3, 0, running=_running([0.0, 1.0, 2.0])), cost) == "max_streams"
+
+
+def _with_waves(*waves: WavePoint) -> CapacityModel:
+    """The example engine (prompt rows nearly free) with measured arrival waves, at factor
+    1."""
+    calibrated = info()
+    assert calibrated.calibration is not None
+    step_model = replace(calibrated.calibration.model, prefill_ms_per_token=1e-4)
+    calibration = replace(calibrated.calibration, model=step_model, waves=waves)
+    return CapacityModel(
+        replace(calibrated, calibration=calibration), AdmissionConfig(unmeasured_factor=1.0)
+    )
+
+
+def test_streams_arriving_together_are_no_more_than_the_wave_that_held() -> None:
+    # Measured: 4 at once held up to 1.5x slower steps, 8 at once up to 1.0x (span 0.6 s).
+    model = _with_waves(WavePoint(4, 1.5, 0.5), WavePoint(8, 1.0, 0.6))
+    assert model.wave_limit() == 8 and model.wave_limit(1.25) == 6
+    young = tuple(RunningStream(0.1, 66, 823) for _ in range(7))
+    wave = Load(7, 0, 823, 66, young)
+    assert model.refusal(wave, StreamCost(10, 3.0, 66)) is None  # the eighth fits the wave
+    eight = Load(8, 0, 823, 66, (*young, RunningStream(0.0, 66, 823)))
+    assert model.refusal(eight, StreamCost(10, 3.0, 66)) == "arrival_wave"
+    # A short hold: the ninth may start once the oldest has aged past the wave's span.
+    assert model.wave_wait_s(eight) == pytest.approx(0.5)
+    older = Load(8, 0, 823, 66, (*young[:-1], RunningStream(0.7, 66, 823), young[0]))
+    assert model.refusal(older, StreamCost(10, 3.0, 66)) is None
+    # What /v1/capacity calls arriving at once: the wave less the young streams.
+    assert model.prefill_burst(Load()) == 8
+    assert model.prefill_burst(wave) == 1
+
+
+def test_a_slower_machine_shrinks_the_wave_it_admits() -> None:
+    model = _with_waves(WavePoint(4, 1.5, 0.5), WavePoint(8, 1.0, 0.6))
+    for _ in range(10):
+        model.observe(timed_stats(1.5))
+    assert model.realtime_factor() == pytest.approx(1.5)
+    assert model.wave_limit() == 4
+    four = Load(4, 0, 823, 66, tuple(RunningStream(0.0, 66, 823) for _ in range(4)))
+    assert model.refusal(four, StreamCost(10, 3.0, 66)) == "arrival_wave"
+    # Its span is longer too: 0.6 s x 1.5.
+    assert model.wave_wait_s(four) == pytest.approx(0.9)
+
+
+def test_without_measured_waves_no_wave_limit_applies() -> None:
+    model = _with_waves()
+    assert model.wave_limit() is None
+    crowd = Load(10, 0, 823, 66, tuple(RunningStream(0.0, 66, 823) for _ in range(10)))
+    assert model.wave_wait_s(crowd) == 0.0

@@ -31,6 +31,7 @@ def test_the_snapshot_serialises_every_documented_field() -> None:
     assert body["limits"] == {
         "realtime": 8, "kv_memory": body["limits"]["kv_memory"], "max_num_seqs": 8,
         "prefill_burst": body["limits"]["prefill_burst"], "operator": None,
+        "arrival_wave": None,
     }  # fmt: skip
     assert body["claim"] == {"held": 8, "evidence": 8, "calibrated": 8}
     assert body["queues"]["realtime"] == {"depth": 0, "oldest_wait_s": 0.0}

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 import pytest
 
 from cadenza.config import AdmissionConfig
+from cadenza.contract.arrival_wave import WavePoint
 from cadenza.edge.admission.capacity import CapacityModel, StreamCost
 from cadenza.edge.admission.gate import AdmissionGate
 from cadenza.edge.admission.priority_queues import PriorityQueues, Waiter
@@ -384,3 +386,36 @@ def test_the_operators_cap_must_be_a_positive_count() -> None:
     for garbage in (0, -3, "many", 2.5):
         with pytest.raises(ValueError, match="max_streams"):
             AdmissionConfig(max_streams=garbage)  # type: ignore[arg-type]
+
+
+def test_a_burst_past_the_measured_wave_waits_for_the_wave_to_age_then_starts() -> None:
+    """Arrivals beyond the largest wave the calibration saw holding are not refused for a
+    stream's length: they wait the fraction of a second until the streams they would start
+    with are past their first chunks, then start."""
+    metrics = Metrics()
+
+    async def scenario() -> None:
+        config = AdmissionConfig(realtime_max_wait_s=0.5, unmeasured_factor=1.0)
+        calibrated = info(max_num_seqs=16)
+        assert calibrated.calibration is not None
+        waves = (WavePoint(2, 3.0, 0.05), WavePoint(3, 0.9, 0.05))  # two at once, then 0.05 s
+        engine = replace(calibrated, calibration=replace(calibrated.calibration, waves=waves))
+        g = AdmissionGate(
+            config, CapacityModel(engine, config), ModelMetrics(metrics, "cadenza-tiny")
+        )
+        cost = StreamCost(10, 4.0, prompt_tokens=4)
+        burst = [g.acquire("realtime", cost) for _ in range(3)]
+        started = time.monotonic()
+        tickets = await asyncio.wait_for(asyncio.gather(*burst), 1.0)
+        assert [t.waited_s == 0 for t in tickets].count(True) == 2
+        assert 0.03 < time.monotonic() - started < 0.5
+        for ticket in tickets:
+            g.release(ticket)
+        assert not g.active and not g.queues
+
+    asyncio.run(scenario())
+    queued = {"model": "cadenza-tiny", "priority": "realtime", "decision": "queued"}
+    held = metrics.registry.get_sample_value(
+        "cadenza_admission_decisions_total", {**queued, "reason": "arrival_wave"}
+    )
+    assert held == 1
