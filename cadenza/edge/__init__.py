@@ -12,6 +12,7 @@ sub-package         what it holds
 ``transports/``     the I/O of each way in: ``speech_http`` (``POST /v1/audio/speech``),
                     ``websocket`` (``WS /v1/stream``), ``webrtc`` (``POST /v1/webrtc/offer``),
                     ``http_io`` (bounded bodies), ``http_protocol`` (request-head deadline),
+                    ``ws_protocol`` (text that is not UTF-8 is the client's fault),
                     ``jitter_buffer`` (WebRTC playout)
 ``streams/``        what every transport shares: ``lease`` (one admission sequence
                     and stream lifecycle), ``speak_session`` (session rules), ``protocol``

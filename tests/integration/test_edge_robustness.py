@@ -9,6 +9,7 @@ import contextlib
 import json
 import socket
 import time
+from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
@@ -16,6 +17,7 @@ import websockets
 from aiortc import RTCPeerConnection
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from websockets.asyncio.client import ClientConnection
 
 from cadenza.client.webrtc import WebRTCPeer
 from tests.integration.server import RunningServer, serving
@@ -150,6 +152,133 @@ def test_pong_is_standard_json(server) -> None:
             return strict(await ws.recv())  # type: ignore[return-value]
 
     assert asyncio.run(scenario())["data"] == {"x": [1, 2.5e300, "é", None]}
+
+
+# -- frames that break the WebSocket protocol itself ------------------------------------------
+
+
+def masked_frame(first_byte: int, payload: bytes) -> bytes:
+    """A client frame as it goes on the wire: ``first_byte`` (FIN, reserved bits, opcode), the
+    mask bit and the length (under 126), and the mask key 0, so the payload reads as it is."""
+    assert len(payload) < 126
+    return bytes([first_byte, 0x80 | len(payload)]) + bytes(4) + payload
+
+
+def written(data: bytes) -> Callable[[ClientConnection], Awaitable[None]]:
+    """Bytes written to the socket as they are, past the client library's framing."""
+
+    async def write(ws: ClientConnection) -> None:
+        ws.transport.write(data)
+
+    return write
+
+
+def sent(
+    message: str | bytes | list[bytes], text: bool | None = None
+) -> Callable[[ClientConnection], Awaitable[None]]:
+    """A message the client library frames: bytes with ``text=True`` go in a text frame as
+    they are, valid UTF-8 or not; a list is sent as fragments of one message."""
+
+    async def send(ws: ClientConnection) -> None:
+        await ws.send(message, text=text)
+
+    return send
+
+
+BAD_FRAMES = {  # what the client sends, the close code it gets, WARNING lines that name it
+    "a text message that is not UTF-8": (sent(b'{"type": "ping", "data": "\xff"}', True), 1007, 1),
+    "text fragments that do not join into UTF-8": (
+        sent([b'{"type": "ping", "data": "\xe2\x82', b'"}'], True),
+        1007,
+        1,
+    ),
+    "a text message that is not UTF-8 and a close frame, in one write": (
+        written(masked_frame(0x81, b"\xff") + masked_frame(0x88, b"\x03\xe8")),
+        1000,  # the client's close came first: the server echoes it
+        1,
+    ),
+    "a text message over server.ws_max_message_bytes": (sent("x" * 70_000), 1009, 0),
+    "a close frame whose reason is not UTF-8": (
+        written(masked_frame(0x88, b"\x03\xe8\xff")),
+        1007,
+        0,
+    ),
+    "a reserved opcode": (written(masked_frame(0x83, b"")), 1002, 0),
+    "an unmasked frame": (written(b"\x81\x02{}"), 1002, 0),
+}
+
+
+def log_since(server: RunningServer, offset: int) -> list[str]:
+    """The server log's lines written after ``offset`` (bytes)."""
+    with server.log_path.open("rb") as log:
+        log.seek(offset)
+        return log.read().decode(errors="replace").splitlines()
+
+
+def log_level(line: str) -> str | None:
+    """The level of a server log line: the JSON lines of cadenza's loggers, or uvicorn's
+    ``LEVEL:  message`` lines; ``None`` for anything else (a traceback's lines)."""
+    if line.startswith("{"):
+        with contextlib.suppress(ValueError):
+            return str(json.loads(line).get("level"))
+    head, colon, _ = line.partition(":")
+    return head.lower() if colon and head.isalpha() and head.isupper() else None
+
+
+def assert_logged_as_a_client_fault(lines: list[str], client: str, warnings: int) -> None:
+    """Nothing at ERROR or above and no traceback, whoever logged it; ``warnings`` WARNING
+    lines naming ``client`` (``host:port``)."""
+    levels = [log_level(line) for line in lines]
+    assert not {"error", "critical"} & set(levels), "\n".join(lines)
+    assert not any("Traceback" in line for line in lines), "\n".join(lines)
+    naming = [line for line in lines if log_level(line) == "warning" and client in line]
+    assert len(naming) == warnings, "\n".join(lines)
+
+
+def client_address(ws: ClientConnection) -> str:
+    host, port = ws.local_address[:2]
+    return f"{host}:{port}"
+
+
+@pytest.mark.parametrize(
+    "send, close_code, warnings", list(BAD_FRAMES.values()), ids=list(BAD_FRAMES)
+)
+def test_a_frame_that_breaks_the_protocol_closes_with_its_code_and_no_error_log(
+    server, send, close_code, warnings
+) -> None:
+    offset = server.log_path.stat().st_size
+
+    async def scenario() -> tuple[int, str]:
+        async with websockets.connect(ws_url(server), max_size=None) as ws:
+            assert json.loads(await ws.recv())["type"] == "ready"
+            await send(ws)
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await asyncio.wait_for(ws.recv(), 10)
+            assert closed.value.rcvd is not None, "the server sent no close frame"
+            return closed.value.rcvd.code, client_address(ws)
+
+    code, client = asyncio.run(scenario())
+    assert code == close_code
+    assert_nothing_left(server)
+    assert_logged_as_a_client_fault(log_since(server, offset), client, warnings)
+
+
+def test_binary_where_json_is_expected_is_refused_and_the_session_goes_on(server) -> None:
+    offset = server.log_path.stat().st_size
+
+    async def scenario() -> tuple[dict, dict, str]:
+        async with websockets.connect(ws_url(server)) as ws:
+            await ws.recv()
+            await ws.send(b'{"type": "ping", "data": "as bytes"}')
+            error = json.loads(await ws.recv())
+            await ws.send(json.dumps({"type": "ping", "data": "still here"}))
+            return error, json.loads(await ws.recv()), client_address(ws)
+
+    error, pong, client = asyncio.run(scenario())
+    assert (error["type"], error["code"]) == ("error", "unexpected_binary")
+    assert pong == {"type": "pong", "data": "still here"}
+    assert_nothing_left(server)
+    assert_logged_as_a_client_fault(log_since(server, offset), client, warnings=0)
 
 
 # -- stalled and oversized requests -----------------------------------------------------------
