@@ -2,7 +2,8 @@
 
 :func:`load_encodec` builds the 24 kHz model from a fixed seed (random weights; the library's
 initialisation leaves codebooks at zero, so they are drawn from the seed too) or loads a local
-Hugging Face EnCodec directory. The 24 kHz model is causal: decoding a prefix of a code
+Hugging Face EnCodec directory (weight norm under either of its names, see
+:mod:`~cadenza.codecs.weight_norm`). The 24 kHz model is causal: decoding a prefix of a code
 sequence gives exactly the prefix of the full decode, which is what lets
 :class:`~cadenza.codecs.encodec_streaming.EncodecStreamingDecoder` stream it exactly. Weight
 normalisation is folded into plain weights at load.
@@ -100,12 +101,31 @@ def load_encodec(
     if name_or_path == ENCODEC_24KHZ:
         model = build_random_encodec(seed)
     elif Path(name_or_path).is_dir():
-        model = EncodecModel.from_pretrained(name_or_path)
+        model = _load_directory(Path(name_or_path))
     else:
         raise CodecError(f"unknown codec {name_or_path!r}: not {ENCODEC_24KHZ!r} nor a directory")
     fold_weight_norm(model)
     model.to(torch.device(device))
     return EncodecCodec(model, bandwidth_kbps)
+
+
+def _load_directory(directory: Path) -> Any:
+    """``transformers``' loader, which maps weight norm's legacy names (``weight_g`` /
+    ``weight_v``, as facebook/encodec_24khz publishes them) to the parametrisation's itself;
+    weights left missing (which it would draw at random) are refused."""
+    try:
+        loaded: Any = EncodecModel.from_pretrained(directory, output_loading_info=True)
+        model, info = loaded
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise CodecError(f"{directory}: cannot load the EnCodec checkpoint: {exc}") from exc
+    missing = sorted(info.get("missing_keys", ()))
+    mismatched = sorted(str(key) for key in info.get("mismatched_keys", ()))
+    if missing or mismatched:
+        raise CodecError(
+            f"{directory}: the weights do not fit its config "
+            f"(missing {missing[:5]}, mismatched {mismatched[:5]})"
+        )
+    return model
 
 
 def build_random_encodec(seed: int) -> Any:

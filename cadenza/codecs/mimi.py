@@ -19,8 +19,9 @@ Encoding ``N`` samples gives ``ceil(N / 1920)`` frames; a partial last frame is 
 model does it (each strided conv zero-pads its input up to a whole stride, the final 2x
 downsampling replicates its last input).
 
-Mimi has no weight normalisation in ``transformers`` (any found would be folded at load); the
-model is kept in float32.
+Mimi has no weight normalisation in ``transformers``, nor in the published checkpoints, so no
+legacy ``weight_g`` / ``weight_v`` names to map (any parametrisation found would be folded at
+load); the model is kept in float32.
 """
 
 from __future__ import annotations

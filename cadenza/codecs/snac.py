@@ -30,7 +30,7 @@ from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
 from cadenza.codecs.codec import CodecError, check_frame_codes
-from cadenza.codecs.weight_norm import fold_weight_norm
+from cadenza.codecs.weight_norm import fold_weight_norm, parametrized_weight_norm_names
 
 if TYPE_CHECKING:
     from cadenza.codecs.snac_streaming import SnacStreamingDecoder
@@ -368,20 +368,12 @@ def _load_directory(directory: Path) -> SnacModel:
         raise CodecError(f"{directory}: no pytorch_model.bin")
     state = torch.load(weights, map_location="cpu", weights_only=True)
     wanted = {
-        _new_style_key(key): tensor
+        key: tensor
         for key, tensor in state.items()
         if not key.startswith("encoder.") and ".in_proj." not in key
     }
     try:
-        model.load_state_dict(wanted, strict=True)
-    except RuntimeError as exc:
+        model.load_state_dict(parametrized_weight_norm_names(wanted), strict=True)
+    except (RuntimeError, ValueError) as exc:
         raise CodecError(f"{directory}: weights do not fit the config: {exc}") from exc
     return model.eval()
-
-
-def _new_style_key(key: str) -> str:
-    if key.endswith(".weight_g"):
-        return key.removesuffix(".weight_g") + ".parametrizations.weight.original0"
-    if key.endswith(".weight_v"):
-        return key.removesuffix(".weight_v") + ".parametrizations.weight.original1"
-    return key

@@ -108,7 +108,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     ),
     "cadenza/codecs/slot_decoder.py": ("tests/unit/codecs/test_snac.py", "a base class"),
     "cadenza/codecs/snac_streaming.py": ("tests/unit/codecs/test_snac.py", "against offline"),
-    "cadenza/codecs/weight_norm.py": ("tests/unit/codecs/test_snac.py", "folded at load"),
     "cadenza/engine/models/prompt_format.py": (
         "tests/unit/engine/test_orpheus.py",
         "checked through the prompts models build",

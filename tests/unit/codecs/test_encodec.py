@@ -1,7 +1,12 @@
+import shutil
+
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from cadenza.codecs import CodecError, load_codec
+from cadenza.codecs.encodec import build_random_encodec
+from tests.support.legacy_weight_norm import resave_with_legacy_weight_norm_names
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +71,51 @@ def test_speech_prompt_audio_becomes_prompt_codes(codec):
         codec.encode_audio(audio[:0])
     with pytest.raises(CodecError, match="non-empty"):
         codec.encode_audio(np.zeros((2, 10), np.float32))
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A 24 kHz EnCodec saved by ``transformers`` (weight norm under today's names), its norms
+    moved off the init's (which equal the weights' own, so a norm left unloaded would not
+    show), and its decode of a few frames."""
+    model = build_random_encodec(seed=4)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("original0"):
+                parameter.mul_(torch.rand_like(parameter) + 0.5)
+    directory = tmp_path_factory.mktemp("encodec")
+    model.save_pretrained(str(directory))
+    codes = torch.randint(0, 1024, (1, 8, 6), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        audio = model.decode(codes[None], [None])[0][:, 0]
+    return directory, codes, audio
+
+
+LEGACY_NAMED = {
+    "none": lambda name: False,
+    "every layer's": lambda name: True,
+    "the encoder's": lambda name: name.startswith("encoder."),
+}
+
+
+@pytest.mark.parametrize("legacy", LEGACY_NAMED)
+def test_a_directory_loads_with_weight_norm_under_either_or_both_names(saved, tmp_path, legacy):
+    """facebook/encodec_24khz stores ``weight_g`` / ``weight_v``: ``transformers``' loader maps
+    them (checked here, not assumed), a mixture of both styles too."""
+    directory, codes, expected = saved
+    shutil.copytree(directory, tmp_path, dirs_exist_ok=True)
+    resave_with_legacy_weight_norm_names(tmp_path / "model.safetensors", LEGACY_NAMED[legacy])
+    names = load_file(tmp_path / "model.safetensors")
+    assert any(name.endswith(".weight_g") for name in names) == (legacy != "none")
+    assert any(".parametrizations." in name for name in names) == (legacy != "every layer's")
+    torch.testing.assert_close(load_codec(str(tmp_path)).decode(codes), expected)
+
+
+def test_a_directory_with_weights_missing_is_refused(saved, tmp_path):
+    shutil.copytree(saved[0], tmp_path, dirs_exist_ok=True)
+    resave_with_legacy_weight_norm_names(tmp_path / "model.safetensors")
+    tensors = load_file(tmp_path / "model.safetensors")
+    del tensors["decoder.layers.0.conv.weight_g"]
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CodecError, match=r"missing \['decoder\.layers\.0\.conv\.param"):
+        load_codec(str(tmp_path))

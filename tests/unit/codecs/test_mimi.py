@@ -1,5 +1,5 @@
 """Mimi, offline: decode and encode equal ``transformers``' ``MimiModel``; checkpoints load from
-a Mimi directory and from a Sesame CSM one; bad input is refused."""
+a Mimi directory and from a Sesame CSM one (neither holds weight norm); bad input is refused."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from transformers import CsmConfig, CsmForConditionalGeneration, MimiConfig
+from torch.nn.utils import parametrize
+from transformers import CsmConfig, CsmForConditionalGeneration, MimiConfig, MimiModel
 
 from cadenza.codecs import CodecError, load_codec
 from cadenza.codecs.mimi import MimiCodec, build_random_mimi, is_mimi_directory, load_mimi
@@ -198,6 +199,21 @@ def test_loads_the_codec_of_a_csm_checkpoint(codec, tmp_path, sharded) -> None:
         assert isinstance(loaded, MimiCodec)
         assert loaded.num_codebooks == 8  # the CSM config's num_codebooks
         torch.testing.assert_close(loaded.decode(codes), expected)
+
+
+@pytest.mark.parametrize("config", [tiny_mimi_config(), MimiConfig()], ids=["tiny", "kyutai"])
+def test_mimi_holds_no_weight_norm_so_no_legacy_names_to_map(config) -> None:
+    """Unlike EnCodec and SNAC, ``transformers``' Mimi (alone, and as a CSM's codec) has no
+    weight-normalised layer, and its conversion script loads Kyutai's weights into it strictly:
+    kyutai/mimi and sesame/csm-1b hold no ``weight_g`` / ``weight_v``, and the loaders need no
+    renaming (:mod:`cadenza.codecs.weight_norm`). Should a release add weight norm, this fails."""
+    with torch.device("meta"):
+        model = MimiModel(config)
+    assert not any(parametrize.is_parametrized(module) for module in model.modules())
+    names = list(model.state_dict())
+    assert names and not any(
+        ".parametrizations." in name or name.endswith((".weight_g", ".weight_v")) for name in names
+    )
 
 
 def test_refuses_what_is_not_mimi(codec, tmp_path) -> None:

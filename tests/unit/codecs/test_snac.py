@@ -19,6 +19,7 @@ from cadenza.codecs import load_codec
 from cadenza.codecs.codec import CodecError
 from cadenza.codecs.snac import SNAC_24KHZ_CONFIG, SnacCodec, load_snac
 from cadenza.codecs.snac_streaming import SnacStreamingDecoder
+from tests.support.legacy_weight_norm import legacy_weight_norm_names
 
 snac = pytest.importorskip("snac")
 
@@ -83,21 +84,36 @@ def test_offline_decode_equals_the_snac_package(checkpoint, codec) -> None:
     torch.testing.assert_close(got, expected, atol=2e-5, rtol=1e-4)
 
 
-def test_old_style_weight_norm_keys_load_the_same(checkpoint, codec, tmp_path) -> None:
+@pytest.mark.parametrize("decoder_only", [False, True])
+def test_old_style_weight_norm_keys_load_the_same(
+    checkpoint, codec, tmp_path, decoder_only
+) -> None:
+    """hubertsiuzdak/snac_24khz stores ``weight_g`` / ``weight_v``; a mixture of both styles
+    loads too."""
     directory, _ = checkpoint
     state = torch.load(directory / "pytorch_model.bin", weights_only=True)
-    renamed = {
-        key.replace(".parametrizations.weight.original0", ".weight_g").replace(
-            ".parametrizations.weight.original1", ".weight_v"
-        ): tensor
-        for key, tensor in state.items()
-    }
+    renamed = legacy_weight_norm_names(
+        state, lambda name: not decoder_only or name.startswith("decoder.")
+    )
+    assert any(key.endswith(".weight_g") for key in renamed)
+    assert any(".parametrizations." in key for key in renamed) == decoder_only
     (tmp_path / "config.json").write_text((directory / "config.json").read_text())
     torch.save(renamed, tmp_path / "pytorch_model.bin")
     codes = _codes(codec, 4, seed=2)
     torch.testing.assert_close(
         load_snac(str(tmp_path), noise=False).decode(codes), codec.decode(codes)
     )
+
+
+def test_a_weight_named_both_ways_is_refused(checkpoint, tmp_path) -> None:
+    directory, _ = checkpoint
+    state = torch.load(directory / "pytorch_model.bin", weights_only=True)
+    name = "decoder.model.0.parametrizations.weight.original1"
+    state[name.removesuffix(".parametrizations.weight.original1") + ".weight_v"] = state[name]
+    (tmp_path / "config.json").write_text((directory / "config.json").read_text())
+    torch.save(state, tmp_path / "pytorch_model.bin")
+    with pytest.raises(CodecError, match="weight norm named both ways"):
+        load_snac(str(tmp_path))
 
 
 def _chunks(total: int, rng: random.Random) -> list[int]:

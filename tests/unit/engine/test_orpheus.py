@@ -1,7 +1,8 @@
 """Orpheus checkpoints against transformers (and the ``snac`` package for the audio):
 recognised from their own files, the exact prompt, greedy tokens identical with and without
 repetition penalty under batching, chunked prefill and prefix caching, and the whole pipeline
-equal to transformers' generate followed by SNAC's offline decode."""
+equal to transformers' generate followed by SNAC's offline decode (the SNAC checkpoint with its
+weight norm under the legacy names it is published with)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from cadenza.engine.models.checkpoint import CheckpointError
 from cadenza.engine.models.registry import load_model
 from cadenza.engine.offline import synthesize
 from tests.support.float32_compute import assert_float32_named_with_the_fused_step
+from tests.support.legacy_weight_norm import legacy_weight_norm_names
 from tests.unit.codecs.test_snac import SMALL, _reference, _silence_noise
 from tests.unit.engine.orpheus_checkpoints import (
     reference_frames,
@@ -44,10 +46,13 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def snac_dir(tmp_path_factory):
+    """A small SNAC saved as hubertsiuzdak/snac_24khz is: weight norm under its legacy names."""
     directory = tmp_path_factory.mktemp("snac")
     reference = _reference(SMALL, seed=5)
     (directory / "config.json").write_text(json.dumps(SMALL))
-    torch.save(reference.state_dict(), directory / "pytorch_model.bin")
+    state = legacy_weight_norm_names(reference.state_dict())
+    assert any(name.endswith(".weight_g") for name in state)
+    torch.save(state, directory / "pytorch_model.bin")
     _silence_noise(reference)
     return directory, reference
 

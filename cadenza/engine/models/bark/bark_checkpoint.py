@@ -2,7 +2,9 @@
 ``config.json`` with ``model_type: "bark"`` and the semantic, coarse, fine and codec
 sub-configs, the weights (``semantic.*``, ``coarse_acoustics.*``, ``fine_acoustics.*``,
 ``codec_model.*``) in safetensors, ``generation_config.json``, the BERT tokenizer's files and
-the voice presets (:mod:`~cadenza.engine.models.bark.bark_voices`)."""
+the voice presets (:mod:`~cadenza.engine.models.bark.bark_voices`). The codec's weight norm may
+be under either of its names (the published files hold the legacy ones, see
+:mod:`~cadenza.codecs.weight_norm`)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, EncodecConfig, EncodecModel
 
 from cadenza.codecs.encodec import EncodecCodec
-from cadenza.codecs.weight_norm import fold_weight_norm
+from cadenza.codecs.weight_norm import fold_weight_norm, parametrized_weight_norm_names
 from cadenza.engine.models.bark.bark_constants import BarkConstants, bark_constants
 from cadenza.engine.models.bark.bark_gpt import BarkCausalGPT, BarkFineGPT, GPTShape
 from cadenza.engine.models.bark.bark_recognition import recognises
@@ -123,6 +125,11 @@ def _load_codec(
 ) -> EncodecCodec:
     codec_config = {key: value for key, value in config.items() if key != "model_type"}
     model: Any = EncodecModel(EncodecConfig(**codec_config))
+    try:
+        # The published checkpoints store the codec's weight norm under the legacy names.
+        weights = parametrized_weight_norm_names(weights)
+    except ValueError as error:
+        raise CheckpointError(f"codec: {error}") from error
     missing = sorted(set(model.state_dict()) - set(weights))
     if missing:
         raise CheckpointError(f"codec: weights missing: {', '.join(missing[:5])}")

@@ -1,6 +1,7 @@
 """Bark batched across streams against ``transformers``' ``BarkModel.generate`` on a tiny random
 checkpoint: semantic, coarse and fine tokens identical and audio within 1e-4 for streams that
-join at different steps with chunked prefill; seeded sampling reproducible and independent of
+join at different steps with chunked prefill, and from a checkpoint with the codec's weight norm
+under its legacy names (as published); seeded sampling reproducible and independent of
 the batch; bad requests refused."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from safetensors import safe_open
 from transformers import BarkModel, BarkProcessor
 from transformers.models.bark.generation_configuration_bark import (
     BarkCoarseGenerationConfig,
@@ -137,6 +139,25 @@ def test_streams_joining_at_different_steps_match_transformers(
     # its first window's audio came while its coarse stage still ran, the others' after.
     assert 450 + long.fine.shape[1] > 1024
     assert first_audio_while_coarse == {ids[0]: True, ids[1]: False, ids[2]: False}
+
+
+def test_a_checkpoint_with_legacy_weight_norm_names_speaks_as_transformers(
+    tmp_path: Path,
+) -> None:
+    """suno/bark stores its codec's weight norm as ``weight_g`` / ``weight_v``."""
+    model = build_tiny_bark(tmp_path, legacy_weight_norm=True)
+    (weights,) = tmp_path.glob("*.safetensors")
+    with safe_open(weights, "pt") as handle:
+        names = list(handle.keys())
+    assert any(name.startswith("codec_model.") and name.endswith(".weight_g") for name in names)
+    assert not any(".parametrizations." in name for name in names)
+    bark = load_bark(tmp_path, torch.device("cpu"), torch.float32)
+    ours = _run_alone(bark, BarkRequest("hello world", VOICE, BarkSampling(max_semantic_tokens=60)))
+    expected = reference(model, tmp_path, "hello world", VOICE, 60)
+    assert ours.semantic == expected["semantic"]
+    assert torch.equal(ours.fine, expected["fine"].to(ours.fine.dtype))
+    assert ours.audio.shape == expected["audio"].shape and ours.audio.numel() > 0
+    assert torch.allclose(ours.audio, expected["audio"].float(), atol=1e-4)
 
 
 def test_seeded_sampling_is_reproducible_and_independent_of_the_batch(

@@ -65,6 +65,17 @@ def test_missing_sections_weights_and_tokenizer_are_named(saved: Path, tmp_path:
         load_bark(directory, torch.device("cpu"), torch.float32)
 
 
+def test_a_codec_weight_named_both_ways_is_refused(saved: Path, tmp_path: Path) -> None:
+    directory = _copy(saved, tmp_path)
+    (weights,) = directory.glob("*.safetensors")
+    tensors = load_file(weights)
+    name = "codec_model.encoder.layers.0.conv.parametrizations.weight.original0"
+    tensors["codec_model.encoder.layers.0.conv.weight_g"] = tensors[name].clone()
+    save_file(tensors, weights)
+    with pytest.raises(CheckpointError, match=r"codec: weight norm named both ways"):
+        load_bark(directory, torch.device("cpu"), torch.float32)
+
+
 def test_garbage_generation_config_is_named(saved: Path, tmp_path: Path) -> None:
     directory = _copy(saved, tmp_path)
     (directory / "generation_config.json").write_text(
