@@ -6,7 +6,9 @@ ratios (``speedup_per_round``), so drift between repeats does not enter it.
 
 Model: a random Llama of 31 M parameters (hidden 512, 8 layers, 8 query / 2 KV heads, SwiGLU
 1408, vocabulary 8192), fp32 on the CPU; prompts of 32 tokens, 128 new tokens, greedy, EOS
-disabled so every run generates the same count.
+disabled so every run generates the same count. The engine runs at ``dtype``: ``float32``
+(the default) is the reference's own precision, every product and the KV cache in float32;
+``auto`` lets it choose (bf16 products where the CPU has native bf16: a different precision).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def run(
     new_tokens: int = 128,
     repeats: int = 3,
     progress: bool = False,
+    dtype: str = "float32",
 ) -> dict[str, Any]:
     torch.manual_seed(0)
     reference = reference_llama()
@@ -55,9 +58,9 @@ def run(
             enable_prefix_caching=False,
             kv_cache_memory_bytes=2 * max_tokens * engine_kv_bytes_per_token(),
         )
-        engine = Engine.from_pretrained(directory, engine_config=config)
+        engine = Engine.from_pretrained(directory, engine_config=config, dtype=dtype)
         unpacked = Engine.from_pretrained(
-            directory, engine_config=config, cpu=CpuConfig(pack_weights=False)
+            directory, engine_config=config, dtype=dtype, cpu=CpuConfig(pack_weights=False)
         )
     roofline = measure_roofline()
     results = []
@@ -103,6 +106,10 @@ def run(
     return {
         "benchmark": "engine",
         "model": {**MODEL, "parameters": num_params, "dtype": "float32"},
+        "cadenza_dtype": dtype,
+        "cadenza_precision": (
+            None if engine.info.precision is None else engine.info.precision.describe()
+        ),
         "prompt_len": prompt_len,
         "new_tokens": new_tokens,
         "repeats": repeats,

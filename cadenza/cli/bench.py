@@ -41,6 +41,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=100,
         help="bark: semantic tokens per stream (100: about 2 s of audio)",
     )
+    bench.add_argument(
+        "--dtype",
+        choices=["float32", "auto"],
+        default="float32",
+        help="engine: cadenza's dtype (float32, the reference's own precision; auto: the "
+        "engine's choice, bf16 products on a CPU with native bf16)",
+    )
     bench.add_argument("--config", type=Path, help=argparse.SUPPRESS)
     bench.set_defaults(run=run)
 
@@ -76,7 +83,6 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
         print("cadenza: batch sizes and --repeats must be positive", file=sys.stderr)
         return 2
     runners: dict[str, Callable[..., dict[str, Any]]] = {
-        "engine": engine_throughput.run,
         "codec": codec_throughput.run,
         "snac": snac_throughput.run,
         "precision": cpu_precision.run,
@@ -103,6 +109,12 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
             progress=not args.json,
             shape=shape,
             semantic_tokens=args.semantic_tokens,
+        )
+        print(json.dumps(result, indent=None if args.json else 2))
+        return 0
+    if args.target == "engine":
+        result = engine_throughput.run(
+            sizes, repeats=args.repeats, progress=not args.json, dtype=args.dtype
         )
         print(json.dumps(result, indent=None if args.json else 2))
         return 0
