@@ -17,6 +17,8 @@ from websockets.http11 import Response
 from cadenza.edge.streams import protocol
 
 RESUME_WITHIN_S = 20.0  # how long a session keeps trying to resume a dropped utterance
+# A node's in-session refusals for lack of room: another node may have it (docs/protocol.md).
+CAPACITY_CODES = frozenset({"queue_full", "queue_timeout"})
 OPUS_PACKET_SAMPLES = 960  # 20 ms at 48 kHz
 
 Dial = Callable[[], Awaitable[tuple[ClientConnection, dict[str, Any]]]]
@@ -51,13 +53,20 @@ class Session:
         connection: ClientConnection,
         ready: dict[str, Any],
         redial: Dial | None = None,
+        spill: Dial | None = None,
     ) -> None:
+        """``redial``: a new connection after one was lost (``None``: none); ``spill``: a new
+        connection to a node that can start a stream at once, or a :class:`StreamError`
+        (``None``: a refused utterance is not sent elsewhere)."""
         self.connection = connection
         self.ready = ready
         self.resumes = 0  # utterances of this session resumed after the connection dropped
+        # Utterances sent again on another node after theirs refused them for lack of room.
+        self.spills = 0
         # From the last resumed utterance's lost connection to its first audio after (seconds).
         self.last_resume_gap_s: float | None = None
         self._redial = redial
+        self._spill = spill
         self.last_stats: dict[str, Any] | None = None
         self.last_queued: dict[str, Any] | None = None  # the server's queue notice, if it sent one
         self.last_conversation: dict[str, Any] | None = None  # the latest "conversation" notice
@@ -252,16 +261,36 @@ class Session:
                     await self._cancel(stream_id)
 
     async def _start(self, request: dict[str, Any], again: bool) -> dict[str, Any]:
-        """Send ``request`` and wait for its ``started``; on a connection found closed, once
-        more on a new one when ``again`` (and the session may reconnect)."""
+        """Send ``request`` and wait for its ``started``; when ``again``, once more on a new
+        connection if this one is found closed (and the session may reconnect), or if its
+        node refuses the utterance for lack of room and another node has room now."""
         try:
             await self.connection.send(json.dumps(request))
             return await self._next_control({"started"})
         except websockets.ConnectionClosed as exc:
             if self._redial is None or not again:
                 raise _connection_lost(exc) from exc
-        await self._reconnect()
+            await self._reconnect()
+        except StreamError as refused:
+            if not (again and refused.code in CAPACITY_CODES and await self._move_to_room()):
+                raise
         return await self._start(request, again=False)
+
+    async def _move_to_room(self) -> bool:
+        """A new connection to a node that can start a stream at once (the session's URL with
+        ``X-Cadenza-Spill: 1``: a front door tries its nodes), in place of this one; ``False``,
+        keeping this one, when the session does not spill or no node has room."""
+        if self._spill is None:
+            return False
+        try:
+            connection, ready = await self._spill()
+        except (OSError, StreamError, websockets.InvalidHandshake, TimeoutError):
+            return False
+        previous, self.connection, self.ready = self.connection, connection, ready
+        self._microphone_rate = None  # the new session has heard nothing yet
+        self.spills += 1
+        await previous.close()
+        return True
 
     async def _reconnect(self) -> None:
         """A new connection to the session's URL, with backoff for up to
@@ -379,7 +408,12 @@ def _stream_error(event: dict[str, Any]) -> StreamError:
 
 @asynccontextmanager
 async def connect(
-    url: str, api_key: str | None = None, *, resume: bool = True, **options: Any
+    url: str,
+    api_key: str | None = None,
+    *,
+    resume: bool = True,
+    spill: bool = True,
+    **options: Any,
 ) -> AsyncIterator[Session]:
     """Open a session. ``options`` go to ``websockets.connect`` (e.g. ``open_timeout``); the
     session asks for no per-message compression unless ``compression`` says otherwise (audio
@@ -392,13 +426,35 @@ async def connect(
     carries on after a gap. A resume that fails raises :class:`StreamError` with the server's
     reason. A ``speak`` that finds the connection closed before its utterance started is sent
     again on a new connection (unless it uses the lost session's microphone audio or
-    conversation)."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    conversation).
+
+    ``spill``: each connection first asks for a node that can start a stream at once
+    (``X-Cadenza-Spill: 1``): a full node refuses the upgrade with 503 ``at_capacity`` and a
+    front door such as ``cadenza haproxy-config``'s tries another node. When none has room
+    the session connects again without it and its utterances wait in a node's queue, as
+    without ``spill``. An utterance the session's node refuses for lack of room
+    (``queue_full``, ``queue_timeout``) is sent once more on a new connection to a node with
+    room, when one has room now (with the same exceptions as above); ``Session.spills``
+    counts those. docs/scaling.md, "Spilling to another node"."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     options.setdefault("compression", None)
 
     async def dial() -> tuple[ClientConnection, dict[str, Any]]:
+        if spill:
+            try:
+                return await open_session(spilling=True)
+            except StreamError as refused:
+                if refused.code != "at_capacity":
+                    raise
+        return await open_session(spilling=False)
+
+    async def dial_with_room() -> tuple[ClientConnection, dict[str, Any]]:
+        return await open_session(spilling=True)
+
+    async def open_session(spilling: bool) -> tuple[ClientConnection, dict[str, Any]]:
+        sent = {**headers, protocol.SPILL_HEADER: "1"} if spilling else headers
         try:
-            connection = await websockets.connect(url, additional_headers=headers, **options)
+            connection = await websockets.connect(url, additional_headers=sent, **options)
         except websockets.InvalidStatus as refused:
             raise _refusal(refused.response) from None
         try:
@@ -413,7 +469,9 @@ async def connect(
         return connection, ready
 
     connection, ready = await dial()
-    session = Session(connection, ready, dial if resume else None)
+    session = Session(
+        connection, ready, dial if resume else None, dial_with_room if spill else None
+    )
     try:
         yield session
     finally:
@@ -421,8 +479,9 @@ async def connect(
 
 
 def _refusal(response: Response) -> StreamError:
-    """A refused upgrade as the error the server gave (503 ``shutting_down`` or
-    ``engine_unavailable`` with ``Retry-After``), or the bare status if it gave none."""
+    """A refused upgrade as the error the server gave (503 ``shutting_down``,
+    ``engine_unavailable`` or ``at_capacity`` with ``Retry-After``; 400 ``invalid_header``),
+    or the bare status if it gave none."""
     retry_after = response.headers.get("Retry-After")
     retry_after_s = float(retry_after) if retry_after and retry_after.isdigit() else None
     with suppress(ValueError, KeyError, TypeError, AttributeError):

@@ -58,10 +58,16 @@ Retrying a refusal on another node
     just as the request was sent, or that died before answering.)
 
     What is retried is what a node refuses in its HTTP answer: a speech request, a WebRTC
-    offer (503 when too many peers are pending, or the node drains). A WebSocket is accepted
-    first (101) and its utterances are admitted inside the session, so a refusal there is an
-    ``error`` message the client handles (with ``retry_after_s``); the health check and the
-    agent's weights are what keep new sessions away from a full or draining node.
+    offer (503 when too many peers are pending, or the node drains), a WebSocket upgrade
+    while the node drains or has no engine, and one that asks to spill
+    (``X-Cadenza-Spill: 1``, as the SDK does) while the node could not start one more stream
+    at once (503 ``at_capacity``; it counts the sessions it accepted a moment before that
+    have not spoken yet, so a burst of upgrades does not all pass on one free slot). That is
+    what spreads a burst: the agents' weights are up to ``agent-inter`` old, and leastconn
+    counts connections, not streams. Once accepted, a WebSocket's utterances are admitted
+    inside the session, so a refusal there is an ``error`` message the client handles (the
+    SDK connects again through the front door, asking to spill, and sends the utterance to
+    a node with room if one has it).
 
     Two limits of HAProxy's layer-7 retries (manual, ``retry-on``): a response already
     being forwarded cannot be retried (HAProxy decides on the status line, before it

@@ -1,17 +1,24 @@
 """Two real cadenza nodes behind a real HAProxy configured by ``cadenza haproxy-config``: both
 serve through the one address, the SDK and an aiortc peer work through it, a node capped by
-``admission.max_streams`` takes no more than its cap while the other has room, with both full
-a client gets the documented refusal or waits in a queue, and a drained node gets no new
-streams while its open ones finish."""
+``admission.max_streams`` takes no more than its cap while the other has room, a burst of SDK
+sessions as large as the fleet's claim starts every stream at once (a full node refuses the
+upgrade and HAProxy places the session on the other), an utterance a full node refuses is
+sent to the node with room, with both full a client gets the documented refusal or waits in
+a queue, and a drained node gets no new streams while its open ones finish."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import socket
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+import websockets
 
 from cadenza.client.sdk import connect
 from cadenza.client.webrtc import WebRTCPeer
@@ -26,11 +33,13 @@ LONG = {"model": "cadenza-tiny", "input": "x" * 42, "response_format": "pcm"}  #
 REALTIME = {**LONG, "priority": "realtime"}  # refused at once when full, not queued
 CAPS = {"a": 2, "b": 4}
 REFUSALS = {"queue_full", "queue_timeout", "at_capacity"}  # docs/protocol.md, 503 for capacity
+SPILL = {"X-Cadenza-Spill": "1"}  # docs/protocol.md: refuse the upgrade if no stream fits now
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """Node ``a`` capped at 2 streams, node ``b`` at 4, and the front door's URL."""
+    """The front door's URL, node ``a`` capped at 2 streams and node ``b`` at 4, and their
+    agents' ports."""
     tmp = tmp_path_factory.mktemp("cluster")
     agents = {"a": free_port(), "b": free_port()}
     caps = {name: {"CADENZA_ADMISSION__MAX_STREAMS": str(cap)} for name, cap in CAPS.items()}
@@ -56,7 +65,7 @@ def cluster(tmp_path_factory):
             while not _both_serve(url):  # health checks and agents seen once each
                 assert time.monotonic() < deadline, "the front door did not reach both nodes"
                 time.sleep(0.5)
-            yield url, nodes
+            yield url, nodes, agents
     finally:
         for node in nodes.values():
             node.stop()
@@ -73,7 +82,7 @@ def _both_serve(url: str) -> bool:
 
 
 def test_the_sdk_and_a_webrtc_peer_work_through_the_front_door(cluster) -> None:
-    url, _ = cluster
+    url, *_ = cluster
 
     async def main() -> tuple[str, int, int]:
         async with connect(url.replace("http://", "ws://") + "/v1/stream") as session:
@@ -99,7 +108,7 @@ def test_the_sdk_and_a_webrtc_peer_work_through_the_front_door(cluster) -> None:
 def test_a_capped_node_takes_its_cap_and_the_other_the_rest(cluster) -> None:
     """Six streams at once: every one admitted (HAProxy retries a node's refusal on the other
     before the client sees it), never more than two at a time on the capped node."""
-    url, _ = cluster
+    url, *_ = cluster
 
     def stream(_: int) -> tuple[int, str | None, float, float]:
         with httpx.stream("POST", f"{url}/v1/audio/speech", json=REALTIME, timeout=60) as response:
@@ -118,13 +127,127 @@ def test_a_capped_node_takes_its_cap_and_the_other_the_rest(cluster) -> None:
     assert at_once <= 2
 
 
+def test_a_burst_of_sdk_sessions_as_large_as_the_fleet_starts_every_stream_at_once(cluster) -> None:
+    """Six ``standard`` SDK streams at once through the front door, as many as the nodes claim
+    (2 + 4), whatever HAProxy's weights say at that moment (an agent's answer is up to a
+    second old): a node that could not start one more stream at once refuses the upgrade
+    (503 ``at_capacity``, counting the sessions it accepted a moment before that have not
+    spoken yet) and HAProxy places the session on the other. Every stream starts without
+    waiting for another to end (before, a node given three sessions queued the third while
+    the other had room), and the capped node holds exactly its two."""
+    url, nodes, _ = cluster
+    _wait_until_idle(nodes)
+    ws_url = url.replace("http://", "ws://") + "/v1/stream"
+
+    async def one() -> tuple[str, float, int]:
+        async with connect(ws_url, open_timeout=30) as session:
+            received = 0
+            async for chunk in session.speak("x" * 84, priority="standard", seed=1):  # 6 s
+                received += len(chunk.data)
+            queued_s = float((session.last_started or {})["queued_s"])
+            return session.ready["node"], queued_s, received
+
+    async def burst() -> list[tuple[str, float, int]]:
+        return list(await asyncio.gather(*(one() for _ in range(sum(CAPS.values())))))
+
+    streams = asyncio.run(burst())
+    assert all(queued_s < 1.0 and received > 0 for _, queued_s, received in streams), streams
+    assert Counter(node for node, *_ in streams) == CAPS, streams
+
+
+def test_an_utterance_its_full_node_refuses_plays_on_the_node_with_room(cluster) -> None:
+    """An SDK session through the door on node X; then X fills (its cap of streams sent to it
+    directly). A ``realtime`` utterance there, refused by X (``queue_timeout``), is sent once
+    more on a new connection through the door that asks for a node with room: it plays on
+    the other node and the client sees no refusal."""
+    url, nodes, _ = cluster
+    _wait_until_idle(nodes)
+    ws_url = url.replace("http://", "ws://") + "/v1/stream"
+
+    async def main() -> tuple[str, str, int, int]:
+        async with connect(ws_url, open_timeout=30) as session:
+            first = session.ready["node"]
+            async with httpx.AsyncClient(timeout=60) as http, contextlib.AsyncExitStack() as held:
+                for _ in range(CAPS[first]):
+                    body = {**LONG, "input": "x" * 140}
+                    request = http.stream("POST", f"{nodes[first].url}/v1/audio/speech", json=body)
+                    response = await held.enter_async_context(request)
+                    assert response.status_code == 200  # sent with its first audio: admitted
+                received = 0
+                async for chunk in session.speak("x" * 28, seed=1):
+                    received += len(chunk.data)
+            return first, session.ready["node"], session.spills, received
+
+    first, second, spills, received = asyncio.run(main())
+    assert second != first and spills == 1 and received > 0
+
+
+def test_a_node_reserves_its_free_streams_for_new_sessions(cluster) -> None:
+    """Straight to node ``a`` (cap 2): two sessions that have not spoken yet hold both its
+    streams (its agent says 1%), so a third that asks to spill is refused before the upgrade
+    with 503 ``at_capacity`` and ``Retry-After``; one that does not ask is accepted, as
+    before. A spill header of any other value than 1 or 0 is 400 ``invalid_header``. Once
+    the sessions close nothing stays reserved (the agent says 100% again)."""
+    _, nodes, agents = cluster
+    _wait_until_idle(nodes)
+    node_a = nodes["a"].url.replace("http://", "ws://") + "/v1/stream"
+    garbage = ["yes", "true", "2", "1,1", "0x1", "1" * 300, "-1"]
+
+    async def main() -> tuple[str, object, list[object]]:
+        sessions = [await websockets.connect(node_a, additional_headers=SPILL) for _ in range(2)]
+        held = _agent_line(agents["a"])
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            await websockets.connect(node_a, additional_headers=SPILL)
+        sessions.append(await websockets.connect(node_a))  # no header: accepted as before
+        invalid = []
+        for value in garbage:
+            with pytest.raises(websockets.InvalidStatus) as bad:
+                await websockets.connect(node_a, additional_headers={"X-Cadenza-Spill": value})
+            invalid.append(bad.value.response)
+        for session in sessions:
+            assert json.loads(await session.recv())["type"] == "ready"
+            await session.close()
+        return held, refused.value.response, invalid
+
+    held, refused, invalid = asyncio.run(main())
+    assert held == "up ready 1%"
+    assert refused.status_code == 503 and int(refused.headers["Retry-After"]) >= 1
+    assert json.loads(refused.body)["error"]["code"] == "at_capacity"
+    for response in invalid:
+        assert response.status_code == 400
+        assert json.loads(response.body)["error"]["code"] == "invalid_header"
+    deadline = time.monotonic() + 5
+    while (line := _agent_line(agents["a"])) != "up ready 100%":
+        assert time.monotonic() < deadline, f"a reservation stayed behind: {line}"
+        time.sleep(0.2)
+
+
+def _wait_until_idle(nodes: dict[str, RunningServer], timeout_s: float = 30.0) -> None:
+    """Until neither node has a stream admitted or queued (earlier tests' streams ended)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        capacities = [httpx.get(f"{n.url}/v1/capacity", timeout=5).json() for n in nodes.values()]
+        if all(c["active"] == 0 and c["queued"] == 0 for c in capacities):
+            return
+        assert time.monotonic() < deadline, "the nodes' streams did not end"
+        time.sleep(0.3)
+
+
+def _agent_line(port: int) -> str:
+    """The node's agent-check answer, as HAProxy reads it."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as connection:
+        return connection.makefile("rb").readline().decode("ascii").strip()
+
+
 def test_with_every_node_full_clients_get_the_documented_refusal_or_queue(cluster) -> None:
     """Six ten-second streams fill both nodes (``realtime``: one refused by a full node is
     resent to the other, so each node ends up at its cap). Then another ``realtime`` stream,
     refused by a node and again by the other, gets that node's 503 with its code and
     ``Retry-After`` (not an error of HAProxy's own); a ``standard`` one waits in a node's
-    queue and plays once a stream there ends (docs/protocol.md)."""
-    url, _ = cluster
+    queue and plays once a stream there ends (docs/protocol.md). So does a ``standard`` SDK
+    stream: every node refuses its spilling upgrade, so it connects without asking and its
+    utterance waits in that node's queue."""
+    url, *_ = cluster
     ten_seconds = {**LONG, "input": "x" * 140}
 
     def stream(priority: str) -> tuple[int, str | None, str | None, float]:
@@ -136,22 +259,32 @@ def test_with_every_node_full_clients_get_the_documented_refusal_or_queue(cluste
             retry_after = r.headers.get("retry-after") if code else None
             return r.status_code, code, retry_after, time.monotonic() - started
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
+    async def sdk_stream() -> tuple[bool, float]:
+        started = time.monotonic()
+        async with connect(url.replace("http://", "ws://") + "/v1/stream") as session:
+            async for _chunk in session.speak("x" * 28, priority="standard"):
+                pass
+            return session.last_queued is not None, time.monotonic() - started
+
+    with ThreadPoolExecutor(max_workers=9) as pool:
         filling = [pool.submit(stream, "realtime") for _ in range(sum(CAPS.values()))]
         time.sleep(2.0)  # all six admitted and playing
         refused = pool.submit(stream, "realtime")
         queued = pool.submit(stream, "standard")
+        queued_sdk = pool.submit(asyncio.run, sdk_stream())
         status, code, retry_after, _ = refused.result()
         assert status == 503 and code in REFUSALS, (status, code)
         assert retry_after is not None and int(retry_after) >= 1
         assert [future.result()[0] for future in filling] == [200] * 6
         status, _, _, took_s = queued.result()
         assert status == 200 and took_s > 5.0  # it waited for a stream to end
+        was_queued, took_s = queued_sdk.result()
+        assert was_queued and took_s > 5.0
 
 
 def test_a_drained_node_gets_no_new_streams(cluster) -> None:
     """Last: the drain ends node ``a``. Its open stream finishes; new ones go to ``b``."""
-    url, nodes = cluster
+    url, nodes, _ = cluster
 
     def open_on_a() -> int:
         with httpx.stream("POST", f"{nodes['a'].url}/v1/audio/speech", json=LONG, timeout=60) as r:

@@ -10,8 +10,10 @@ is what :func:`agent_reply` makes of the node now:
   requests and leaves the open streams alone;
 * ``up ready N%`` otherwise, ``N`` the node's free real-time headroom: the nominal streams it would
   still admit (its claim, within ``admission.max_streams``, less the streams active and
-  queued) as a percentage of its claim, over every served model. HAProxy scales the server's
-  configured weight by it, so new streams go where there is room. A full node says ``up 1%``,
+  queued, and less the streams reserved for WebSocket sessions accepted but not yet speaking,
+  :mod:`~cadenza.edge.admission.session_reservations`) as a percentage of its claim, over
+  every served model. HAProxy scales the server's configured weight by it, so new streams go
+  where there is room. A full node says ``up 1%``,
   never 0: while every node is full, requests still reach one, which queues or refuses them
   with cadenza's own documented 503 (and its ``Retry-After``) instead of HAProxy's bare one.
   ``ready`` is there because in HAProxy only that word ends a ``drain`` the agent said
@@ -32,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cadenza.edge.admission.capacity_snapshot import CapacitySnapshot
+from cadenza.edge.server.node_headroom import claimed_streams, free_streams
 
 log = logging.getLogger(__name__)
 
@@ -43,21 +46,23 @@ _IO_TIMEOUT_S = 2.0
 @dataclass(frozen=True)
 class NodeState:
     """What the agent reads of the node: whether it drains, whether every served model has a
-    ready replica, and each model's capacity snapshot."""
+    ready replica, each model's capacity snapshot, and the streams reserved for WebSocket
+    sessions that have not reached admission yet."""
 
     draining: bool
     ready: bool
     snapshots: Sequence[CapacitySnapshot]
+    reserved: int = 0
 
 
-def free_percent(snapshots: Sequence[CapacitySnapshot]) -> int:
+def free_percent(snapshots: Sequence[CapacitySnapshot], reserved: int = 0) -> int:
     """The node's free real-time headroom in percent of its claim (0-100), over every model:
-    streams it would still admit (each model's ``max_streams`` less its active and queued
-    streams) over the streams it claims."""
-    claimed = sum(s.max_streams for s in snapshots)
+    streams it would still admit (:func:`~.node_headroom.free_streams`) less those
+    ``reserved``, over the streams it claims."""
+    claimed = claimed_streams(snapshots)
     if claimed <= 0:
         return 0
-    free = sum(max(s.max_streams - s.active - s.queued, 0) for s in snapshots)
+    free = max(free_streams(snapshots) - reserved, 0)
     return min(100, math.floor(100 * free / claimed))
 
 
@@ -68,7 +73,7 @@ def agent_reply(node: NodeState) -> str:
         return "down"
     if node.draining or not any(s.admission_open for s in node.snapshots):
         return "drain"
-    return f"up ready {max(free_percent(node.snapshots), 1)}%"
+    return f"up ready {max(free_percent(node.snapshots, node.reserved), 1)}%"
 
 
 def with_ignored_input(reply: str, received: bytes) -> str:

@@ -12,15 +12,21 @@ from cadenza.config import CadenzaConfig
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.edge.admission.api_keys import ApiKeys, bearer_token
 from cadenza.edge.admission.guard import TextGuard
+from cadenza.edge.admission.session_reservations import Reservation, SessionReservations
 from cadenza.edge.replicas.model_service import ModelService
 from cadenza.edge.server.lifecycle import Lifecycle
 from cadenza.edge.server.metrics import Metrics
+from cadenza.edge.server.node_headroom import free_streams
 from cadenza.edge.streams.errors import EdgeError
 from cadenza.edge.streams.lease import Transport
 
 if TYPE_CHECKING:
     from cadenza.edge.streams.checkpoints import CheckpointStore
     from cadenza.edge.transports.webrtc import WebRTCSession
+
+# What an ``at_capacity`` refusal's Retry-After says: it asks for another node now, not for a
+# wait here (a client that wants to wait connects without the spill header and queues).
+SPILL_RETRY_AFTER_S = 1.0
 
 
 @dataclass
@@ -38,6 +44,8 @@ class EdgeState:
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     admin_tasks: set[asyncio.Task[None]] = field(default_factory=set)  # drains, restarts
     checkpoints: CheckpointStore | None = None  # with limits.redis_url: streams resume anywhere
+    # Streams promised to WebSocket sessions accepted whose first utterance is not admitted yet.
+    reservations: SessionReservations = field(default_factory=SessionReservations)
 
     @property
     def default(self) -> ModelService:
@@ -64,6 +72,26 @@ class EdgeState:
                 param="model",
             )
         return service
+
+    # -- room for a new session ------------------------------------------------------------
+
+    def reserve_session(self, spill: bool) -> Reservation | None:
+        """A reservation for a WebSocket session about to be accepted, when the node could
+        start one more stream at once (its free streams over every served model, less those
+        reserved already); ``None`` when it could not. With ``spill`` (the client's
+        ``X-Cadenza-Spill: 1``) no room raises :class:`EdgeError` 503 ``at_capacity`` instead,
+        so that a front door tries another node."""
+        snapshots = [service.snapshot() for service in self.services.values()]
+        reservation = self.reservations.reserve(free_streams(snapshots))
+        if reservation is None and spill:
+            raise EdgeError(
+                503,
+                "this node cannot start another stream at once; another node may (or connect "
+                "without X-Cadenza-Spill to wait in this node's queue)",
+                code="at_capacity",
+                retry_after_s=SPILL_RETRY_AFTER_S,
+            )
+        return reservation
 
     # -- who is asking ----------------------------------------------------------------------
 

@@ -150,7 +150,23 @@ CLIENT_TYPES = (
     "speak", "audio_in", "hello", "resume", "text", "flush", "text_end", "cancel", "ping",
     "close", "reset_conversation",
 )  # fmt: skip
-FEATURES = ("text_stream",)  # what ``ready`` lists: protocol 1 additions this server speaks
+FEATURES = ("text_stream", "spill")  # what ``ready`` lists: protocol 1 additions it speaks
+
+# A client's header on the upgrade: ``1`` asks a node that cannot start one more stream at
+# once to refuse the upgrade (503 ``at_capacity``) so that a front door places the session on
+# another node; ``0`` (or no header) accepts it as before (docs/protocol.md).
+SPILL_HEADER = "X-Cadenza-Spill"
+
+
+def wants_spill(value: str | None) -> bool:
+    """The :data:`SPILL_HEADER` of an upgrade (``None``: absent). Raises
+    :class:`ProtocolError` ``invalid_header`` for anything but ``1`` or ``0``."""
+    if value is None or value == "0":
+        return False
+    if value == "1":
+        return True
+    shown = value[:32].encode("ascii", "backslashreplace").decode("ascii")
+    raise ProtocolError("invalid_header", f"{SPILL_HEADER} must be 1 or 0, got {shown!r}")
 
 
 def parse_client_message(text: str) -> AnyClientMessage:

@@ -2,10 +2,16 @@
 (docs/protocol.md).
 
 A node that drains or has no ready engine refuses the upgrade with HTTP 503 (a front door
-retries it elsewhere). After the handshake and authentication the server sends ``ready``;
-each client message goes through the session's rules, and each utterance the session starts
-plays as a task: admission lease, ``started``, binary audio frames, ``done``. Bad messages get
-an ``error`` and the session goes on.
+retries it elsewhere). So does a node that could not start one more stream at once, when the
+client asks it to (``X-Cadenza-Spill: 1``: 503 ``at_capacity``, and the front door places the
+session on another node); a session it accepts while it has room holds a reservation
+(:mod:`cadenza.edge.admission.session_reservations`) until its first utterance reaches
+admission, so that a burst of upgrades does not all count the same free slot.
+
+After the handshake and authentication the server sends ``ready``; each client message goes
+through the session's rules, and each utterance the session starts plays as a task: admission
+lease, ``started``, binary audio frames, ``done``. Bad messages get an ``error`` and the
+session goes on.
 
 With stream checkpoints (``limits.redis_url``, :mod:`cadenza.edge.streams.checkpoints`) each
 ``started`` carries a ``resume_token``, and a ``resume`` message goes on with a stream whose
@@ -35,6 +41,7 @@ from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.errors import EngineError
 from cadenza.contract.request import FinishReason
 from cadenza.edge.admission.api_keys import bearer_token
+from cadenza.edge.admission.session_reservations import Reservation
 from cadenza.edge.server.state import EdgeState
 from cadenza.edge.streams import protocol
 from cadenza.edge.streams.conversation import SaidFrames
@@ -102,14 +109,23 @@ class WebSocketEndpoint:
         self._wake = asyncio.Event()  # an utterance ended, or the client was dropped
         self._dropped = False
         self._text_streams: dict[int, TextStream] = {}  # by stream id, while they play
+        self._reservation: Reservation | None = None  # until the first utterance is admitted
 
     async def run(self) -> None:
         try:
             self.state.lifecycle.check_open()
             info = self.state.default.require_ready()
+            spill = _wants_spill(self.websocket.headers.get(protocol.SPILL_HEADER))
+            self._reservation = self.state.reserve_session(spill)
         except (EngineError, EdgeError) as exc:
             await self._deny(exc if isinstance(exc, EdgeError) else EdgeError.from_engine(exc))
             return
+        try:
+            await self._serve(info)
+        finally:
+            self._release_reservation()
+
+    async def _serve(self, info: EngineInfo) -> None:
         await self.websocket.accept()
         if not await self._authenticate():
             return
@@ -135,10 +151,11 @@ class WebSocketEndpoint:
             await self._playing.stop_all()
 
     async def _deny(self, error: EdgeError) -> None:
-        """Refuse the upgrade itself with the HTTP error (503 ``shutting_down`` or
-        ``engine_unavailable``, with ``Retry-After``): a front door retries that on another
-        node, as it does an HTTP request, and the client never holds a socket this node cannot
-        serve. A server without the denial extension accepts, says why and closes with 1013."""
+        """Refuse the upgrade itself with the HTTP error (503 ``shutting_down``,
+        ``engine_unavailable`` or ``at_capacity``, with ``Retry-After``; 400
+        ``invalid_header``): a front door retries a 503 on another node, as it does an HTTP
+        request, and the client never holds a socket this node cannot serve. A server without
+        the denial extension accepts, says why and closes with 1013."""
         if "websocket.http.response" in self.websocket.scope.get("extensions", {}):
             await self.websocket.send_denial_response(error_response(error))
             return
@@ -165,6 +182,12 @@ class WebSocketEndpoint:
             return False
         self.client = client
         return True
+
+    def _release_reservation(self) -> None:
+        """The session's first utterance reached admission (admitted, queued or refused), or
+        the session ends: admission counts it from now on, not the reservation."""
+        self.state.reservations.release(self._reservation)
+        self._reservation = None
 
     async def _receive_loop(self, session: SpeakSession) -> None:
         receiving = asyncio.ensure_future(self.websocket.receive())
@@ -244,6 +267,7 @@ class WebSocketEndpoint:
         stream_id = start.stream_id
 
         async def queued(position: int, wait_s: float) -> None:
+            self._release_reservation()  # admission counts it as queued
             await self._send_text(protocol.queued_message(stream_id, position, wait_s))
 
         try:
@@ -258,8 +282,10 @@ class WebSocketEndpoint:
                     on_text_stream=functools.partial(self._text_streams.__setitem__, stream_id),
                 )
             except EdgeError as exc:
+                self._release_reservation()
                 await self._send_error(exc, stream_id)
                 return
+            self._release_reservation()
             await self._stream(stream_id, opened, said, Resumed.fresh())
         finally:
             self._text_streams.pop(stream_id, None)
@@ -270,8 +296,10 @@ class WebSocketEndpoint:
         try:
             claimed = await claim_and_admit(self.state, start.resume, self.client, "websocket")
         except EdgeError as exc:
+            self._release_reservation()
             await self._send_error(exc, start.stream_id)
             return
+        self._release_reservation()
         opened = OpenedUtterance(claimed.info, claimed.lease, claimed.head, None)
         await self._stream(start.stream_id, opened, said, claimed.resumed)
 
@@ -398,6 +426,15 @@ class WebSocketEndpoint:
         with contextlib.suppress(Exception):
             async with asyncio.timeout(GOODBYE_TIMEOUT_S):
                 await self.websocket.close(close_code)
+
+
+def _wants_spill(header: str | None) -> bool:
+    """The upgrade's ``X-Cadenza-Spill`` (:func:`protocol.wants_spill`); :class:`EdgeError`
+    400 ``invalid_header`` for a value it does not take."""
+    try:
+        return protocol.wants_spill(header)
+    except ProtocolError as exc:
+        raise EdgeError(400, str(exc), code=exc.code, param=protocol.SPILL_HEADER) from exc
 
 
 def _ready_message(info: EngineInfo, state: EdgeState) -> str:

@@ -63,6 +63,21 @@ def test_the_documented_mapping(node: NodeState, line: str) -> None:
     assert agent_reply(node) == line
 
 
+def test_streams_reserved_for_new_sessions_lower_the_weight() -> None:
+    """WebSocket sessions accepted but not yet speaking count as taken: 1 of a claim of 4
+    reserved next to 1 active leaves 50%; more reserved than free leaves the floor of 1%."""
+    node = NodeState(False, True, snapshots=[snapshot(4, active=1)], reserved=1)
+    assert agent_reply(node) == "up ready 50%"
+    assert free_percent([snapshot(4, active=1)], reserved=1) == 50
+    full = NodeState(False, True, snapshots=[snapshot(4, active=1)], reserved=5)
+    assert agent_reply(full) == "up ready 1%"
+
+
+def test_a_model_whose_admission_is_closed_has_no_free_streams() -> None:
+    """It admits nothing: its claim still counts, its free streams do not."""
+    assert free_percent([snapshot(4), snapshot(4, open_=False)]) == 50
+
+
 def test_the_operators_cap_lowers_the_weight() -> None:
     """A capped node's claim is its cap (the gate reports it so): 2 of a cap of 4 is 50%."""
     node = NodeState(draining=False, ready=True, snapshots=[snapshot(4, active=2)])

@@ -34,6 +34,7 @@ from cadenza.edge.streams.protocol import (
     queued_message,
     resolve_sample_rate,
     server_message,
+    wants_spill,
 )
 from cadenza.edge.streams.untrusted_json import MAX_DEPTH
 
@@ -463,3 +464,20 @@ def test_fuzzed_text_only_ever_raises_protocol_errors(text: str) -> None:
 def test_nested_fields_of_any_depth_only_ever_raise_protocol_errors(depth: int, kind: str) -> None:
     nested = "[" * depth + "]" * depth
     check_parse(f'{{"type": "{kind}", "data": {nested}}}')
+
+
+@pytest.mark.parametrize(("header", "spill"), [(None, False), ("0", False), ("1", True)])
+def test_the_spill_header_asks_for_a_node_with_room(header: str | None, spill: bool) -> None:
+    assert wants_spill(header) is spill
+
+
+@pytest.mark.parametrize(
+    "header", ["", "yes", "true", "2", "1,1", "\x00", "é" * 500, "1" * 10_000, "\r\n1"]
+)
+def test_any_other_spill_header_is_invalid_header(header: str) -> None:
+    """Refused, never guessed at; the message names the header and shows at most 32
+    characters of the value, in ASCII."""
+    with pytest.raises(ProtocolError, match="X-Cadenza-Spill must be 1 or 0") as refused:
+        wants_spill(header)
+    assert refused.value.code == "invalid_header"
+    assert len(str(refused.value)) < 200 and str(refused.value).isascii()
