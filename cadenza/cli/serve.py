@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+from pathlib import Path
 
 from cadenza.cli.options import DeprecatedFlag, add_model_flags, command_parser
 from cadenza.config import CadenzaConfig
+from cadenza.contract.host_nodes import HostNode, default_registry_dir, register_node
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -61,6 +64,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(config: CadenzaConfig, _: argparse.Namespace) -> int:
+    # First of all, so that a node started beside this one sees it before either places its
+    # engines on the host's cores.
+    node = _register_on_host(config)
     import uvicorn
 
     from cadenza.edge.admission.api_keys import ApiKeyFileError
@@ -68,11 +74,12 @@ def run(config: CadenzaConfig, _: argparse.Namespace) -> int:
     from cadenza.edge.server.app import create_app
     from cadenza.edge.server.draining_server import DrainingServer
     from cadenza.edge.transports.http_protocol import timed_h11_protocol
+    from cadenza.edge.transports.ws_protocol import Utf8CheckedWebSocketProtocol
     from cadenza.logs import configure_logging
 
     configure_logging(config.server.log_level, process="edge")
     try:
-        app = create_app(config)
+        app = create_app(config, host_node=node)
     except (ApiKeyFileError, GuardError) as exc:
         print(f"cadenza: {exc}", file=sys.stderr)
         return 2
@@ -89,6 +96,7 @@ def run(config: CadenzaConfig, _: argparse.Namespace) -> int:
         # the edge's CPU under load for a few percent fewer bytes
         # (docs/journal/2026-12-02-engine-edge-and-admission-on-two-cores.md).
         ws_per_message_deflate=False,
+        ws=Utf8CheckedWebSocketProtocol,  # a text message that is not UTF-8: 1007, no traceback
         http=timed_h11_protocol(
             config.server.request_head_timeout_s, config.server.send_buffer_bytes
         ),
@@ -97,3 +105,19 @@ def run(config: CadenzaConfig, _: argparse.Namespace) -> int:
         server_config, app, config.server.drain_timeout_s, freeze_heap=config.server.gc_freeze
     ).run()
     return 0
+
+
+def _register_on_host(config: CadenzaConfig) -> HostNode | None:
+    """This node's slot among the nodes on this host (``supervision.share_host``), held for
+    the process's life; ``None`` (every core, as if alone) where sharing is off or the
+    registry cannot be used."""
+    if not config.supervision.share_host:
+        return None
+    directory = config.supervision.host_registry_dir
+    try:
+        return register_node(Path(directory) if directory else default_registry_dir())
+    except (OSError, RuntimeError) as exc:
+        logging.getLogger(__name__).warning(
+            "cannot register with this host's other nodes (%s): using every core", exc
+        )
+        return None

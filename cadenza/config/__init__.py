@@ -6,8 +6,9 @@ section            keys                                                    modul
 ``server``         where the edge listens, its timeouts, drain             ``server.py``
 ``model``          model, codec, device, dtypes, seed, torch threads       ``model.py``
 ``[[models]]``     several models per server                               ``model.py``
-``supervision``    mode, startup/heartbeat timeouts, replicas, warm        ``supervision.py``
-                   spare, restart backoff, start failures, resume replay
+``supervision``    mode, startup/heartbeat timeouts, replicas, the host's  ``supervision.py``
+                   cores shared among its nodes, warm spare, restart
+                   backoff, start failures, resume replay
 ``engine``         kind, batch (tokens, sequences), pending requests,      ``engine.py``
                    KV pages, dtype, size, prefix caching, reservation
 ``realtime``       first and later chunk (ms), TTFA target, playout        ``realtime.py``
@@ -15,7 +16,8 @@ section            keys                                                    modul
                    headroom
 ``cpu``            packed weights, linear dtype, fused decode, codec dtype  ``cpu.py``
 ``calibration``    mode, batch sizes, duration (ms), long context,         ``calibration.py``
-                   attempts, tolerance, cache directory
+                   attempts, re-measuring when idle, tolerance, cache
+                   directory
 ``limits``         what one request may ask for                            ``limits.py``
 ``guard``          the input-text guard                                    ``guard.py``
 ``admission``      queues, reserved shares, the capacity check             ``admission.py``

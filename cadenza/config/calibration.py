@@ -39,8 +39,18 @@ class CalibrationConfig(Section):
         ge=1,
         le=10,
         description="sweeps a start may run until one agrees with itself (its repeated "
-        "points and its fit; a busy machine's do not); then it serves with a conservative "
-        "one, never cached (/readyz and the log say so)",
+        "points and its fit; a busy machine's do not; one measured while something else ran "
+        "on its cores ends them, as the next would meet the same neighbour); then it serves "
+        "with a conservative one, never cached (/readyz and the log say so)",
+    )
+    remeasure_idle_s: float = Field(
+        30.0,
+        ge=0,
+        description="an engine serving with a conservative calibration (none of its sweeps "
+        "agreed with itself: the machine was busy) measures again once it has been idle "
+        "this long, stopping at the next step when a request arrives; one that agrees "
+        "replaces it (and is cached). After a sweep that still disagrees the wait doubles, "
+        "up to 16 times as long. 0: never",
     )
     tolerance: float = Field(
         0.5,

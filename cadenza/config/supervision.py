@@ -18,7 +18,11 @@ class SupervisionConfig(Section):
         description="process: engine in its own process over ZeroMQ; inprocess: a thread (tests)",
     )
     startup_timeout_s: float = Field(
-        180.0, gt=0, description="how long the edge waits for the engine to load"
+        180.0,
+        gt=0,
+        description="how long the edge waits for a starting engine that makes no progress "
+        "(it reports what it is doing, loading or calibrating, every second); an engine "
+        "still working is waited for however long its calibration takes",
     )
     replicas: int | None = Field(
         None,
@@ -29,6 +33,20 @@ class SupervisionConfig(Section):
         "CPU each pinned to its share of the cores); unset: one per core on a CPU-only "
         "machine with at most 2 cores (measured: twice the streams of one replica on both), "
         "else one",
+    )
+    share_host: bool = Field(
+        True,
+        description="divide this host's cores with the other cadenza nodes running on it "
+        "(each node, edge and engines, pinned to its own block of the cores, its replicas "
+        "dividing that; with more nodes than cores every node shares every core); false: "
+        "run on every core this process may use, as if alone",
+    )
+    host_registry_dir: str | None = Field(
+        None,
+        description="where the nodes on one host register (a lock file each, held while the "
+        "node runs; share_host); unset: $XDG_RUNTIME_DIR/cadenza/nodes, else "
+        "<tmp>/cadenza-<uid>/nodes. Containers on one host share it through a directory "
+        "mounted from the host",
     )
     warm_spare: bool = Field(
         False,

@@ -5,11 +5,20 @@ Every replica gets ``cores // replicas`` cores of its own (pinned, that many thr
 is at least :data:`MIN_CORES_PER_REPLICA`, i.e. when there are at least as many cores as
 replicas; otherwise all replicas share every core, and a step of one may run ``replicas`` times
 slower while the others are busy too.
+
+Nodes on one host (several ``cadenza serve`` processes: two pods on one Kubernetes node, the
+fleet tests) divide its cores first (:func:`node_share`, from the host's registry of live nodes,
+:mod:`cadenza.contract.host_nodes`): each node runs, edge and engines, on its own block of
+them, and its replicas divide that block as above; where there are more nodes than cores they
+all share every core. A node's edge pins itself to its share before it starts its engines,
+which inherit it: both sides then see the same cores (:func:`usable_cores`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 # A replica may be pinned to a single core, one thread: on a 2-core CPU, cadenza-tiny's steps
@@ -54,9 +63,11 @@ def cores_per_replica(replicas: int, cores: int) -> int:
     return share if share >= MIN_CORES_PER_REPLICA else 0
 
 
-def core_sharers(replicas: int, cores: int) -> int:
-    """How many replicas run on each core: ``replicas`` when they share, else 1."""
-    return replicas if replicas > 1 and cores_per_replica(replicas, cores) == 0 else 1
+def core_sharers(replicas: int, cores: int, nodes: int = 1) -> int:
+    """How many replicas run on each core: ``replicas`` when they share, else 1; times
+    ``nodes``, the nodes sharing these cores (:attr:`NodeShare.sharers`)."""
+    mine = replicas if replicas > 1 and cores_per_replica(replicas, cores) == 0 else 1
+    return mine * max(nodes, 1)
 
 
 def usable_cores() -> list[int]:
@@ -64,3 +75,31 @@ def usable_cores() -> list[int]:
     if hasattr(os, "sched_getaffinity"):
         return sorted(os.sched_getaffinity(0))
     return list(range(os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class NodeShare:
+    """The cores one node (a ``cadenza serve`` process and its engines) runs on, of those the
+    host lets it use, and ``sharers``: how many nodes run on those cores (1: they are its
+    own; more: every node on the host shares every core)."""
+
+    cores: tuple[int, ...]
+    sharers: int = 1
+
+
+def node_share(cores: Sequence[int], rank: int, nodes: int) -> NodeShare:
+    """How the ``nodes`` nodes live on one host divide its ``cores``: the node of ``rank``
+    (0-based, in the order of their registration slots) gets a contiguous block of them, the
+    remainder one more core each to the first nodes; where there are more nodes than cores,
+    every node runs on every core and they share them (their engines' OpenMP threads then
+    sleep instead of spinning when idle, as replicas sharing cores do). One node alone (or
+    none registered: ``nodes`` < 2) has every core."""
+    ordered = tuple(sorted(cores))
+    if nodes < 2 or not ordered:
+        return NodeShare(ordered)
+    if len(ordered) < nodes:
+        return NodeShare(ordered, sharers=nodes)
+    rank = min(max(rank, 0), nodes - 1)
+    each, extra = divmod(len(ordered), nodes)
+    start = rank * each + min(rank, extra)
+    return NodeShare(ordered[start : start + each + (1 if rank < extra else 0)])

@@ -7,11 +7,16 @@ Each message travels as one msgpack map; its ``type`` key names the kind::
                      abort     AbortRequest(request_id)     stop it (no-op if it ended)
                      probe     Probe(batch, max_ms)         measure idle steps (if idle)
                      shutdown  Shutdown()                   finish the loop
-    engine -> edge   ready     Ready(info)                  once, after loading and calibrating
+    engine -> edge   starting  Starting(stage, cpu_s)       every second while it loads and
+                                                            calibrates: what it does, how much
+                                                            CPU time it has used (its progress)
+                     ready     Ready(info)                  once, after loading and calibrating
                      output    Output(...)                  a stream's next audio; its last one
                                                             says why it finished
                      stats     Stats(stats, report)         every 0.5 s; also the heartbeat
                      probed    Probed(report, batch, ...)   a probe's steps, once it ran
+                     recalibrated  Recalibrated(calibration)  a conservative calibration
+                                                            measured again and replaced
                      fatal     Fatal(message)               the engine cannot go on
 
 Decoding validates every field (types, shapes, enums) against these dataclasses, so a garbled
@@ -27,6 +32,7 @@ import msgpack
 import numpy as np
 from pydantic import Field, TypeAdapter, ValidationError
 
+from cadenza.contract.calibration import Calibration
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.engine_stats import EngineStats, ProbeOutcome, StepReport
 from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
@@ -66,6 +72,18 @@ class Probe:
 @dataclass(frozen=True)
 class Shutdown:
     type: Literal["shutdown"] = field(default="shutdown", kw_only=True)
+
+
+@dataclass(frozen=True)
+class Starting:
+    """The engine is still starting: ``stage`` says what it does (loading, calibrating, which
+    attempt), ``cpu_s`` how much CPU time its process has used so far. The edge waits for an
+    engine whose CPU time grows, however long its calibration takes on a busy machine, and
+    gives up on one that stops making progress (``supervision.startup_timeout_s``)."""
+
+    stage: Annotated[str, Field(max_length=200)]
+    cpu_s: Annotated[float, Field(ge=0)]
+    type: Literal["starting"] = field(default="starting", kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -154,6 +172,17 @@ class Probed:
 
 
 @dataclass(frozen=True)
+class Recalibrated:
+    """The engine, which served with a conservative calibration (its start-up sweeps
+    contradicted themselves: the machine was busy), measured its steps again while idle and
+    got one that agrees with itself; it serves with this one from now on, and admission
+    should price it with it (the rest of its ``ready`` info stands)."""
+
+    calibration: Calibration
+    type: Literal["recalibrated"] = field(default="recalibrated", kw_only=True)
+
+
+@dataclass(frozen=True)
 class Fatal:
     message: str
     type: Literal["fatal"] = field(default="fatal", kw_only=True)
@@ -162,14 +191,24 @@ class Fatal:
 EdgeMessage = AddRequest | AbortRequest | Probe | Shutdown
 """What the edge sends to the engine."""
 
-EngineMessage = Ready | Output | Stats | Probed | Fatal
+EngineMessage = Starting | Ready | Output | Stats | Probed | Recalibrated | Fatal
 """What the engine sends to the edge."""
 
 Message = EdgeMessage | EngineMessage
 
 _ADAPTER: TypeAdapter[Message] = TypeAdapter(
     Annotated[
-        AddRequest | AbortRequest | Probe | Shutdown | Ready | Output | Stats | Probed | Fatal,
+        AddRequest
+        | AbortRequest
+        | Probe
+        | Shutdown
+        | Starting
+        | Ready
+        | Output
+        | Stats
+        | Probed
+        | Recalibrated
+        | Fatal,
         Field(discriminator="type"),
     ]
 )

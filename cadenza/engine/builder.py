@@ -8,6 +8,7 @@ which native kernels it runs."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import torch
 
@@ -266,13 +267,18 @@ def load_native_kernels() -> tuple[NativeKernel, ...]:
     return kernels
 
 
-def build_serving_engine(config: CadenzaConfig) -> ServingEngine:
+def build_serving_engine(
+    config: CadenzaConfig, on_stage: Callable[[str], None] | None = None
+) -> ServingEngine:
     """The configured engine, ready to serve: the naive baseline, or the batching engine with
     its step time calibrated (or read from the calibration cache) beside the model's other
     replicas, which the edge starts together: what one replica's step costs while the others
     work, as in service. A Bark checkpoint gets its own engine, calibrated per frame of audio
     (:mod:`cadenza.engine.models.bark.bark_engine`). Its native kernels are loaded first, and
-    logged (:func:`load_native_kernels`)."""
+    logged (:func:`load_native_kernels`). ``on_stage`` is told what the start is doing as it
+    moves on (loading, calibrating and its attempts, warming up), for the edge."""
+    stage = on_stage or (lambda _: None)
+    stage("loading")
     load_native_kernels()
     from cadenza.engine.models.bark.bark_recognition import bark_directory
 
@@ -282,6 +288,7 @@ def build_serving_engine(config: CadenzaConfig) -> ServingEngine:
 
         bark_engine = BarkEngine.from_config(config, bark)
         if config.calibration.mode != "off":
+            stage("calibrating")
             bark_engine.apply_calibration(*calibrate_bark(bark_engine))
         return bark_engine
     if config.engine.kind == "naive":
@@ -299,5 +306,7 @@ def build_serving_engine(config: CadenzaConfig) -> ServingEngine:
     )
     if engine.precision is not None:
         log.info("%s computes in %s", config.model.name, engine.precision.describe())
-    engine.apply_calibration(load_or_calibrate(engine, config.model.seed, replicas - 1))
+    engine.apply_calibration(
+        load_or_calibrate(engine, config.model.seed, replicas - 1, progress=on_stage)
+    )
     return engine

@@ -28,7 +28,10 @@ class RunningServer:
     """``cadenza serve`` on ``port`` (a free one by default), on the CPU. ``replicas``: engine
     replicas per model (``None``: the server's default, which on a small CPU is one per core);
     tests run one unless they say otherwise, so that slots and engine processes are what they
-    count."""
+    count. Each server registers alone on the host (a registry of its own), so that the
+    servers a test runs side by side, and any other node on the machine, do not divide its
+    cores, unless the test names a registry for them to share
+    (``CADENZA_SUPERVISION__HOST_REGISTRY_DIR``, tests/integration/test_nodes_on_one_host.py)."""
 
     def __init__(
         self,
@@ -44,6 +47,9 @@ class RunningServer:
         self.log_path = log_path
         self.idle_tasks = float("inf")  # edge asyncio tasks when idle, once a test records it
         self._log = log_path.open("wb")
+        alone = {
+            "CADENZA_SUPERVISION__HOST_REGISTRY_DIR": str(log_path.parent / f"host-{self.port}")
+        }
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -58,7 +64,7 @@ class RunningServer:
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **_replicas_env(replicas), **(env or {})},
+            env={**os.environ, **alone, **_replicas_env(replicas), **(env or {})},
             start_new_session=own_group,  # a process group of its own: the node, to kill whole
         )
 

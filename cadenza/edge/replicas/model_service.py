@@ -59,8 +59,10 @@ class ModelService:
         rate_limiter: Quotas,
         guard: TextGuard | None,
         lifecycle: Lifecycle,
+        node_sharers: int = 1,
     ) -> None:
         self.name = config.model.public_name
+        self.node_sharers = node_sharers  # nodes on this host sharing its cores (1: its own)
         self.config = config
         self.metrics = metrics
         self.edge_metrics = edge_metrics
@@ -76,6 +78,7 @@ class ModelService:
                 on_probe=self._on_probe,
                 on_ready=self._on_ready,
                 on_lost=self._on_lost,
+                on_recalibrated=self._on_recalibrated,
             )
             for index in range(
                 replica_count(
@@ -101,14 +104,25 @@ class ModelService:
         rate_limiter: Quotas,
         guard: TextGuard | None,
         lifecycle: Lifecycle | None = None,
+        node_sharers: int = 1,
     ) -> ModelService:
         """Start the model's replicas, all at once, and wait until each is ready: they
         calibrate side by side, so each measures its steps while the others work, as they
         will in service (on a CPU machine replicas share caches and memory bandwidth, or a
         host's sibling threads: one alone runs faster than either beside the other). Raises
-        ``EngineUnavailable`` (after stopping every replica)."""
+        ``EngineUnavailable`` (after stopping every replica). ``node_sharers``: the nodes on
+        this host whose engines run on this one's cores too (1: they are its own;
+        :class:`~cadenza.contract.cpu_replicas.NodeShare`)."""
         metrics = ModelMetrics(edge_metrics, config.model.public_name)
-        service = cls(config, metrics, edge_metrics, rate_limiter, guard, lifecycle or Lifecycle())
+        service = cls(
+            config,
+            metrics,
+            edge_metrics,
+            rate_limiter,
+            guard,
+            lifecycle or Lifecycle(),
+            node_sharers,
+        )
         started = time.perf_counter()
         starts = [asyncio.ensure_future(replica.start()) for replica in service.replicas]
         try:
@@ -285,19 +299,24 @@ class ModelService:
 
     # -- replica events -----------------------------------------------------------------------
 
-    def _on_ready(self, replica: EngineReplica) -> None:
+    def _capacity_of(self, replica: EngineReplica) -> CapacityModel:
+        """A capacity model for ``replica`` as its engine announced itself."""
         assert replica.info is not None
-        self.metrics.set_native_kernels(replica.index, replica.info.native_kernels)
         sharers = 1
         if replica.info.device == "cpu":
-            sharers = core_sharers(len(self.replicas), len(usable_cores()))
+            sharers = core_sharers(len(self.replicas), len(usable_cores()), self.node_sharers)
         key = self._factor_key(replica)
-        capacity = CapacityModel(
+        return CapacityModel(
             replica.info,
             self.config.admission,
             core_sharers=sharers,
             remembered=None if key is None else self._factors.recall(key),
         )
+
+    def _on_ready(self, replica: EngineReplica) -> None:
+        assert replica.info is not None
+        self.metrics.set_native_kernels(replica.index, replica.info.native_kernels)
+        capacity = self._capacity_of(replica)
         if self._gate is None:
             self._gate = AdmissionGate(self.config.admission, capacity, self.metrics)
             self._gate.placeable.clear()
@@ -313,6 +332,23 @@ class ModelService:
                 model_metrics=self.metrics,
             )
         self.gate.set_replica(replica.index, capacity)
+
+    def _on_recalibrated(self, replica: EngineReplica) -> None:
+        """``replica``'s engine measured its steps again (it had served with a conservative
+        calibration, taken while the machine was busy): admission prices it afresh, as a
+        restarted replica (the streams it holds stay admitted; a replica held for a rolling
+        restart stays held)."""
+        calibration = None if replica.info is None else replica.info.calibration
+        if calibration is None:
+            return
+        log.info(
+            "engine replica %d of %s measured its steps again on a quiet machine: %s",
+            replica.index,
+            self.name,
+            ", ".join(f"{t} streams {ms:.2f} ms" for t, _, ms in calibration.model.decode_points),
+        )
+        if self._gate is not None and replica.index in self.gate.placeable:
+            self.gate.set_replica(replica.index, self._capacity_of(replica))
 
     def _on_lost(self, replica: EngineReplica, reason: str) -> None:
         self.metrics.forget_replica(replica.index)

@@ -52,7 +52,8 @@ class EngineReplica:
     """``on_stats(replica, message)``: each engine report; ``on_probe(replica, message)``:
     each probe its engine ran; ``on_ready(replica)``: it can take streams (first start and
     every restart); ``on_lost(replica, reason)``: its engine is gone and its streams with it
-    (called once per loss, before any restart)."""
+    (called once per loss, before any restart); ``on_recalibrated(replica)``: its engine
+    measured its steps again and :attr:`info` has the new calibration."""
 
     def __init__(
         self,
@@ -64,6 +65,7 @@ class EngineReplica:
         on_probe: Callable[[EngineReplica, Probed], None],
         on_ready: Callable[[EngineReplica], None],
         on_lost: Callable[[EngineReplica, str], None],
+        on_recalibrated: Callable[[EngineReplica], None] | None = None,
     ) -> None:
         self.config = config
         self.index = index
@@ -72,6 +74,7 @@ class EngineReplica:
         self.on_probe = on_probe
         self.on_ready = on_ready
         self.on_lost = on_lost
+        self.on_recalibrated = on_recalibrated
         self.status: ReplicaStatus = "starting"
         self.client: EngineClient | None = None
         self.info: EngineInfo | None = None  # the last engine's (kept while it restarts)
@@ -187,6 +190,7 @@ class EngineReplica:
         client.on_stats = lambda message: self._stats(client, message)
         client.on_probe = lambda message: self._probed(client, message)
         client.on_failure = lambda reason: self._failed(client, reason)
+        client.on_recalibrated = lambda info: self._recalibrated(client, info)
         client.on_output_delay = self.metrics.output_delay.observe
         return client
 
@@ -244,6 +248,12 @@ class EngineReplica:
     def _probed(self, client: EngineClient, message: Probed) -> None:
         if client is self.client:
             self.on_probe(self, message)
+
+    def _recalibrated(self, client: EngineClient, info: EngineInfo) -> None:
+        if client is self.client:
+            self.info = info
+            if self.on_recalibrated is not None:
+                self.on_recalibrated(self)
 
     def _failed(self, client: EngineClient, reason: str) -> None:
         """The engine client lost its engine (called from its reader, or from its close,

@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cadenza.config import CadenzaConfig
 from cadenza.contract.errors import ENGINE_RETRY_AFTER_S
+from cadenza.contract.host_nodes import HostNode
 from cadenza.edge.admission.api_keys import ApiKeys
 from cadenza.edge.admission.guard import build_guard
 from cadenza.edge.admission.shared_rate_limit import SharedRateLimiter, quotas_for
@@ -45,9 +46,11 @@ log = logging.getLogger(__name__)
 _INDEX_HTML = Path(__file__).parent / "static" / "index.html"
 
 
-def create_app(config: CadenzaConfig) -> FastAPI:
+def create_app(config: CadenzaConfig, host_node: HostNode | None = None) -> FastAPI:
     """Raises ``ApiKeyFileError`` or ``GuardError`` if the key file or the guard configuration
-    cannot be used."""
+    cannot be used. ``host_node``: this node's slot among the nodes on its host (``cadenza
+    serve`` registers it first thing); the lifespan takes the node's share of the host's cores
+    before it starts any engine (:meth:`HostNode.take_share`)."""
     metrics = Metrics()
     guard = build_guard(config.guard)
     api_keys = None
@@ -79,9 +82,23 @@ def create_app(config: CadenzaConfig) -> FastAPI:
             )
             await agent.start()  # says "down" until every model has loaded
             app.state.agent_port = agent.port
+        node_sharers = 1
+        if host_node is not None:
+            # Nodes started together have registered by now (this runs after the imports):
+            # each takes its share before its engines are placed within it.
+            share = host_node.take_share()
+            node_sharers = share.sharers
+            log.info(
+                "node %d of those on this host: cores %s%s",
+                host_node.slot,
+                ",".join(map(str, share.cores)),
+                f", shared with {share.sharers - 1} other node(s)" if share.sharers > 1 else "",
+            )
         try:
             for served in config.served_models():  # one at a time: loading is CPU-bound
-                service = await ModelService.start(served, metrics, rate_limiter, guard, lifecycle)
+                service = await ModelService.start(
+                    served, metrics, rate_limiter, guard, lifecycle, node_sharers=node_sharers
+                )
                 services[service.name] = service
                 _log_ready(service)
             app.state.edge = state = EdgeState(
@@ -112,6 +129,8 @@ def create_app(config: CadenzaConfig) -> FastAPI:
                 if checkpoints is not None:
                     await checkpoints.close()
                 loop_lag.cancel()
+                if host_node is not None:
+                    host_node.close()
 
     # No generated API pages: the protocols are documented in docs/protocol.md, and an open
     # server should not advertise its routes.
@@ -201,6 +220,7 @@ def _node_state(state: EdgeState | None) -> NodeState:
         draining=state.lifecycle.draining,
         ready=all(service.is_ready() for service in services),
         snapshots=[service.snapshot() for service in services],
+        reserved=state.reservations.pending,
     )
 
 

@@ -20,8 +20,11 @@ point's two measurements, and a whole sweep's points against each other), all sc
   segment, and the last segment's slope is what the model extrapolates with.
 
 :func:`load_or_calibrate` measures again (``calibration.attempts`` in all) while a sweep
-has problems; if every attempt has some, the engine serves with :func:`conservative` (never
-cached) and says so in its log and, through the calibration it announces, in ``/readyz``.
+has problems, except after one whose cores were taken (:func:`cores_taken`: another would
+most likely meet the same neighbour); if no attempt agrees, the engine serves with
+:func:`conservative` (never cached), says so in its log and, through the calibration it
+announces, in ``/readyz``, and measures again once it has been idle a while on a quiet
+machine (:mod:`cadenza.engine.realtime.remeasure`).
 """
 
 from __future__ import annotations

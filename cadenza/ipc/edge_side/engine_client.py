@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncGenerator, Callable
+from dataclasses import replace
 
 import zmq
 import zmq.asyncio
@@ -33,6 +34,7 @@ from cadenza.contract import messages
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.errors import EngineError, EngineErrorCode, EngineUnavailable
 from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
+from cadenza.ipc.edge_side.start_deadline import StartDeadline
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,9 @@ FailureCallback = Callable[[str], None]
 
 ProbeCallback = Callable[[messages.Probed], None]
 """Called with each probe the engine ran (:meth:`EngineClient.probe`)."""
+
+CalibrationCallback = Callable[[EngineInfo], None]
+"""Called with the engine's info once it has measured its steps again (``recalibrated``)."""
 
 DelayCallback = Callable[[float], None]
 """Seconds from the engine sending an output to this client reading it (``on_output_delay``)."""
@@ -68,6 +73,7 @@ class EngineClient:
         self.on_failure = on_failure
         self.on_output_delay: DelayCallback | None = None
         self.on_probe: ProbeCallback | None = None
+        self.on_recalibrated: CalibrationCallback | None = None
         self.info: EngineInfo | None = None
         self.last_stats: messages.Stats | None = None
         self._context = zmq.asyncio.Context()
@@ -132,14 +138,21 @@ class EngineClient:
             self._thread.start()
 
     async def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.config.supervision.startup_timeout_s
+        """Until ``ready``, for as long as the engine makes progress (:class:`StartDeadline`:
+        ``supervision.startup_timeout_s`` without any gives up on it)."""
+        deadline = StartDeadline(self.config.supervision.startup_timeout_s, time.monotonic())
         while self.info is None:
-            if time.monotonic() > deadline:
-                raise EngineUnavailable("engine did not become ready in time")
+            if deadline.expired(time.monotonic()):
+                raise EngineUnavailable(deadline.reason())
             if await self._from_engine.poll(100):
                 message = self._decode(await self._from_engine.recv())
                 if isinstance(message, messages.Fatal):
                     raise EngineUnavailable(message.message)
+                if isinstance(message, messages.Starting):
+                    stage = deadline.stage
+                    deadline.observe(message, time.monotonic())
+                    if message.stage != stage:
+                        log.info("engine replica %d: %s", self.replica, message.stage)
                 if isinstance(message, messages.Ready):
                     self.info = message.info
             elif not self._engine_alive():
@@ -339,6 +352,13 @@ class EngineClient:
                         self.on_probe(message)
                     except Exception:
                         log.exception("engine probe callback failed")
+            elif isinstance(message, messages.Recalibrated) and self.info is not None:
+                self.info = replace(self.info, calibration=message.calibration)
+                if self.on_recalibrated is not None:
+                    try:
+                        self.on_recalibrated(self.info)
+                    except Exception:
+                        log.exception("engine calibration callback failed")
             elif isinstance(message, messages.Fatal):
                 self._lose_engine(message.message)
 

@@ -1,7 +1,8 @@
 """The engine process: ``python -m cadenza.ipc.engine_side --config-json ... --inbound ...
 --outbound ... --replica N``, started by
 :class:`~cadenza.ipc.edge_side.engine_client.EngineClient`. It places itself
-(:func:`~cadenza.ipc.engine_side.replica_placement.place_replica`), then serves
+(:func:`~cadenza.ipc.engine_side.replica_placement.place_replica`, before torch is imported,
+its start already reported to the edge), then serves
 (:func:`~cadenza.ipc.engine_side.engine_loop.run_engine_loop`) until ``shutdown``."""
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ def main() -> None:
     args = parser.parse_args()
     config = CadenzaConfig.model_validate(json.loads(args.config_json))
     configure_logging(config.server.log_level, process=f"engine-{args.replica}")
-    config = place_replica(config, args.replica)
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     try:
         run_engine_loop(
@@ -36,6 +36,7 @@ def main() -> None:
             args.inbound,
             args.outbound,
             after_load=lambda: settle_after_loading(config.server.gc_freeze),
+            place=lambda config: place_replica(config, args.replica),
         )
     finally:
         context.term()

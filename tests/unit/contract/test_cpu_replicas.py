@@ -4,9 +4,11 @@ import pytest
 
 from cadenza.contract import cpu_replicas
 from cadenza.contract.cpu_replicas import (
+    NodeShare,
     core_sharers,
     cores_per_replica,
     default_replicas,
+    node_share,
     replica_count,
     usable_cores,
 )
@@ -42,3 +44,26 @@ def test_unset_replicas_mean_one_elsewhere(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(cpu_replicas, "_GPU_DEVICE_FILES", (str(driver),))
     assert default_replicas("auto", "process") == 1  # a GPU machine: its devices decide
     assert default_replicas("cpu", "process") == 2  # unless told to run on the CPU
+
+
+def test_nodes_on_one_host_divide_its_cores_in_blocks() -> None:
+    cores = [0, 1, 2, 3, 4, 5, 6, 7]
+    assert node_share(cores, 0, 1) == NodeShare(tuple(cores))  # alone: every core
+    assert node_share(cores, 0, 0) == NodeShare(tuple(cores))  # not registered: the same
+    halves = [node_share(cores, rank, 2).cores for rank in range(2)]
+    assert halves == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    thirds = [node_share(cores, rank, 3) for rank in range(3)]
+    assert [s.cores for s in thirds] == [(0, 1, 2), (3, 4, 5), (6, 7)]  # the first get more
+    assert all(s.sharers == 1 for s in thirds)
+    assert node_share([3, 1], 1, 2) == NodeShare((3,))  # in core order, whatever is given
+
+
+def test_more_nodes_than_cores_share_every_core() -> None:
+    """Two nodes on two cores: one core each; three: all three on both, counted as sharers
+    (admission allows for them as for replicas sharing cores)."""
+    assert [node_share([0, 1], rank, 2).cores for rank in range(2)] == [(0,), (1,)]
+    crowded = node_share([0, 1], 2, 3)
+    assert crowded == NodeShare((0, 1), sharers=3)
+    assert core_sharers(1, 2, crowded.sharers) == 3
+    assert core_sharers(3, 2, 2) == 6  # three replicas sharing, on cores two nodes share
+    assert core_sharers(2, 2, 1) == 1  # a core each, the node's own

@@ -51,6 +51,8 @@ EVERY_KIND = [
     messages.Probed(StepReport((StepRecord(0.01, 12, 12, 480),), codec_s=0.002), 12, "done"),
     messages.Probed(StepReport(), 0, "busy"),
     messages.Fatal("engine failed to load: no weights"),
+    messages.Starting("calibrating (attempt 2 of 3)", 41.5),
+    messages.Recalibrated(engine_info().calibration),  # type: ignore[arg-type]
 ]
 
 

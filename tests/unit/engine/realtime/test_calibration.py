@@ -264,12 +264,18 @@ def test_a_sweep_measured_on_taken_cores_is_not_repeated(
     for attempt, expected in ((taken, 1), (noisy, 3)):
         sweeps: list[str] = []
 
-        def sweep(engine: object, identity: str, attempt: Calibration = attempt) -> Calibration:
+        def sweep(
+            engine: object,
+            identity: str,
+            attempt: Calibration = attempt,
+            sweeps: list[str] = sweeps,
+        ) -> Calibration:
             sweeps.append(identity)
             return attempt
 
         monkeypatch.setattr(calibration_module, "run_sweep", sweep)
-        engine = SimpleNamespace(config=load_config(overrides={"calibration": {"attempts": 3}}))
+        overrides = {"calibration": {"attempts": 3, "tolerance": 0.5}}
+        engine = SimpleNamespace(config=load_config(overrides=overrides))
         with caplog.at_level(logging.WARNING):
             served = calibration_module._measure_consistent(
                 engine,  # type: ignore[arg-type]
