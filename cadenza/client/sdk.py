@@ -280,8 +280,8 @@ class Session:
         """A new connection to a node that can start a stream at once (the session's URL with
         ``X-Cadenza-Spill: 1``: a front door tries its nodes), in place of this one; ``False``,
         keeping this one, when the session does not spill or no node has room."""
-        if self._spill is None:
-            return False
+        if self._spill is None or "spill" not in self.ready.get("features", ()):
+            return False  # (a node alone has no other node to spill to)
         try:
             connection, ready = await self._spill()
         except (OSError, StreamError, websockets.InvalidHandshake, TimeoutError):
@@ -435,7 +435,9 @@ async def connect(
     without ``spill``. An utterance the session's node refuses for lack of room
     (``queue_full``, ``queue_timeout``) is sent once more on a new connection to a node with
     room, when one has room now (with the same exceptions as above); ``Session.spills``
-    counts those. docs/scaling.md, "Spilling to another node"."""
+    counts those, where the node said it is one of a fleet (``spill`` in ``ready.features``;
+    a node alone accepts the header and queues as usual). docs/scaling.md, "Spilling to
+    another node"."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     options.setdefault("compression", None)
 

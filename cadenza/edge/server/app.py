@@ -84,6 +84,7 @@ def create_app(config: CadenzaConfig, host_node: HostNode | None = None) -> Fast
             app.state.agent_port = agent.port
         node_sharers = 1
         if host_node is not None:
+            lifecycle.on_drain.append(host_node.close)
             # Nodes started together have registered by now (this runs after the imports):
             # each takes its share before its engines are placed within it.
             share = host_node.take_share()

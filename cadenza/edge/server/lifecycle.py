@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from cadenza.contract.errors import ENGINE_RETRY_AFTER_S
@@ -36,6 +37,9 @@ class Lifecycle:
         self.drain_started_at: float | None = None
         self._streams: set[OpenStream] = set()
         self._changed = asyncio.Event()
+        # Called once as the drain begins (this node gives up its share of the host's cores:
+        # a node started in its place takes the whole host, not what is left beside it).
+        self.on_drain: list[Callable[[], None]] = []
 
     @property
     def open_streams(self) -> int:
@@ -68,6 +72,8 @@ class Lifecycle:
             self.draining = True
             self.drain_started_at = time.monotonic()
             log.info("draining: %d open stream(s), up to %g s", len(self._streams), timeout_s)
+            for callback in self.on_drain:
+                callback()
         await self._wait_for_streams((self.drain_started_at or time.monotonic()) + timeout_s)
         cut = list(self._streams)
         for stream in cut:

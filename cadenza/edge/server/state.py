@@ -75,12 +75,23 @@ class EdgeState:
 
     # -- room for a new session ------------------------------------------------------------
 
+    @property
+    def spills(self) -> bool:
+        """Whether this node is one of a fleet behind a front door (it answers the HAProxy
+        agent check, ``server.agent_port``): only then does a full node refuse a spilling
+        upgrade, and ``ready.features`` lists ``spill``."""
+        return self.config.server.agent_port is not None
+
     def reserve_session(self, spill: bool) -> Reservation | None:
         """A reservation for a WebSocket session about to be accepted, when the node could
         start one more stream at once (its free streams over every served model, less those
         reserved already); ``None`` when it could not. With ``spill`` (the client's
         ``X-Cadenza-Spill: 1``) no room raises :class:`EdgeError` 503 ``at_capacity`` instead,
-        so that a front door tries another node."""
+        so that a front door tries another node. Only a node in a fleet
+        (:attr:`spills`) reserves or refuses: a node alone has nowhere to spill to, and its
+        sessions queue as they always did (``None``, at no cost)."""
+        if not self.spills:
+            return None
         snapshots = [service.snapshot() for service in self.services.values()]
         reservation = self.reservations.reserve(free_streams(snapshots))
         if reservation is None and spill:

@@ -454,5 +454,5 @@ def _ready_message(info: EngineInfo, state: EdgeState) -> str:
         models=models,
         formats=list(protocol.FORMATS),
         sample_rate=info.sample_rate,
-        features=list(protocol.FEATURES),
+        features=[f for f in protocol.FEATURES if f != "spill" or state.spills],
     )

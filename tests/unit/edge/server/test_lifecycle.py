@@ -84,3 +84,25 @@ def test_the_drain_gives_cut_streams_a_bounded_moment_to_tell_their_clients(monk
         assert stuck.cut_reason
 
     asyncio.run(scenario())
+
+
+def test_the_drain_gives_up_the_nodes_share_of_the_host_as_it_begins(tmp_path) -> None:
+    """A draining node frees its slot in the host's registry at once: a node started in its
+    place while its streams finish takes the whole host, not what is left beside it."""
+    from cadenza.contract.host_nodes import live_nodes, register_node
+
+    node = register_node(tmp_path)
+    assert list(live_nodes(tmp_path)) == [node.slot]
+
+    async def scenario() -> None:
+        lifecycle = Lifecycle()
+        lifecycle.on_drain.append(node.close)
+        stream = Stream(lifecycle)
+        drain = asyncio.create_task(lifecycle.drain(5.0))
+        await asyncio.sleep(0.01)
+        assert live_nodes(tmp_path) == {} and not drain.done()  # gone before its streams end
+        lifecycle.closed(stream)
+        assert await asyncio.wait_for(drain, 1) == 0
+        await lifecycle.drain(5.0)  # a second drain calls nothing again
+
+    asyncio.run(scenario())

@@ -47,12 +47,23 @@ def test_free_streams_are_each_open_models_claim_less_its_streams() -> None:
     assert free_streams([]) == claimed_streams([]) == 0
 
 
-def node(*snapshots: CapacitySnapshot) -> EdgeState:
-    """A node serving one model per snapshot (a stand-in service that reports it)."""
+def node(*snapshots: CapacitySnapshot, fleet: bool = True) -> EdgeState:
+    """A node serving one model per snapshot (a stand-in service that reports it), one of a
+    fleet (it answers the agent check) unless ``fleet`` is off."""
     services: dict[str, Any] = {
         f"model-{i}": SimpleNamespace(snapshot=lambda s=s: s) for i, s in enumerate(snapshots)
     }
-    return EdgeState(config=CadenzaConfig(), services=services, metrics=Metrics())
+    config = CadenzaConfig.model_validate({"server": {"agent_port": 0 if fleet else None}})
+    return EdgeState(config=config, services=services, metrics=Metrics())
+
+
+def test_a_node_alone_neither_reserves_nor_refuses() -> None:
+    """A node outside a fleet has nowhere to spill to: a spilling client is accepted and
+    queues as any other, and nothing is reserved."""
+    state = node(snapshot(0), fleet=False)
+    assert not state.spills
+    assert state.reserve_session(spill=True) is None
+    assert state.reservations.pending == 0
 
 
 def test_the_upgrade_reserves_what_is_free_then_refuses_only_a_spilling_client() -> None:
