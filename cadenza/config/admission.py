@@ -28,6 +28,14 @@ class AdmissionConfig(Section):
         "the node measures it holds (unset: the measured capacity alone); /v1/capacity and "
         "the HAProxy agent check count it",
     )
+    wave_headroom: float = Field(
+        1.25,
+        ge=1.0,
+        description="streams that start together are held to the measured waves at the "
+        "realtime factor times this: a wave arrives with its clients' handshakes and first "
+        "messages on the same cores, which the steady steps the factor measures do not carry "
+        "(docs/capacity.md, 'Arrival waves')",
+    )
     aging_s: float = Field(
         10.0, gt=0, description="waiting this long raises a request by one priority class"
     )

@@ -365,13 +365,19 @@ class CapacityModel:
 
     # -- arrival waves ---------------------------------------------------------------------------
 
+    def wave_factor(self) -> float:
+        """The factor waves are held to: the realtime factor times ``admission.wave_headroom``
+        (a wave's connection storm loads the cores beyond what steady steps measure)."""
+        return self.realtime_factor() * self.config.wave_headroom
+
     def wave_limit(self, factor: float | None = None) -> int | None:
-        """The most streams that may start together at ``factor`` (default: the realtime
-        factor now), from the calibration's measured waves; ``None`` where none were."""
+        """The most streams that may start together at ``factor`` (default:
+        :meth:`wave_factor`), from the calibration's measured waves; ``None`` where none
+        were."""
         calibration = self.info.calibration
         if calibration is None:
             return None
-        return wave_limit(calibration.waves, self.realtime_factor() if factor is None else factor)
+        return wave_limit(calibration.waves, self.wave_factor() if factor is None else factor)
 
     def young_ages_s(self, load: AdmittedLoad, factor: float | None = None) -> list[float]:
         """The ages of the admitted streams still within a wave's span (at ``factor``): the
@@ -379,14 +385,14 @@ class CapacityModel:
         calibration = self.info.calibration
         if calibration is None or not calibration.waves:
             return []
-        factor = self.realtime_factor() if factor is None else factor
+        factor = self.wave_factor() if factor is None else factor
         span_s = wave_span_s(calibration.waves, load.streams + 1, factor)
         return [s.age_s for s in load.running if s.age_s < span_s]
 
     def wave_wait_s(self, load: AdmittedLoad) -> float:
         """How long until one more stream may start with the streams of ``load`` that are
         still young (0: at once): until enough of them have aged past the wave's span."""
-        factor = self.realtime_factor()
+        factor = self.wave_factor()
         limit = self.wave_limit(factor)
         if limit is None:
             return 0.0

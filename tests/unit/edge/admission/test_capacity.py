@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -402,15 +403,16 @@ def test_an_uncalibrated_engine_that_does_not_pad_admits_by_memory_and_slots() -
     assert model.refusal(Load(3, 0, running=_running([0.0, 1.0, 2.0])), cost) == "max_streams"
 
 
-def _with_waves(*waves: WavePoint) -> CapacityModel:
+def _with_waves(*waves: WavePoint, headroom: float = 1.0) -> CapacityModel:
     """The example engine (prompt rows nearly free) with measured arrival waves, at factor
-    1."""
+    1 (waves held to it times ``headroom``)."""
     calibrated = info()
     assert calibrated.calibration is not None
     step_model = replace(calibrated.calibration.model, prefill_ms_per_token=1e-4)
     calibration = replace(calibrated.calibration, model=step_model, waves=waves)
     return CapacityModel(
-        replace(calibrated, calibration=calibration), AdmissionConfig(unmeasured_factor=1.0)
+        replace(calibrated, calibration=calibration),
+        AdmissionConfig(unmeasured_factor=1.0, wave_headroom=headroom),
     )
 
 
@@ -442,6 +444,13 @@ def test_a_slower_machine_shrinks_the_wave_it_admits() -> None:
     assert model.refusal(four, StreamCost(10, 3.0, 66)) == "arrival_wave"
     # Its span is longer too: 0.6 s x 1.5.
     assert model.wave_wait_s(four) == pytest.approx(0.9)
+
+
+def test_waves_are_held_to_the_factor_with_the_storms_headroom() -> None:
+    model = _with_waves(WavePoint(4, 1.5, 0.5), WavePoint(8, 1.0, 0.6), headroom=1.25)
+    assert model.wave_factor() == pytest.approx(1.25)
+    assert model.wave_limit() == 4 + math.floor((1.5 - 1.25) / 0.5 * 4)  # 6 where 8 at 1.0
+    assert AdmissionConfig().wave_headroom == 1.25  # the default
 
 
 def test_without_measured_waves_no_wave_limit_applies() -> None:

@@ -395,7 +395,7 @@ def test_a_burst_past_the_measured_wave_waits_for_the_wave_to_age_then_starts() 
     metrics = Metrics()
 
     async def scenario() -> None:
-        config = AdmissionConfig(realtime_max_wait_s=0.5, unmeasured_factor=1.0)
+        config = AdmissionConfig(realtime_max_wait_s=0.5, unmeasured_factor=1.0, wave_headroom=1.0)
         calibrated = info(max_num_seqs=16)
         assert calibrated.calibration is not None
         waves = (WavePoint(2, 3.0, 0.05), WavePoint(3, 0.9, 0.05))  # two at once, then 0.05 s
