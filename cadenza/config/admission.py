@@ -36,6 +36,15 @@ class AdmissionConfig(Section):
         "messages on the same cores, which the steady steps the factor measures do not carry "
         "(docs/capacity.md, 'Arrival waves')",
     )
+    claim_growth: float = Field(
+        1.1,
+        ge=1.0,
+        description="above the claim at the serving floor, the claim rises to at most this "
+        "many times the most streams the replica served at once in the last "
+        "jitter_window_s: evidence measured at B streams vouches for a little more than B, "
+        "not for what a faster factor extrapolates to (docs/capacity.md, 'The climb under "
+        "load')",
+    )
     aging_s: float = Field(
         10.0, gt=0, description="waiting this long raises a request by one priority class"
     )

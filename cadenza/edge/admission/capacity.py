@@ -113,6 +113,8 @@ class CapacityModel:
         self.spare_lead_s: float | None = None  # the engine's latest (EngineStats)
         self._recent_steps: deque[float] = deque(maxlen=512)  # ms of steps with decodes
         self._closed_until = 0.0
+        # (time, streams the engine was running) per report, over the jitter window
+        self._served: deque[tuple[float, int]] = deque(maxlen=1024)
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -120,6 +122,7 @@ class CapacityModel:
         """Fold one engine ``stats`` message in."""
         self.correction = message.stats.step_correction
         self.kv_pages_free = message.stats.kv_pages_free
+        self._served.append((self.clock(), message.stats.num_running))
         self.spare_lead_s = message.stats.spare_lead_s
         report = message.report
         self._recent_steps.extend(1000.0 * s.seconds for s in report.steps if s.decodes > 0)
@@ -269,11 +272,31 @@ class CapacityModel:
         return self.info.kv_pages_total // max(nominal.kv_pages, 1)
 
     def max_streams(self, factor: float | None = None) -> int:
-        """Streams this replica holds now (at ``factor``, default the realtime factor now).
-        The real-time limit counts as at least one: an idle server always admits one stream
-        (see :meth:`refusal`)."""
-        realtime = max(self.realtime_limit(factor=factor), 1)
-        return max(min(realtime, self.kv_limit(), self.info.max_num_seqs), 0)
+        """Streams this replica holds now (at ``factor``; default the realtime factor now,
+        within :meth:`claim_ceiling`). The real-time limit counts as at least one: an idle
+        server always admits one stream (see :meth:`refusal`)."""
+        realtime = self.realtime_limit(factor=factor)
+        if factor is None:
+            realtime = min(realtime, self.claim_ceiling())
+        return max(min(max(realtime, 1), self.kv_limit(), self.info.max_num_seqs), 0)
+
+    def served_peak(self) -> int:
+        """The most streams the engine reported running at once over the jitter window."""
+        now = self.clock()
+        while self._served and now - self._served[0][0] > self.config.jitter_window_s:
+            self._served.popleft()
+        return max((streams for _, streams in self._served), default=0)
+
+    def claim_ceiling(self) -> int:
+        """How far evidence may lift the claim: the claim at the serving floor (the prior
+        the claim starts from), or ``admission.claim_growth`` times the most streams served
+        at once lately, whichever is more. A factor measured at ``B`` streams, on cores the
+        edge and the clients share with a load that grows with the streams, vouches for a
+        little more than ``B``, not for all a faster factor extrapolates to: the claim rises
+        a step at a time, each step measured before the next (additive increase; a slower
+        verdict still cuts it at once)."""
+        floor = self.realtime_limit(factor=self.estimator.serving_floor)
+        return max(floor, math.ceil(self.config.claim_growth * self.served_peak()))
 
     @property
     def admission_open(self) -> bool:
@@ -288,6 +311,8 @@ class CapacityModel:
             return "deadlines_slipping"
         if active > 0 and not self._realtime_fits(load, cost):
             return "realtime_budget"
+        if active > 0 and self.step_model is not None and active + 1 > self.claim_ceiling():
+            return "realtime_budget"  # more than the load has vouched for so far
         if active > 0 and self.prefill_lateness_s(load, cost) > 0:
             return "prefill_budget"
         if active > 0 and self.wave_wait_s(load) > 0:

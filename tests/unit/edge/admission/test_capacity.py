@@ -132,8 +132,17 @@ def test_an_unmeasured_cpu_engine_is_assumed_slower_than_calibrated_until_live_s
     assert remembered.realtime_factor() == pytest.approx(1.2)  # measured beats assumed
     for _ in range(9):  # three windows of live reports at the calibrated speed
         on_cpu.observe(timed_stats(1.0))
-    # an assumption, not a verdict: live windows replace it as soon as there are three
-    assert on_cpu.realtime_factor() == pytest.approx(1.0) and on_cpu.max_streams() == 12
+    # an assumption, not a verdict: live windows replace it as soon as there are three...
+    assert on_cpu.realtime_factor() == pytest.approx(1.0) and on_cpu.realtime_limit() == 12
+    # ...and the claim rises to it as fast as the load proves it: steps measured at 4
+    # streams vouch for 10 % more than 4, not for 12 (the claim at the prior, 8, stands)
+    assert on_cpu.max_streams() == 8
+    on_cpu.observe(replace(timed_stats(1.0), stats=replace(engine_stats(), num_running=8)))
+    assert on_cpu.max_streams() == 9
+    assert on_cpu.refusal(Load(9, 0), StreamCost(10, 3.0)) == "realtime_budget"
+    on_cpu.observe(replace(timed_stats(1.0), stats=replace(engine_stats(), num_running=11)))
+    assert on_cpu.max_streams() == 12
+    assert on_cpu.refusal(Load(9, 0), StreamCost(10, 3.0)) is None
 
 
 def test_the_realtime_bound_is_the_calibrated_engine_alone_without_margins() -> None:
