@@ -19,6 +19,7 @@ import torch
 from transformers import EncodecConfig, EncodecModel
 
 from cadenza.codecs.codec import CodecError, check_frame_codes
+from cadenza.codecs.pretrained_codec import load_strictly
 from cadenza.codecs.weight_norm import fold_weight_norm
 
 if TYPE_CHECKING:
@@ -113,19 +114,7 @@ def _load_directory(directory: Path) -> Any:
     """``transformers``' loader, which maps weight norm's legacy names (``weight_g`` /
     ``weight_v``, as facebook/encodec_24khz publishes them) to the parametrisation's itself;
     weights left missing (which it would draw at random) are refused."""
-    try:
-        loaded: Any = EncodecModel.from_pretrained(directory, output_loading_info=True)
-        model, info = loaded
-    except (OSError, ValueError, RuntimeError) as exc:
-        raise CodecError(f"{directory}: cannot load the EnCodec checkpoint: {exc}") from exc
-    missing = sorted(info.get("missing_keys", ()))
-    mismatched = sorted(str(key) for key in info.get("mismatched_keys", ()))
-    if missing or mismatched:
-        raise CodecError(
-            f"{directory}: the weights do not fit its config "
-            f"(missing {missing[:5]}, mismatched {mismatched[:5]})"
-        )
-    return model
+    return load_strictly(EncodecModel, directory, "EnCodec")
 
 
 def build_random_encodec(seed: int) -> Any:

@@ -36,6 +36,7 @@ import torch
 from transformers import MimiConfig, MimiModel
 
 from cadenza.codecs.codec import CodecError, check_frame_codes
+from cadenza.codecs.pretrained_codec import load_strictly
 from cadenza.codecs.weight_norm import fold_weight_norm
 
 if TYPE_CHECKING:
@@ -231,21 +232,7 @@ def _load_mimi_directory(directory: Path) -> MimiModel:
     weights = [directory / "model.safetensors", directory / "model.safetensors.index.json"]
     if not any(path.exists() for path in weights):
         raise CodecError(f"{directory}: no model.safetensors (nor its sharded index)")
-    try:
-        loaded: Any = MimiModel.from_pretrained(
-            directory, dtype=torch.float32, output_loading_info=True
-        )
-        model, info = loaded
-    except (OSError, ValueError, RuntimeError) as exc:
-        raise CodecError(f"{directory}: cannot load the Mimi checkpoint: {exc}") from exc
-    missing = sorted(info.get("missing_keys", ()))
-    mismatched = sorted(str(key) for key in info.get("mismatched_keys", ()))
-    if missing or mismatched:
-        raise CodecError(
-            f"{directory}: the weights do not fit its config "
-            f"(missing {missing[:5]}, mismatched {mismatched[:5]})"
-        )
-    return model
+    return cast(MimiModel, load_strictly(MimiModel, directory, "Mimi", dtype=torch.float32))
 
 
 def _load_csm_codec(directory: Path, config: dict[str, Any]) -> MimiModel:

@@ -13,6 +13,10 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "cadenza/bench/engine_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/bench/cpu_precision.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/bench/csm_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
+    "cadenza/codecs/pretrained_codec.py": (
+        "tests/unit/codecs/test_encodec.py",
+        "the strict loader of EnCodec and Mimi directories, tested through both (and test_mimi)",
+    ),
     "cadenza/codecs/shared_stages.py": (
         "tests/unit/codecs/test_encodec_streaming.py",
         "the stages of both streaming decoders, tested through them (and test_mimi_streaming)",

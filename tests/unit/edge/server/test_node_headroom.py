@@ -5,36 +5,18 @@ that asked to spill."""
 
 from __future__ import annotations
 
-import dataclasses
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from cadenza.config import AdmissionConfig, CadenzaConfig
-from cadenza.edge.admission.capacity import CapacityModel
+from cadenza.config import CadenzaConfig
 from cadenza.edge.admission.capacity_snapshot import CapacitySnapshot
-from cadenza.edge.admission.gate import AdmissionGate
 from cadenza.edge.server.metrics import Metrics
-from cadenza.edge.server.model_metrics import ModelMetrics
 from cadenza.edge.server.node_headroom import claimed_streams, free_streams
 from cadenza.edge.server.state import EdgeState
 from cadenza.edge.streams.errors import EdgeError
-from tests.support.contract_examples import engine_info
-
-
-def snapshot(
-    max_streams: int, active: int = 0, queued: int = 0, open_: bool = True
-) -> CapacitySnapshot:
-    config = AdmissionConfig(unmeasured_factor=1.0)
-    gate = AdmissionGate(
-        config,
-        CapacityModel(engine_info(max_num_seqs=8), config),
-        ModelMetrics(Metrics(), "cadenza-tiny"),
-    )
-    return dataclasses.replace(
-        gate.snapshot(), max_streams=max_streams, active=active, queued=queued, admission_open=open_
-    )
+from tests.unit.edge.server.test_agent_check import snapshot
 
 
 def test_free_streams_are_each_open_models_claim_less_its_streams() -> None:
