@@ -4,7 +4,8 @@ builds (each with its own packed weights, on the same KV cache), so drift lands 
 
     .venv/bin/python benchmarks/fused_kernel_ab.py --base HEAD~1 --streams 10,16
 
-cadenza-tiny on one thread, pinned to CPU 0 where the OS allows. For each stream count,
+cadenza-tiny on one thread, pinned to CPU 0 where the OS allows, at ``--dtype`` (``auto``: the
+engine's choice; ``float32`` for the float32 products). For each stream count,
 ``--streams`` utterances of about 14 s run from start to end; every pure decode step of the
 whole batch is timed. Prints each build's median step and the least-squares fit ``fixed +
 per_position * positions`` over the steps (the attention's cost per position the step's rows
@@ -63,8 +64,8 @@ def base_library(base: str, directory: Path) -> ctypes.CDLL:
     return loader.declare(ctypes.CDLL(str(target)), LIBRARY)
 
 
-def run(streams: int, library: ctypes.CDLL) -> dict[str, list[tuple[int, float]]]:
-    engine = Engine.from_pretrained("cadenza-tiny", kv_cache_memory_bytes=256 << 20)
+def run(streams: int, library: ctypes.CDLL, dtype: str) -> dict[str, list[tuple[int, float]]]:
+    engine = Engine.from_pretrained("cadenza-tiny", kv_cache_memory_bytes=256 << 20, dtype=dtype)
     model: Any = engine.model
     this = model.fused_decode
     assert this is not None, "no fused CPU decode on this machine"
@@ -102,6 +103,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", default="HEAD~1", help="the commit to compare against")
     parser.add_argument("--streams", default="10,16")
+    parser.add_argument(
+        "--dtype", default="auto", help="the engine's precision (float32: float32 products)"
+    )
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {0})
@@ -113,7 +117,7 @@ def main() -> None:
         print("| --- | --- | --- | --- | --- | --- |")
         for streams in (int(n) for n in args.streams.split(",")):
             medians = {}
-            for name, steps in run(streams, library).items():
+            for name, steps in run(streams, library, args.dtype).items():
                 data = np.array(steps)
                 positions, ms = data[:, 0], 1000.0 * data[:, 1]
                 design = np.vstack([np.ones_like(positions), positions / 1000.0]).T

@@ -282,6 +282,17 @@ def test_long_contexts_and_many_rows(isa_level):
     np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=5e-5, atol=5e-5)
 
 
+@pytest.mark.parametrize("rows", [8, 16, 19])
+def test_paired_output_blocks_the_rows_left_and_an_odd_last_block_equal_torch(rows, isa_level):
+    # Under AVX-512 full groups of rows take two blocks of 16 outputs at once; the rows left
+    # over, and the last block of an odd count (80 and 112 outputs: 5 and 7 blocks), go one
+    # block at a time.
+    model = backbone(heads=5, kv_heads=1, head_dim=16, hidden=80)
+    lengths = [(7 * i) % 40 + 1 for i in range(rows)]
+    (ours, _), (theirs, _) = run_both(model, torch.float32, lengths)
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=2e-5, atol=2e-5)
+
+
 @needs_kernel
 def test_a_nan_stays_in_its_row():
     model = backbone()

@@ -115,6 +115,9 @@ class CapacityModel:
         self._closed_until = 0.0
         # (time, streams the engine was running) per report, over the jitter window
         self._served: deque[tuple[float, int]] = deque(maxlen=1024)
+        # predicted step ms of 1, 2, ... nominal streams (:meth:`_nominal_step_ms`)
+        self._nominal_steps_ms: list[float] = []
+        self._nominal_steps_of: float | None = None  # the nominal_stream_s they were for
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -190,13 +193,22 @@ class CapacityModel:
 
     def _max_streams_within(self, budget_ms: float, limit: int) -> int:
         """The most nominal streams (up to ``limit``) whose step fits ``budget_ms``."""
-        assert self.step_model is not None
         best = 0
-        for streams in range(1, limit + 1):
-            if self.step_model.predict_ms(streams, self.nominal_contexts(streams)) > budget_ms:
-                break
-            best = streams
+        while best < limit and self._nominal_step_ms(best + 1) <= budget_ms:
+            best += 1
         return best
+
+    def _nominal_step_ms(self, streams: int) -> float:
+        """The predicted step of ``streams`` nominal streams, remembered per calibration and
+        nominal stream: every placement asks, many times over in a storm of arrivals."""
+        assert self.step_model is not None
+        if self._nominal_steps_of != self.config.nominal_stream_s:
+            self._nominal_steps_ms, self._nominal_steps_of = [], self.config.nominal_stream_s
+        steps_ms = self._nominal_steps_ms
+        while len(steps_ms) < streams:
+            count = len(steps_ms) + 1
+            steps_ms.append(self.step_model.predict_ms(count, self.nominal_contexts(count)))
+        return steps_ms[streams - 1]
 
     def stream_cost(self, text: str, audio_s: float, prompt_audio_s: float = 0.0) -> StreamCost:
         """What a request holds at most: the pages the engine will reserve for it (exactly
@@ -350,9 +362,17 @@ class CapacityModel:
         streams = [*running, RunningStream(0.0, cost.prompt_tokens, cost.final_context)]
         ends = [max((s.final_context - s.prompt_tokens) / rate - s.age_s, 0.0) for s in streams]
         budget = self.step_budget_ms / self.realtime_factor()
-        for moment in sorted(set(ends)):
-            alive = [s for s, end in zip(streams, ends, strict=True) if end >= moment]
-            context = sum(self._context_in(s, moment) for s in alive)
+        lead = self.lead_steps
+        by_end = sorted(zip(ends, streams, strict=True), key=lambda pair: pair[0])
+        for first, (moment, _) in enumerate(by_end):
+            if first > 0 and moment == by_end[first - 1][0]:
+                continue  # that moment was checked with every stream ending at it alive
+            alive = by_end[first:]  # those ending at ``moment`` or later
+            # _context_in of each, inlined: a storm of arrivals asks this many times over
+            context = sum(
+                min(s.final_context, s.prompt_tokens + lead + int((s.age_s + moment) * rate))
+                for _, s in alive
+            )
             if self.step_model.predict_ms(len(alive), context) > budget:
                 return False
         return True

@@ -41,6 +41,20 @@ constexpr int SUB = BLOCK / LANES;
 
 inline f32v load_weights(const float* p) { return load(p); }
 
+// A layer's weights stream from L3 or memory once per step (a model's layers do not fit the
+// L2), one block row of 64 bytes (float32) per k: each product asks for the row this many k
+// ahead (4 KB per block). The hardware prefetcher alone lost the streams, two at a time in
+// the paired blocks: cadenza-tiny's eight layers at float32, one core of a Zen 5, 8 rows 0.70
+// against 0.91 ms, 16 rows 1.13-1.21 against 1.85; AVX2 build 1.14 against 1.78 and 1.79
+// against 2.47 (docs/benchmarks.md). A prefetch past the block's end does no harm: prefetches
+// never fault.
+constexpr int PREFETCH_AHEAD = 64;
+
+template <typename Weight>
+inline void prefetch_weights(const Weight* p) {
+    __builtin_prefetch(p);
+}
+
 inline f32v load_weights(const uint16_t* p) { return load_bf16(p); }
 
 // Register blocks of the float products: ROWS rows times one block row (SUB vectors), with two
@@ -63,6 +77,7 @@ void product_block(const float* x, int ldx, const Weight* block, int K, float* y
     int k = 0;
     for (; k + CHAINS <= K; k += CHAINS) {
         for (int c = 0; c < CHAINS; ++c) {
+            prefetch_weights(block + (size_t)(k + c + PREFETCH_AHEAD) * BLOCK);
             f32v w[SUB];
             for (int v = 0; v < SUB; ++v)
                 w[v] = load_weights(block + (size_t)(k + c) * BLOCK + v * LANES);
@@ -89,33 +104,90 @@ void product_block(const float* x, int ldx, const Weight* block, int K, float* y
     }
 }
 
+// Where the registers hold them (AVX-512: 32 vectors of one block row each), full groups of
+// PRODUCT_ROWS rows take two output blocks at once: 2 x 8 accumulators, one chain each, every
+// broadcast input feeding two multiply-adds, so the loop issues about one load per
+// multiply-add pair instead of one per multiply-add, near the multiply-add units' rate (8 or
+// 16 rows of the layers of a 31 M Llama and cadenza-tiny, one Zen 5 core, weights in cache:
+// 231-248 GFLOP/s against 183-199 one block at a time; the core's FMAs alone 258-265;
+// docs/benchmarks.md). A block row of SUB > 1 vectors (AVX2) fills the registers with one
+// block already.
+constexpr bool PAIRED_BLOCKS = SUB == 1 && 4 * PRODUCT_ROWS + 3 <= 2 * VECTOR_REGISTERS;
+
+// y[j, 0:32] (+)= x[j, 0:K] . (block0 | block1)[0:K, 0:32] for ROWS rows j: two blocks of 16
+// output features (SUB == 1), the rows' accumulators held in registers.
+template <int ROWS, typename Weight>
+void product_block_pair(const float* x, int ldx, const Weight* block0, const Weight* block1,
+                        int K, float* y, int ldy, bool accumulate) {
+    f32v first[ROWS], second[ROWS];
+    for (int j = 0; j < ROWS; ++j) first[j] = second[j] = f32v{};
+    for (int k = 0; k < K; ++k) {
+        prefetch_weights(block0 + (size_t)(k + PREFETCH_AHEAD) * BLOCK);
+        prefetch_weights(block1 + (size_t)(k + PREFETCH_AHEAD) * BLOCK);
+        const f32v w0 = load_weights(block0 + (size_t)k * BLOCK);
+        const f32v w1 = load_weights(block1 + (size_t)k * BLOCK);
+        for (int j = 0; j < ROWS; ++j) {
+            const f32v input = splat(x[j * ldx + k]);
+            first[j] += input * w0;
+            second[j] += input * w1;
+        }
+    }
+    for (int j = 0; j < ROWS; ++j) {
+        float* out = y + j * ldy;
+        f32v low = first[j], high = second[j];
+        if (accumulate) {
+            low += load(out);
+            high += load(out + LANES);
+        }
+        store(out, low);
+        store(out + LANES, high);
+    }
+}
+
+// y[0:rows, 0:16] (+)= x . block for the rows (fewer than PRODUCT_ROWS) a product's full
+// register blocks leave.
+template <typename Weight>
+void product_rest(const float* x, int rows, int ldx, const Weight* block, int K, float* y,
+                  int ldy, bool accumulate) {
+    static_assert(PRODUCT_ROWS <= 8, "the switch below covers up to 7 rows");
+    switch (rows) {
+        case 7: product_block<7>(x, ldx, block, K, y, ldy, accumulate); break;
+        case 6: product_block<6>(x, ldx, block, K, y, ldy, accumulate); break;
+        case 5: product_block<5>(x, ldx, block, K, y, ldy, accumulate); break;
+        case 4: product_block<4>(x, ldx, block, K, y, ldy, accumulate); break;
+        case 3: product_block<3>(x, ldx, block, K, y, ldy, accumulate); break;
+        case 2: product_block<2>(x, ldx, block, K, y, ldy, accumulate); break;
+        case 1: product_block<1>(x, ldx, block, K, y, ldy, accumulate); break;
+        default: break;
+    }
+}
+
 // y[B, N] (+)= x[B, K] @ W^T with W packed in blocks of 16 output rows; N % 16 == 0.
 template <typename Weight>
 void product(const float* x, int B, int ldx, const Weight* packed, int N, int K, float* y,
              int ldy, bool accumulate) {
     constexpr int ROWS = PRODUCT_ROWS;
-    static_assert(ROWS >= 1 && ROWS <= 8, "the remainder switch below covers up to 7 rows");
-    // Output blocks are independent: split over the threads when the product is big enough
-    // to pay for waking them (one thread: inline).
+    constexpr int STRIDE = PAIRED_BLOCKS ? 2 * BLOCK : BLOCK;
+    const int full = B - B % ROWS;  // rows in full register blocks
+    // Output blocks (pairs of them where PAIRED_BLOCKS) are independent: split over the
+    // threads when the product is big enough to pay for waking them (one thread: inline).
 #pragma omp parallel for schedule(static) if ((int64_t)B * N * K >= PARALLEL_MACS)
-    for (int n = 0; n < N; n += BLOCK) {
+    for (int n = 0; n < N; n += STRIDE) {
         const Weight* block = packed + (size_t)n * K;
+        const Weight* next = block + (size_t)BLOCK * K;
+        const bool pair = PAIRED_BLOCKS && n + BLOCK < N;  // an odd count's last goes alone
         float* out = y + n;
-        int b = 0;
-        for (; b + ROWS <= B; b += ROWS)
-            product_block<ROWS>(x + b * ldx, ldx, block, K, out + b * ldy, ldy, accumulate);
-        const float* xr = x + b * ldx;
-        float* yr = out + b * ldy;
-        switch (B - b) {
-            case 7: product_block<7>(xr, ldx, block, K, yr, ldy, accumulate); break;
-            case 6: product_block<6>(xr, ldx, block, K, yr, ldy, accumulate); break;
-            case 5: product_block<5>(xr, ldx, block, K, yr, ldy, accumulate); break;
-            case 4: product_block<4>(xr, ldx, block, K, yr, ldy, accumulate); break;
-            case 3: product_block<3>(xr, ldx, block, K, yr, ldy, accumulate); break;
-            case 2: product_block<2>(xr, ldx, block, K, yr, ldy, accumulate); break;
-            case 1: product_block<1>(xr, ldx, block, K, yr, ldy, accumulate); break;
-            default: break;
+        for (int b = 0; b < full; b += ROWS) {
+            if (pair)
+                product_block_pair<ROWS>(x + b * ldx, ldx, block, next, K, out + b * ldy, ldy,
+                                         accumulate);
+            else
+                product_block<ROWS>(x + b * ldx, ldx, block, K, out + b * ldy, ldy, accumulate);
         }
+        product_rest(x + full * ldx, B - full, ldx, block, K, out + full * ldy, ldy, accumulate);
+        if (pair)
+            product_rest(x + full * ldx, B - full, ldx, next, K, out + BLOCK + full * ldy, ldy,
+                         accumulate);
     }
 }
 

@@ -350,6 +350,50 @@ def _running(ages: list[float], final: int = 823, prompt: int = 67) -> tuple:
     return tuple(RunningStream(age, prompt, final) for age in ages)
 
 
+def test_the_peak_check_sums_every_stream_alive_at_every_end() -> None:
+    """The per-stream real-time check, written for speed (a storm of arrivals asks it many
+    times over), agrees with its definition: every stream's context summed at each moment a
+    stream ends, over the streams still alive then."""
+    import random
+
+    own = _costly(False)
+    assert own.step_model is not None
+    budget = own.step_budget_ms / own.realtime_factor()
+    rng = random.Random(7)
+    verdicts = set()
+
+    def alive_at(moment: float, streams: list, ends: list[float]) -> list:
+        return [s for s, end in zip(streams, ends, strict=True) if end >= moment]
+
+    for _ in range(300):
+        running = tuple(
+            RunningStream(rng.choice([0.0, 0.5, rng.uniform(0, 12)]), 67, rng.randrange(200, 900))
+            for _ in range(rng.randrange(0, 16))
+        )
+        cost = StreamCost(10, 5.0, prompt_tokens=67, final_context=rng.randrange(200, 900))
+        streams = [*running, RunningStream(0.0, cost.prompt_tokens, cost.final_context)]
+        rate = own.steps_per_second
+        ends = [max((s.final_context - s.prompt_tokens) / rate - s.age_s, 0.0) for s in streams]
+        expected = all(
+            own.step_model.predict_ms(
+                len(alive_at(moment, streams, ends)),
+                sum(own._context_in(s, moment) for s in alive_at(moment, streams, ends)),
+            )
+            <= budget
+            for moment in ends
+        )
+        assert own._peaks_fit(running, cost) == expected
+        verdicts.add(expected)
+    assert verdicts == {True, False}
+
+
+def test_the_nominal_step_curve_follows_the_nominal_stream() -> None:
+    own = _costly(False)
+    before = own.realtime_limit()
+    own.config = own.config.model_copy(update={"nominal_stream_s": 3 * own.config.nominal_stream_s})
+    assert own.realtime_limit() < before  # longer nominal streams attend more: fewer fit
+
+
 def test_admission_follows_each_stream_to_its_end_when_the_engine_does_not_pad() -> None:
     own, padded = _costly(False), _costly(True)
     new = StreamCost(10, 10.0, prompt_tokens=67, final_context=823)
