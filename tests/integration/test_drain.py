@@ -5,9 +5,11 @@ with ``shutting_down``, and exits 0."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -101,3 +103,42 @@ def test_admin_drain_exits_when_nothing_is_open(tmp_path) -> None:
     response = httpx.post(f"{server.url}/admin/drain", timeout=10)
     assert response.status_code == 202 and response.json()["open_streams"] == 0
     assert exit_code(server, timeout_s=30) == 0
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux: from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_sigterm_while_the_engines_calibrate_stops_them_and_exits_0(tmp_path) -> None:
+    # A first start calibrates for tens of seconds; a signal then stops the node there, its
+    # engines with it, instead of once the calibration is done.
+    cache = tmp_path / "calibrations"
+    server = RunningServer(tmp_path / "server.log", {"CADENZA_CALIBRATION__CACHE_DIR": str(cache)})
+    deadline = time.monotonic() + 90
+    while "calibrating" not in server.log_path.read_text():
+        assert server.process.poll() is None, server.log_path.read_text()
+        assert time.monotonic() < deadline, "the engine did not start calibrating"
+        time.sleep(0.1)
+    engines = _children(server.process.pid)
+    assert engines, "the engine runs in a process of its own"
+    server.process.send_signal(signal.SIGTERM)
+    assert exit_code(server, timeout_s=60) == 0
+    log = server.log_path.read_text()
+    assert "while starting" in log and "Traceback" not in log
+    assert "engine ready" not in log  # stopped in the calibration, not at its end
+    assert not [pid for pid in engines if _alive(pid)]

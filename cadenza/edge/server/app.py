@@ -96,12 +96,15 @@ def create_app(config: CadenzaConfig, host_node: HostNode | None = None) -> Fast
                 f", shared with {share.sharers - 1} other node(s)" if share.sharers > 1 else "",
             )
         try:
-            for served in config.served_models():  # one at a time: loading is CPU-bound
-                service = await ModelService.start(
-                    served, metrics, rate_limiter, guard, lifecycle, node_sharers=node_sharers
-                )
-                services[service.name] = service
-                _log_ready(service)
+            async with _abandoned_on_request(app):
+                for served in config.served_models():  # one at a time: loading is CPU-bound
+                    if getattr(app.state, "stop_requested", False):
+                        break
+                    service = await ModelService.start(
+                        served, metrics, rate_limiter, guard, lifecycle, node_sharers=node_sharers
+                    )
+                    services[service.name] = service
+                    _log_ready(service)
             app.state.edge = state = EdgeState(
                 config=config,
                 services=services,
@@ -247,6 +250,36 @@ def _log_ready(service: ModelService) -> None:
         capacity.step_budget_ms,
         capacity.realtime_factor,
     )
+
+
+@asynccontextmanager
+async def _abandoned_on_request(app: FastAPI) -> AsyncIterator[None]:
+    """The app's start, which ``app.state.abort_start()`` abandons (a signal while the engines
+    load or calibrate, :class:`~cadenza.edge.server.draining_server.DrainingServer`): the
+    model being started stops its engines (:meth:`ModelService.start` cleans up when
+    cancelled), and the start ends as if complete, with the models started so far, for the
+    server to shut down at once."""
+    starting = asyncio.current_task()
+    abandoned = False
+
+    def abort() -> None:
+        nonlocal abandoned
+        if starting is not None and not abandoned:
+            abandoned = True
+            starting.cancel()
+
+    app.state.abort_start = abort
+    try:
+        yield
+        if abandoned:  # asked after the last start returned: the cancel lands here
+            await asyncio.sleep(0)
+    except asyncio.CancelledError:
+        if not abandoned or starting is None:
+            raise
+        starting.uncancel()
+        log.info("start abandoned: the engines that were starting are stopped")
+    finally:
+        app.state.abort_start = None
 
 
 class _CountRequests:

@@ -4,7 +4,9 @@ On the first SIGTERM or SIGINT the app drains (:meth:`Lifecycle.drain
 <cadenza.edge.server.lifecycle.Lifecycle.drain>`: no new streams, ``/readyz`` 503, open streams
 run on for up to ``server.drain_timeout_s``, the rest end with ``shutting_down``), then uvicorn
 shuts down as usual and the process exits 0. A second signal exits at once. ``POST /admin/drain``
-ends the same way.
+ends the same way. A signal while the engines are still starting (loading, calibrating) stops
+them there: the app's start is abandoned (``app.state.abort_start``), every engine started so
+far is stopped, and the process exits 0 without serving.
 """
 
 from __future__ import annotations
@@ -54,8 +56,19 @@ class DrainingServer(uvicorn.Server):
         if self._loop is None or self._draining is not None or self.should_exit:
             super().handle_exit(sig, frame)  # a second signal: stop now
             return
+        if not self.started:  # still starting: nothing to drain, the start is abandoned
+            log.info("%s while starting: stopping the engines", signal.Signals(sig).name)
+            self.should_exit = True  # serve nothing once the app's start returns
+            self.app.state.stop_requested = True
+            self._loop.call_soon_threadsafe(self._abort_start)
+            return
         log.info("%s: draining before exit", signal.Signals(sig).name)
         self._loop.call_soon_threadsafe(self._start_drain)
+
+    def _abort_start(self) -> None:
+        abort = getattr(self.app.state, "abort_start", None)
+        if abort is not None:
+            abort()
 
     def _start_drain(self) -> None:
         if self._draining is None:
