@@ -87,14 +87,18 @@ class EdgeState:
         start one more stream at once (its free streams over every served model, less those
         reserved already); ``None`` when it could not. With ``spill`` (the client's
         ``X-Cadenza-Spill: 1``) no room raises :class:`EdgeError` 503 ``at_capacity`` instead,
-        so that a front door tries another node. Only a node in a fleet
-        (:attr:`spills`) reserves or refuses: a node alone has nowhere to spill to, and its
-        sessions queue as they always did (``None``, at no cost)."""
+        so that a front door tries another node; it counts as a refused WebSocket stream
+        (``cadenza_stream_refusals_total{code="at_capacity"}``: how often this node sent a
+        session elsewhere). Only a node in a fleet (:attr:`spills`) reserves or refuses: a node
+        alone has nowhere to spill to, and its sessions queue as they always did (``None``, at
+        no cost)."""
         if not self.spills:
             return None
         snapshots = [service.snapshot() for service in self.services.values()]
         reservation = self.reservations.reserve(free_streams(snapshots))
         if reservation is None and spill:
+            self.metrics.stream_requests.labels(transport="websocket").inc()
+            self.metrics.stream_refusals.labels(transport="websocket", code="at_capacity").inc()
             raise EdgeError(
                 503,
                 "this node cannot start another stream at once; another node may (or connect "

@@ -59,6 +59,8 @@ def test_the_upgrade_reserves_what_is_free_then_refuses_only_a_spilling_client()
         state.reserve_session(spill=True)
     assert refused.value.status == 503 and refused.value.code == "at_capacity"
     assert refused.value.headers["Retry-After"] == "1"
+    refusals = state.metrics.stream_refusals.labels(transport="websocket", code="at_capacity")
+    assert refusals._value.get() == 1  # the operator sees how often sessions went elsewhere
     assert state.reserve_session(spill=False) is None
     state.reservations.release(first)
     assert state.reserve_session(spill=True) is not None
