@@ -33,7 +33,6 @@ from cadenza.config import CpuConfig, EngineConfig
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
 from cadenza.engine.layouts.frame_rows import text_row
-from cadenza.engine.models.csm import CsmModel
 
 SHAPES: dict[str, dict[str, Any]] = {
     "csm-1b": {
@@ -107,7 +106,9 @@ def run(
                 batch = entry["batch"]
                 runs = [_time_engine(engine, batch, frames) for _ in range(repeats)]
                 step_s = statistics.median(runs)
-                depth_s = statistics.median(_time_depth(engine, batch) for _ in range(repeats))
+                depth_s = statistics.median(
+                    _time_depth(engine, batch, SHAPES[shape]["hidden_size"]) for _ in range(repeats)
+                )
                 entry[f"{linear}_decode_step_ms"] = 1000 * step_s
                 entry[f"{linear}_depth_loop_ms"] = 1000 * depth_s
                 entry[f"{linear}_frames_per_s"] = batch / step_s
@@ -182,10 +183,8 @@ def _time_transformers(model: Any, frames: int) -> float:
 
 def _time_engine(engine: Engine, batch: int, frames: int) -> float:
     """The median decode-only step with ``batch`` streams decoding."""
-    model = engine.model
-    assert isinstance(model, CsmModel)
     greedy = SamplingParams(temperature=0.0, top_k=0)
-    width = model.layout.num_codebooks
+    width = engine.model.layout.num_codebooks
     for i in range(batch):
         rows = [text_row(token, width) for token in _prompt(i)]
         engine.add_tokens(f"bench-{i}-{time.monotonic_ns()}", rows, frames, greedy)
@@ -200,12 +199,12 @@ def _time_engine(engine: Engine, batch: int, frames: int) -> float:
 
 
 @torch.inference_mode()
-def _time_depth(engine: Engine, batch: int) -> float:
-    """One frame's depth loop (31 levels) for ``batch`` streams, argmax between levels."""
-    model = engine.model
-    assert isinstance(model, CsmModel)
-    depth = model.depth
-    hidden = torch.randn(batch, model.config.hidden_size)
+def _time_depth(engine: Engine, batch: int, backbone_hidden_size: int) -> float:
+    """One frame's depth loop (31 levels) for ``batch`` streams, argmax between levels, from
+    random backbone hidden states of ``backbone_hidden_size``."""
+    depth = engine.model.depth
+    assert depth is not None, "a CSM-shaped model decodes each frame's codebooks in depth"
+    hidden = torch.randn(batch, backbone_hidden_size)
     ids = torch.zeros(batch, dtype=torch.long)
     started = time.perf_counter()
     loop = depth.begin(hidden, ids)

@@ -82,21 +82,13 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
     if not sizes or min(sizes) < 1 or args.repeats < 1:
         print("cadenza: batch sizes and --repeats must be positive", file=sys.stderr)
         return 2
-    runners: dict[str, Callable[..., dict[str, Any]]] = {
-        "codec": codec_throughput.run,
-        "snac": snac_throughput.run,
-        "precision": cpu_precision.run,
-    }
-    shape: str = args.shape or {"csm": "csm-small", "bark": "bark-small"}.get(args.target, "")
-    if args.target in ("csm", "bark") and not shape.startswith(args.target):
+    # The benchmarks of a model in one of its shapes (--shape), the default shape first.
+    model_shapes = {"csm": ("csm-small", "csm-1b"), "bark": ("bark-small", "bark-tiny")}
+    shapes: tuple[str, ...] = model_shapes.get(args.target, ())
+    shape: str = args.shape or (shapes[0] if shapes else "")
+    if shapes and shape not in shapes:
         print(f"cadenza: --shape {shape} is not a {args.target} shape", file=sys.stderr)
         return 2
-    if args.target == "csm":
-        result = csm_throughput.run(
-            sizes, repeats=args.repeats, progress=not args.json, shape=shape
-        )
-        print(json.dumps(result, indent=None if args.json else 2))
-        return 0
     if args.target == "bark":
         if not 1 <= args.semantic_tokens <= 768:
             print("cadenza: --semantic-tokens must be in 1..768", file=sys.stderr)
@@ -112,13 +104,14 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
         )
         print(json.dumps(result, indent=None if args.json else 2))
         return 0
-    if args.target == "engine":
-        result = engine_throughput.run(
-            sizes, repeats=args.repeats, progress=not args.json, dtype=args.dtype
-        )
-        print(json.dumps(result, indent=None if args.json else 2))
-        return 0
-    runner = runners[args.target]
-    result = runner(sizes, repeats=args.repeats, progress=not args.json)
+    runners: dict[str, Callable[..., dict[str, Any]]] = {
+        "engine": engine_throughput.run,
+        "codec": codec_throughput.run,
+        "snac": snac_throughput.run,
+        "precision": cpu_precision.run,
+        "csm": csm_throughput.run,
+    }
+    options = {"engine": {"dtype": args.dtype}, "csm": {"shape": shape}}.get(args.target, {})
+    result = runners[args.target](sizes, repeats=args.repeats, progress=not args.json, **options)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0

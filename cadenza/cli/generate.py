@@ -52,8 +52,7 @@ def run(config: CadenzaConfig, args: argparse.Namespace) -> int:
     from cadenza.edge.admission.validation import InvalidRequest, validate_synthesis
     from cadenza.edge.media.wav import wav_file_bytes
     from cadenza.engine.engine import Engine
-    from cadenza.engine.models.checkpoint import CheckpointError
-    from cadenza.engine.models.registry import UnknownModelError
+    from cadenza.engine.models.registry import CheckpointError, UnknownModelError
     from cadenza.engine.offline import synthesize
 
     started = time.perf_counter()
@@ -106,7 +105,7 @@ def _run_bark(directory: Path, args: argparse.Namespace) -> int:
     from cadenza.edge.media.wav import wav_file_bytes
     from cadenza.engine.models.bark.bark_offline import synthesize_bark
     from cadenza.engine.models.bark.bark_request import BarkRequestError, BarkSampling
-    from cadenza.engine.models.checkpoint import CheckpointError
+    from cadenza.engine.models.registry import CheckpointError
 
     if args.top_k or args.top_p or args.min_p or args.repetition_penalty:
         print(

@@ -1,9 +1,9 @@
 """Mimi (Kyutai's 24 kHz causal codec, 12.5 frames a second) through ``transformers``.
 
 :func:`load_mimi` loads a Hugging Face Mimi directory (``config.json`` with ``model_type:
-"mimi"``) or the codec inside a Sesame CSM checkpoint (``model_type: "csm"``: the Mimi config
-is its ``codec_config``, the weights are its ``codec_model.*`` tensors). :func:`build_random_mimi`
-builds one from a config and a seed (tests).
+"mimi"``) or the Mimi embedded in a model's checkpoint (a ``codec_config`` with ``model_type:
+"mimi"``, the weights its ``codec_model.*`` tensors; a Sesame CSM checkpoint is one).
+:func:`build_random_mimi` builds one from a config and a seed (tests).
 
 A frame is ``num_codebooks`` codes: the semantic codebook(s) first, then the acoustic ones of
 the split residual VQ. It decodes to ``hop_length = 1920`` samples (at 24 kHz): the codes'
@@ -42,7 +42,8 @@ from cadenza.codecs.weight_norm import fold_weight_norm
 if TYPE_CHECKING:
     from cadenza.codecs.mimi_streaming import MimiStreamingDecoder
 
-CSM_CODEC_PREFIX = "codec_model."
+EMBEDDED_CODEC_PREFIX = "codec_model."
+"""Where a model's checkpoint keeps the weights of the codec its ``codec_config`` describes."""
 
 # Checkpoints (Kyutai's Hugging Face port, and CSM's ``codec_model``) keep Mimi's original flat
 # layout; ``MimiModel`` nests the halves. Flat prefix -> nested prefix.
@@ -141,26 +142,27 @@ def load_mimi(
     seed: int = 0,
     num_codebooks: int | None = None,
 ) -> MimiCodec:
-    """A Mimi codec from a Hugging Face Mimi directory or a Sesame CSM checkpoint directory.
+    """A Mimi codec from a Hugging Face Mimi directory or a checkpoint embedding one (a Sesame
+    CSM checkpoint directory, say).
 
     ``num_codebooks``: how many codebooks a frame holds (default: every quantizer of a Mimi
-    directory; the CSM config's ``num_codebooks`` for a CSM one). ``seed`` is accepted for the
-    registry's uniform signature; a checkpoint carries all its weights, so it changes nothing.
-    Raises :class:`~cadenza.codecs.codec.CodecError` for anything that is not one of them.
+    directory; the embedding model's ``num_codebooks``, where its config has one). ``seed`` is
+    accepted for the registry's uniform signature; a checkpoint carries all its weights, so it
+    changes nothing. Raises :class:`~cadenza.codecs.codec.CodecError` for anything that is not
+    one of them.
     """
     del seed
     directory = Path(name_or_path)
     config = _read_config(directory)
-    kind = config.get("model_type")
     model: Any
-    if kind == "mimi":
+    if config.get("model_type") == "mimi":
         model = _load_mimi_directory(directory)
-    elif kind == "csm":
-        model = _load_csm_codec(directory, config)
+    elif _embeds_mimi(config):
+        model = _load_embedded(directory, config)
         if num_codebooks is None and isinstance(config.get("num_codebooks"), int):
             num_codebooks = config["num_codebooks"]
     else:
-        raise CodecError(f"{directory}/config.json is a {kind!r} model, not Mimi (nor CSM)")
+        raise CodecError(f"{directory}/config.json {_not_mimi(config)}")
     fold_weight_norm(model)
     model.to(torch.device(device), torch.float32)
     _forget_cached_codebooks(model)
@@ -168,12 +170,12 @@ def load_mimi(
 
 
 def is_mimi_directory(directory: Path) -> bool:
-    """Whether ``directory`` holds a Mimi checkpoint or a CSM one (which contains Mimi)."""
+    """Whether ``directory`` holds a Mimi checkpoint or one embedding Mimi (by its config)."""
     try:
         config = json.loads((directory / "config.json").read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(config, dict) and config.get("model_type") in ("mimi", "csm")
+    return isinstance(config, dict) and (config.get("model_type") == "mimi" or _embeds_mimi(config))
 
 
 def build_random_mimi(config: MimiConfig, seed: int) -> MimiModel:
@@ -188,7 +190,7 @@ def build_random_mimi(config: MimiConfig, seed: int) -> MimiModel:
 
 
 def randomize_codebooks(model: torch.nn.Module, generator: torch.Generator) -> None:
-    """Draw every codebook of a Mimi ``model`` (a ``MimiModel``, or one inside a CSM model)
+    """Draw every codebook of a Mimi ``model`` (a ``MimiModel``, or a model embedding one)
     from ``generator``, so that different codes decode differently."""
     with torch.no_grad():
         for name, buffer in model.named_buffers():
@@ -235,11 +237,27 @@ def _load_mimi_directory(directory: Path) -> MimiModel:
     return cast(MimiModel, load_strictly(MimiModel, directory, "Mimi", dtype=torch.float32))
 
 
-def _load_csm_codec(directory: Path, config: dict[str, Any]) -> MimiModel:
+def _embeds_mimi(config: dict[str, Any]) -> bool:
+    """Whether a model's config describes an embedded Mimi codec (its ``codec_config``)."""
+    codec_config = config.get("codec_config")
+    return isinstance(codec_config, dict) and codec_config.get("model_type") == "mimi"
+
+
+def _not_mimi(config: dict[str, Any]) -> str:
+    """Why a config is neither Mimi's nor that of a model embedding Mimi (the message goes
+    after the file's name)."""
+    kind = config.get("model_type")
     codec_config = config.get("codec_config")
     if not isinstance(codec_config, dict):
-        raise CodecError(f"{directory}/config.json (CSM) has no codec_config")
-    model = MimiModel(_mimi_config(codec_config, f"{directory}/config.json codec_config"))
+        return f"is a {kind!r} model with no codec_config: not Mimi, nor a model embedding it"
+    codec_kind = codec_config.get("model_type")
+    return f"is a {kind!r} model whose codec is {codec_kind!r}: not Mimi, nor a model embedding it"
+
+
+def _load_embedded(directory: Path, config: dict[str, Any]) -> MimiModel:
+    """The Mimi a model's checkpoint embeds: configured by its ``codec_config``, weights
+    under :data:`EMBEDDED_CODEC_PREFIX`."""
+    model = MimiModel(_mimi_config(config["codec_config"], f"{directory}/config.json codec_config"))
     state = _nested_state(_read_codec_tensors(directory))
     result = model.load_state_dict(state, strict=False)
     if result.missing_keys or result.unexpected_keys:
@@ -251,7 +269,7 @@ def _load_csm_codec(directory: Path, config: dict[str, Any]) -> MimiModel:
 
 
 def _read_codec_tensors(directory: Path) -> dict[str, torch.Tensor]:
-    """Every ``codec_model.*`` tensor of a CSM checkpoint, prefix stripped."""
+    """Every :data:`EMBEDDED_CODEC_PREFIX` tensor of a model's checkpoint, prefix stripped."""
     from safetensors import SafetensorError, safe_open
 
     single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
@@ -260,11 +278,11 @@ def _read_codec_tensors(directory: Path) -> dict[str, torch.Tensor]:
         if index.exists():
             weight_map = json.loads(index.read_text())["weight_map"]
             for name, file in weight_map.items():
-                if name.startswith(CSM_CODEC_PREFIX):
+                if name.startswith(EMBEDDED_CODEC_PREFIX):
                     files.setdefault(directory / file, []).append(name)
         elif single.exists():
             with safe_open(single, "pt") as handle:
-                names = [n for n in handle.keys() if n.startswith(CSM_CODEC_PREFIX)]  # noqa: SIM118
+                names = [n for n in handle.keys() if n.startswith(EMBEDDED_CODEC_PREFIX)]  # noqa: SIM118
             files[single] = names
         else:
             raise CodecError(f"{directory}: no model.safetensors (nor its sharded index)")
@@ -272,11 +290,11 @@ def _read_codec_tensors(directory: Path) -> dict[str, torch.Tensor]:
         for path, names in files.items():
             with safe_open(path, "pt") as handle:
                 for name in names:
-                    tensors[name.removeprefix(CSM_CODEC_PREFIX)] = handle.get_tensor(name)
+                    tensors[name.removeprefix(EMBEDDED_CODEC_PREFIX)] = handle.get_tensor(name)
     except (OSError, ValueError, KeyError, SafetensorError) as exc:
-        raise CodecError(f"{directory}: cannot read the CSM weights: {exc}") from exc
+        raise CodecError(f"{directory}: cannot read the checkpoint's weights: {exc}") from exc
     if not tensors:
-        raise CodecError(f"{directory}: the CSM checkpoint holds no {CSM_CODEC_PREFIX}* weights")
+        raise CodecError(f"{directory}: the checkpoint holds no {EMBEDDED_CODEC_PREFIX}* weights")
     return tensors
 
 

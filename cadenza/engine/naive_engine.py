@@ -9,7 +9,8 @@ cadenza-tiny's own, so the tokens a request gets have the same distribution as o
 engine; only the serving differs.
 
 It exists so the load-test harness can put cadenza's capacity next to the naive way's on the
-same machine, behind the same edge. Only the built-in ``cadenza-tiny`` is supported.
+same machine, behind the same edge. It serves one model, the registry's
+``NAIVE_BASELINE_MODEL`` (the built-in ``cadenza-tiny``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,11 @@ from cadenza.contract.request import FinishReason, StreamOutput, SynthesisReques
 from cadenza.contract.stream_length import request_duration_s, stream_length
 from cadenza.engine.chunk_policy import config_in_codec_frames
 from cadenza.engine.identity import prompt_overhead_tokens
-from cadenza.engine.models.cadenza_tiny import MODEL_NAME, CadenzaTinyModel
+from cadenza.engine.models.registry import (
+    NAIVE_BASELINE_MODEL,
+    NaiveBaselineModel,
+    naive_baseline_model,
+)
 from cadenza.engine.realtime.plan import realtime_plan
 from cadenza.engine.sampler import sample_rows
 from cadenza.engine.sequence import Sequence
@@ -51,17 +56,18 @@ class NaiveEngineError(ValueError):
 class NaiveEngine:
     def __init__(
         self,
-        model: CadenzaTinyModel,
+        baseline: NaiveBaselineModel,
         *,
         config: CadenzaConfig | None = None,
     ) -> None:
         from transformers import LlamaConfig, LlamaModel
 
         self.config = config or CadenzaConfig()
-        self.model = model
-        self.model_name = MODEL_NAME
-        self.layout = model.layout
-        backbone = model.spec.backbone
+        self.baseline = baseline
+        self.model = baseline.model
+        self.model_name = NAIVE_BASELINE_MODEL
+        self.layout = self.model.layout
+        backbone = baseline.backbone.config
         hf_config = LlamaConfig(
             vocab_size=1,  # embeddings come from the codebook tables
             bos_token_id=None,
@@ -79,11 +85,13 @@ class NaiveEngine:
         hf_model: Any = LlamaModel(hf_config)
         self.hf_model = hf_model.eval()
         missing, unexpected = self.hf_model.load_state_dict(
-            model.backbone.state_dict(), strict=False
+            baseline.backbone.state_dict(), strict=False
         )
         if unexpected or set(missing) != {"embed_tokens.weight"}:
             raise NaiveEngineError(f"backbone does not map onto LlamaModel: {missing, unexpected}")
-        self.codec = load_codec(model.codec_name or "encodec_24khz", seed=self.config.model.seed)
+        self.codec = load_codec(
+            self.model.codec_name or "encodec_24khz", seed=self.config.model.seed
+        )
         self.frames = config_in_codec_frames(
             self.config,
             self.codec.frame_rate,
@@ -98,12 +106,11 @@ class NaiveEngine:
 
     @classmethod
     def from_config(cls, config: CadenzaConfig) -> NaiveEngine:
-        if config.model.name != MODEL_NAME:
-            raise NaiveEngineError(f"the naive engine serves only {MODEL_NAME}")
+        if config.model.name != NAIVE_BASELINE_MODEL:
+            raise NaiveEngineError(f"the naive engine serves only {NAIVE_BASELINE_MODEL}")
         if config.model.torch_threads:
             torch.set_num_threads(config.model.torch_threads)
-        model = CadenzaTinyModel.from_seed(config.model.seed)
-        engine = cls(model, config=config)
+        engine = cls(naive_baseline_model(config.model.seed), config=config)
         engine.model_name = config.model.public_name
         return engine
 
@@ -249,7 +256,7 @@ class NaiveEngine:
             if cancelled.is_set():
                 return FinishReason.CANCELLED
             out = self.hf_model(inputs_embeds=self._embed(rows)[None], cache=cache, use_cache=True)
-            logits = self.model.heads(out.last_hidden_state[0, -1:]).view(
+            logits = self.baseline.heads(out.last_hidden_state[0, -1:]).view(
                 1, self.layout.num_codebooks, -1
             )
             row = sample_rows(logits, [seq], self._masks, [self.layout.constraints(seq)])[0]
@@ -263,9 +270,10 @@ class NaiveEngine:
             rows = torch.tensor([row])
 
     def _embed(self, rows: torch.Tensor) -> torch.Tensor:
-        embedding = self.model.embed_codebooks[0](rows[:, 0])
+        embed_codebooks = self.baseline.embed_codebooks
+        embedding = embed_codebooks[0](rows[:, 0])
         for k in range(1, rows.shape[1]):
-            embedding = embedding + self.model.embed_codebooks[k](rows[:, k])
+            embedding = embedding + embed_codebooks[k](rows[:, k])
         return embedding
 
     def _emit(self, seq: Sequence, frames_sent: int, final: bool) -> int:

@@ -6,21 +6,28 @@ files. A directory (or a hub id found in the local hub cache) is loaded by the f
 
 Adding a family is its module (how it is recognised, loaded and shaped; its capabilities) and
 one line in :data:`FAMILIES` (docs/architecture.md, "Model families", shows such a diff).
+Outside ``cadenza/engine/models/`` a family is reached only through this module (beside the
+interfaces, ``model`` and ``family``): an import-linter contract in ``pyproject.toml`` forbids
+importing a family's module, and ``tests/unit/test_family_names.py`` forbids branching on a
+family's name. So this module re-exports :class:`CheckpointError`, what a load raises.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from cadenza.engine.models import csm_checkpoint, llama_checkpoint, orpheus
 from cadenza.engine.models.cadenza_tiny import MODEL_NAME as CADENZA_TINY
 from cadenza.engine.models.cadenza_tiny import CadenzaTinyModel, CadenzaTinySpec
-from cadenza.engine.models.checkpoint import CheckpointError, read_json
+from cadenza.engine.models.checkpoint import CheckpointError as CheckpointError
+from cadenza.engine.models.checkpoint import read_json
 from cadenza.engine.models.family import ModelFamily
-from cadenza.engine.models.llama import LlamaBackboneConfig
+from cadenza.engine.models.llama import LlamaBackbone, LlamaBackboneConfig
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.models.serving_weights import prepare_for_serving
 from cadenza.hub_cache import resolve_checkpoint
@@ -38,6 +45,31 @@ class UnknownModelError(ValueError):
 
 
 BUILT_IN_MODELS = (CADENZA_TINY,)
+
+NAIVE_BASELINE_MODEL = CADENZA_TINY
+"""The one model the naive baseline serves (``cadenza serve --engine naive``)."""
+
+
+@dataclass(frozen=True)
+class NaiveBaselineModel:
+    """:data:`NAIVE_BASELINE_MODEL` and the parts of it the naive baseline runs itself, on
+    ``transformers``' ``LlamaModel``: ``backbone`` (its shape in ``.config``, its weights in
+    ``.state_dict()``), ``embed_codebooks`` (a row's embedding is the sum of
+    ``embed_codebooks[k]`` of its ids in column ``k``) and ``heads`` (a position's hidden
+    state to its ``K`` codebooks' logits, fused: ``[S, K * vocab]``). ``model`` is the same
+    model as the batching engine serves: its layout, prompts, voices and codec."""
+
+    model: AudioTokenModel
+    backbone: LlamaBackbone
+    embed_codebooks: nn.ModuleList
+    heads: nn.Linear
+
+
+def naive_baseline_model(seed: int) -> NaiveBaselineModel:
+    """:data:`NAIVE_BASELINE_MODEL` built from ``seed`` (the weights :func:`load_model` builds
+    from the same seed), on the CPU in float32, not prepared for serving."""
+    model = CadenzaTinyModel.from_seed(seed)
+    return NaiveBaselineModel(model, model.backbone, model.embed_codebooks, model.heads)
 
 
 def family_of(directory: Path) -> ModelFamily:
