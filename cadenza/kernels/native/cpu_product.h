@@ -42,12 +42,13 @@ constexpr int SUB = BLOCK / LANES;
 inline f32v load_weights(const float* p) { return load(p); }
 
 // A layer's weights stream from L3 or memory once per step (a model's layers do not fit the
-// L2), one block row of 64 bytes (float32) per k: each product asks for the row this many k
-// ahead (4 KB per block). The hardware prefetcher alone lost the streams, two at a time in
-// the paired blocks: cadenza-tiny's eight layers at float32, one core of a Zen 5, 8 rows 0.70
-// against 0.91 ms, 16 rows 1.13-1.21 against 1.85; AVX2 build 1.14 against 1.78 and 1.79
-// against 2.47 (docs/benchmarks.md). A prefetch past the block's end does no harm: prefetches
-// never fault.
+// L2), a block row of 64 bytes per k (float32) or k pair (bfloat16 pairs): each product asks
+// for the row this many rows ahead (4 KB per block). The hardware prefetcher alone lost the
+// streams, two at a time in the paired blocks: cadenza-tiny's eight layers at float32, one
+// core of a Zen 5, 8 rows 0.70 against 0.91 ms, 16 rows 1.13-1.21 against 1.85; AVX2 build
+// 1.14 against 1.78 and 1.79 against 2.47; a 31 M Llama's in bfloat16 pairs, 16 rows 2.5-2.8
+// against 4.3-4.6 ms (docs/benchmarks.md). A prefetch past the block's end does no harm:
+// prefetches never fault.
 constexpr int PREFETCH_AHEAD = 64;
 
 template <typename Weight>
@@ -218,7 +219,9 @@ void pair_product_block(const uint32_t* pairs, int half_k, const uint16_t* block
     __m512 even[ROWS], odd[ROWS];
     for (int j = 0; j < ROWS; ++j) even[j] = odd[j] = _mm512_setzero_ps();
     int i = 0;
-    for (; i + 1 < half_k; i += 2) {
+    for (; i + 1 < half_k; i += 2) {  // a block row of k pairs: 64 bytes, a line
+        prefetch_weights(block + (size_t)(i + PREFETCH_AHEAD) * 2 * BLOCK);
+        prefetch_weights(block + (size_t)(i + 1 + PREFETCH_AHEAD) * 2 * BLOCK);
         const __m512bh w0 = (__m512bh)_mm512_loadu_si512(block + (size_t)i * 2 * BLOCK);
         const __m512bh w1 = (__m512bh)_mm512_loadu_si512(block + (size_t)(i + 1) * 2 * BLOCK);
         for (int j = 0; j < ROWS; ++j) {
