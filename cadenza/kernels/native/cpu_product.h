@@ -46,8 +46,8 @@ inline f32v load_weights(const float* p) { return load(p); }
 // for the row this many rows ahead (4 KB per block). The hardware prefetcher alone lost the
 // streams, two at a time in the paired blocks: cadenza-tiny's eight layers at float32, one
 // core of a Zen 5, 8 rows 0.70 against 0.91 ms, 16 rows 1.13-1.21 against 1.85; AVX2 build
-// 1.14 against 1.78 and 1.79 against 2.47; a 31 M Llama's in bfloat16 pairs, 16 rows 2.5-2.8
-// against 4.3-4.6 ms (docs/benchmarks.md). A prefetch past the block's end does no harm:
+// 1.14 against 1.78 and 1.79 against 2.47; a 31 M Llama's in bfloat16 pairs, 16 rows 2.4-2.6
+// against 4.1-4.4 ms (docs/benchmarks.md). A prefetch past the block's end does no harm:
 // prefetches never fault.
 constexpr int PREFETCH_AHEAD = 64;
 
