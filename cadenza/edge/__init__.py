@@ -5,25 +5,39 @@ Its modules are grouped by role, one sub-package each:
 ==================  ==========================================================================
 sub-package         what it holds
 ==================  ==========================================================================
-``server/``         the HTTP application and its life cycle: ``app`` (routes, lifespan, health,
-                    the browser page in ``static/``), ``state``, ``lifecycle`` (drain),
-                    ``draining_server`` (uvicorn, SIGTERM as a drain), ``admin`` (operator
-                    routes), ``metrics`` (Prometheus), ``lazy_modules`` (imports at start)
-``transports/``     the I/O of each way in: ``speech_http`` (``POST /v1/audio/speech``),
-                    ``websocket`` (``WS /v1/stream``), ``webrtc`` (``POST /v1/webrtc/offer``),
-                    ``http_io`` (bounded bodies), ``http_protocol`` (request-head deadline),
-                    ``ws_protocol`` (text that is not UTF-8 is the client's fault),
-                    ``jitter_buffer`` (WebRTC playout)
-``streams/``        what every transport shares: ``lease`` (one admission sequence
-                    and stream lifecycle), ``speak_session`` (session rules), ``protocol``
-                    (WebSocket messages), ``conversation``, ``microphone``, ``utterance_tasks``,
-                    ``sampling_fields``, ``untrusted_json`` (one JSON policy), ``errors``
-                    (:class:`EdgeError`)
-``replicas/``       engine replicas and their supervision: ``model_service`` (one served
-                    model), ``replica`` (one supervised engine process), ``restart_policy``
-``admission/``      keys, validation, guard, rate limits, capacity, queues
+``server/``         the HTTP application and its life cycle: routes, health and readiness,
+                    drain, operator routes, Prometheus metrics, HAProxy's agent check, the
+                    node's name, the browser page in ``static/``
+``transports/``     the I/O of each way in: OpenAI HTTP, WebSocket, WebRTC (offer, ICE, paced
+                    track, jitter buffer), bounded bodies, the HTTP and WebSocket protocols
+``streams/``        what every transport shares, without client I/O: the admission sequence
+                    and its lease, session rules, the WebSocket protocol, text streamed in,
+                    conversations, microphone audio, checkpoints and resumes, one JSON policy,
+                    one error type (:class:`EdgeError`)
+``replicas/``       engine replicas and their supervision
+``admission/``      keys, validation, guard, rate limits, capacity, queues, the gate
 ``media/``          PyAV: containers, Opus packets, resampling, tempo, WAV
 ==================  ==========================================================================
+
+Rules every transport shares, each in one place:
+
+* **One admission lease.** ``streams/admission_sequence.py`` and ``streams/lease.py`` are the
+  only places a stream is admitted and ended: the same refusal order, the same costs (a guard
+  refusal charges nothing; a capacity refusal refunds the rate-limit charge) and the same
+  metrics, labelled by transport: ``cadenza_stream_requests_total``,
+  ``cadenza_stream_refusals_total{code}``, ``cadenza_time_to_first_audio_seconds``,
+  ``cadenza_audio_seconds_total`` (what the engine produced, which also settles the
+  audio-seconds bucket) and ``cadenza_streams_finished_total{reason}``.
+* **One speak session.** ``streams/speak_session.py`` holds the WebSocket and WebRTC control
+  rules without I/O; the endpoints feed it messages and carry out the events it returns.
+* **One input policy.** Every JSON a client sends is decoded by ``streams/untrusted_json.py``;
+  bodies are capped and timed (``transports/http_io.py``), request heads must arrive within
+  ``server.request_head_timeout_s`` (``transports/http_protocol.py``). A client that hangs up,
+  or sends a WebSocket text message that is not UTF-8, is logged as an event, never a
+  traceback.
+* **Clients that stop reading.** Every send is bounded by ``server.send_timeout_s``; a client
+  whose connection takes nothing for that long, or whose queue of ``server.max_queued_chunks``
+  chunks fills, is dropped, and its stream's slot is freed first.
 
 Nothing here imports torch or the engine's modules (``make lint`` enforces it): a model step
 or a slow import must not stall the event loop that paces audio.

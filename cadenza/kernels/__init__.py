@@ -28,6 +28,28 @@ module                      what it holds
 ``int8_linear``             weight-only int8 linears (W8A16)
 ``triton_int8_linear``      the W8A16 Triton kernel
 ==========================  ==================================================================
+
+Everything that attends goes through an :class:`AttentionBackend`: the model layers call
+their device's backend for a whole step (store the step's keys and values, then ``decode`` for
+the decode tokens, ``prefill`` for each chunk), and :func:`paged_decode_attention` calls the
+chosen backend's ``decode``. :func:`attention_backend_for` is the one rule: Triton where its
+kernels run compiled (CUDA, Triton installed) for fp16, bf16 and fp32, torch everywhere else;
+prefill chunks use SDPA over gathered pages on every device. ``make gpu-check`` compiles,
+checks and measures the Triton kernels on a CUDA machine.
+
+What a step runs on the CPU, fastest first:
+
+* a Llama backbone's whole step in one native call (``fused_cpu_decode``, ``cpu.fused_decode``,
+  on by default) where the model, the cache's dtype and the widths allow: every token a row,
+  attending its own sequence's pages in place, so no row pays for another's context;
+* otherwise torch: a Llama's q/k/v and gate/up fused, linears prepacked for oneDNN or on the
+  native bf16 product (``cpu_linear``), decode attention one gather + SDPA per layer, and from
+  256 positions on a dense copy of the decoding keys kept between steps (``dense_decode_kv``).
+
+The codecs' ELU, LSTM and output conv and the sampler's draw have native kernels of their own;
+each wrapper keeps its torch path where its kernel cannot load (:mod:`cadenza.kernels.native`).
+Kernels import no model family and no engine part: what the fused step reads from a model and
+a cache are protocols (``fusable_decoder``).
 """
 
 from cadenza.kernels.decode_attention import paged_decode_attention
