@@ -1,7 +1,10 @@
 """KV memory arithmetic for capacity planning (``cadenza plan``): bytes per token and per
 sequence, sequences that fit in a memory budget, and what full multi-head attention would cost
 instead. The per-token formula is the one the engine and admission use
-(:func:`cadenza.contract.kv_memory.kv_bytes_per_token`); this module only plans with it.
+(:func:`cadenza.contract.kv_memory.kv_bytes_per_token`); this module only plans with it. A
+model that keeps per-stream state (an encoder-decoder's cross-attention keys and values) has
+a second KV class, priced per sequence at its longest text (the engine sets it aside for each
+stream it runs at once).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class KVPlan:
     batch: int | None = None
     memory_bytes: int | None = None
     weights_bytes: int = 0
+    state_bytes_per_sequence: int = 0  # a second KV class: per stream, not per token
 
     def __post_init__(self) -> None:
         for name in ("layers", "kv_heads", "head_dim", "context"):
@@ -71,7 +75,8 @@ class KVPlan:
 
     @property
     def kv_bytes_per_sequence(self) -> int:
-        return self.kv_bytes_per_token * self.context
+        """Paged KV of ``context`` tokens plus the per-stream state, if the model keeps one."""
+        return self.kv_bytes_per_token * self.context + self.state_bytes_per_sequence
 
     def to_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = {
@@ -83,6 +88,9 @@ class KVPlan:
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "kv_bytes_per_sequence": self.kv_bytes_per_sequence,
         }
+        if self.state_bytes_per_sequence:
+            result["paged_kv_bytes_per_sequence"] = self.kv_bytes_per_token * self.context
+            result["state_bytes_per_sequence"] = self.state_bytes_per_sequence
         if self.heads is not None:
             result["heads"] = self.heads
             result["mha_to_gqa_ratio"] = self.heads // self.kv_heads

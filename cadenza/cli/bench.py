@@ -16,7 +16,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     bench = commands.add_parser("bench", help="benchmarks, side by side in one run")
     bench.add_argument(
         "target",
-        choices=["engine", "codec", "snac", "precision", "pacing", "csm", "bark"],
+        choices=["engine", "codec", "snac", "precision", "pacing", "csm", "bark", "dia"],
         help="what to measure",
     )
     bench.add_argument("--url", default="http://127.0.0.1:8000", help="server (pacing)")
@@ -31,9 +31,18 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     bench.add_argument("--repeats", type=int, default=3, help="runs per measurement (median)")
     bench.add_argument(
         "--shape",
-        choices=["csm-small", "csm-1b", "bark-small", "bark-tiny"],
+        choices=[
+            "csm-small",
+            "csm-1b",
+            "bark-small",
+            "bark-tiny",
+            "dia-small",
+            "dia-1.6b",
+            "dia-tiny",
+        ],
         help="the model's size; csm: csm-small (default) or csm-1b (the public model's); "
-        "bark: bark-small (default, the public model's) or bark-tiny (a smoke run)",
+        "bark: bark-small (default, the public model's) or bark-tiny (a smoke run); "
+        "dia: dia-small (default), dia-1.6b (the public model's) or dia-tiny (a smoke run)",
     )
     bench.add_argument(
         "--semantic-tokens",
@@ -57,6 +66,7 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
         codec_throughput,
         cpu_precision,
         csm_throughput,
+        dia_throughput,
         engine_throughput,
         snac_throughput,
     )
@@ -73,6 +83,7 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
         "precision": "1,16,32",
         "csm": "1,4,8",
         "bark": "1,4,8",
+        "dia": "1,4,8",
     }.get(args.target, "1,4,8,16")
     try:
         sizes = tuple(int(b) for b in (args.batch_sizes or default).split(","))
@@ -83,7 +94,11 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
         print("cadenza: batch sizes and --repeats must be positive", file=sys.stderr)
         return 2
     # The benchmarks of a model in one of its shapes (--shape), the default shape first.
-    model_shapes = {"csm": ("csm-small", "csm-1b"), "bark": ("bark-small", "bark-tiny")}
+    model_shapes = {
+        "csm": ("csm-small", "csm-1b"),
+        "bark": ("bark-small", "bark-tiny"),
+        "dia": ("dia-small", "dia-1.6b", "dia-tiny"),
+    }
     shapes: tuple[str, ...] = model_shapes.get(args.target, ())
     shape: str = args.shape or (shapes[0] if shapes else "")
     if shapes and shape not in shapes:
@@ -110,8 +125,11 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
         "snac": snac_throughput.run,
         "precision": cpu_precision.run,
         "csm": csm_throughput.run,
+        "dia": dia_throughput.run,
     }
-    options = {"engine": {"dtype": args.dtype}, "csm": {"shape": shape}}.get(args.target, {})
-    result = runners[args.target](sizes, repeats=args.repeats, progress=not args.json, **options)
+    options = {"engine": {"dtype": args.dtype}, "csm": {"shape": shape}, "dia": {"shape": shape}}
+    result = runners[args.target](
+        sizes, repeats=args.repeats, progress=not args.json, **options.get(args.target, {})
+    )
     print(json.dumps(result, indent=None if args.json else 2))
     return 0

@@ -28,6 +28,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     generate.add_argument(
         "--fine-temperature", type=float, help="Bark's fine stage (0 or none: greedy)"
     )
+    generate.add_argument(
+        "--guidance-scale",
+        type=float,
+        help="classifier-free guidance of a guided model (Dia, MusicGen; default: the model's)",
+    )
     generate.add_argument("--repetition-penalty", type=float, help="1: off (default: the model's)")
     generate.add_argument(
         "--codec-noise",
@@ -65,6 +70,8 @@ def run(config: CadenzaConfig, args: argparse.Namespace) -> int:
             top_p=args.top_p,
             min_p=args.min_p,
             repetition_penalty=args.repetition_penalty,
+            fine_temperature=args.fine_temperature,
+            guidance_scale=args.guidance_scale,
         )
         validate_synthesis(
             model=config.model.name,
@@ -74,6 +81,8 @@ def run(config: CadenzaConfig, args: argparse.Namespace) -> int:
             served_model=engine.model_name,
             voices=engine.voices,
             limits=config.limits,
+            sampling=sampling,
+            sampling_fields=tuple(engine.model.sampling_fields),
         )
     except (UnknownModelError, CheckpointError, InvalidRequest, ValueError, NotInHubCache) as exc:
         print(f"cadenza: {exc}", file=sys.stderr)
@@ -107,7 +116,7 @@ def _run_bark(directory: Path, args: argparse.Namespace) -> int:
     from cadenza.engine.models.bark.bark_request import BarkRequestError, BarkSampling
     from cadenza.engine.models.registry import CheckpointError
 
-    if args.top_k or args.top_p or args.min_p or args.repetition_penalty:
+    if args.top_k or args.top_p or args.min_p or args.repetition_penalty or args.guidance_scale:
         print(
             "cadenza: Bark takes --temperature, --fine-temperature, --seed and --max-duration-s",
             file=sys.stderr,

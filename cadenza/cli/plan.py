@@ -57,15 +57,19 @@ def run(config: CadenzaConfig, args: argparse.Namespace) -> int:
             raise ValueError("give --context")
         shape = {"layers": args.layers, "kv_heads": args.kv_heads, "head_dim": args.head_dim}
         heads = args.heads
+        kv_dtype = args.kv_dtype or "bf16"
+        state_bytes = 0
         if args.model is not None:
             model_shape, heads = _model_shape(args.model)
             shape = {key: shape[key] or value for key, value in model_shape.items()}
+            state_bytes = _stream_state_bytes(args.model, kv_dtype)
         missing = [f"--{k.replace('_', '-')}" for k, v in shape.items() if v is None]
         if missing:
             raise ValueError(f"give {', '.join(missing)} (or --model)")
         plan = KVPlan(
             **shape,
-            kv_dtype=args.kv_dtype or "bf16",
+            kv_dtype=kv_dtype,
+            state_bytes_per_sequence=state_bytes,
             context=args.context,
             heads=heads,
             batch=args.batch,
@@ -162,6 +166,18 @@ def _stage_figures(calibration: Calibration) -> dict[str, Any]:
     for time in calibration.stages:
         stages.setdefault(time.stage, {})[str(time.streams)] = round(time.ms_per_frame, 3)
     return {"stage_ms_per_frame": stages, "first_audio_s": round(calibration.first_audio_s, 3)}
+
+
+def _stream_state_bytes(name_or_path: str, kv_dtype: str) -> int:
+    """The most bytes one stream's per-stream model state holds (an encoder-decoder's
+    cross-attention keys and values), in the KV dtype's width (int8 and fp8: 16 bits, the
+    state is not quantized)."""
+    import torch
+
+    from cadenza.engine.models.registry import stream_state_bytes
+
+    widths = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+    return stream_state_bytes(name_or_path, widths.get(kv_dtype, torch.bfloat16))
 
 
 def _model_shape(name_or_path: str) -> tuple[dict[str, int], int]:

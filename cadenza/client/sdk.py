@@ -95,7 +95,8 @@ class Session:
     ) -> AsyncGenerator[AudioChunk, None]:
         """Audio chunks as the server streams them. ``model``: one of the server's models
         (``None``: its default); ``sampling``: ``temperature``, ``top_k``, ``top_p``,
-        ``min_p``, ``repetition_penalty`` (unset: the model's defaults). ``conversation``:
+        ``min_p``, ``repetition_penalty`` and the model-specific ``fine_temperature``,
+        ``guidance_scale`` (unset: the model's defaults). ``conversation``:
         the session's earlier turns are the context (models that take one); with
         ``use_audio_prompt`` the microphone audio is the user's turn, spoken as
         ``user_voice`` and transcribed as ``user_text`` (docs/protocol.md). Raises

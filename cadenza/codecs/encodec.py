@@ -3,14 +3,19 @@
 :func:`load_encodec` builds the 24 kHz model from a fixed seed (random weights; the library's
 initialisation leaves codebooks at zero, so they are drawn from the seed too) or loads a local
 Hugging Face EnCodec directory (weight norm under either of its names, see
-:mod:`~cadenza.codecs.weight_norm`). The 24 kHz model is causal: decoding a prefix of a code
-sequence gives exactly the prefix of the full decode, which is what lets
-:class:`~cadenza.codecs.encodec_streaming.EncodecStreamingDecoder` stream it exactly. Weight
-normalisation is folded into plain weights at load.
+:mod:`~cadenza.codecs.weight_norm`); :mod:`~cadenza.codecs.embedded_encodec` loads the one a
+MusicGen checkpoint embeds. Weight normalisation is folded into plain weights at load.
+
+A causal model (``use_causal_conv: true``, the 24 kHz one) decodes a prefix of a code sequence
+to exactly the prefix of the full decode. A non-causal one (MusicGen's 32 kHz) does not: a
+sample depends on the frames up to :attr:`EncodecCodec.lookahead_frames` after its own
+(:mod:`~cadenza.codecs.encodec_noncausal`). Either way
+:class:`~cadenza.codecs.encodec_streaming.EncodecStreamingDecoder` streams it exactly.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +24,7 @@ import torch
 from transformers import EncodecConfig, EncodecModel
 
 from cadenza.codecs.codec import CodecError, check_frame_codes
+from cadenza.codecs.encodec_noncausal import lookahead_samples
 from cadenza.codecs.pretrained_codec import load_strictly
 from cadenza.codecs.weight_norm import fold_weight_norm
 
@@ -26,6 +32,7 @@ if TYPE_CHECKING:
     from cadenza.codecs.encodec_streaming import EncodecStreamingDecoder
 
 ENCODEC_24KHZ = "encodec_24khz"
+DEFAULT_BANDWIDTH_KBPS = 6.0  # 8 codebooks at 24 kHz (what Bark decodes)
 
 
 class EncodecCodec:
@@ -45,7 +52,8 @@ class EncodecCodec:
         bits_per_codebook = self.frame_rate * torch.tensor(config.codebook_size).log2().item()
         self.num_codebooks: int = round(bandwidth_kbps * 1000 / bits_per_codebook)
         self.codebook_size: int = config.codebook_size
-        self.lookahead_frames = 0  # causal: a frame's audio needs no later frame
+        # frames after a frame that its last sample depends on (0: causal; MusicGen's 32 kHz: 4)
+        self.lookahead_frames: int = math.ceil(lookahead_samples(model) / self.hop_length)
         self.streaming_dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16)
 
     @property
@@ -95,9 +103,10 @@ def load_encodec(
     name_or_path: str = ENCODEC_24KHZ,
     device: str | torch.device = "cpu",
     seed: int = 0,
-    bandwidth_kbps: float = 6.0,
+    bandwidth_kbps: float | None = None,
 ) -> EncodecCodec:
-    """``"encodec_24khz"`` (random, from ``seed``) or a local Hugging Face EnCodec directory."""
+    """``"encodec_24khz"`` (random, from ``seed``) or a local Hugging Face EnCodec directory,
+    at ``bandwidth_kbps`` (``None``: :func:`default_bandwidth` of its config)."""
     model: Any
     if name_or_path == ENCODEC_24KHZ:
         model = build_random_encodec(seed)
@@ -107,7 +116,35 @@ def load_encodec(
         raise CodecError(f"unknown codec {name_or_path!r}: not {ENCODEC_24KHZ!r} nor a directory")
     fold_weight_norm(model)
     model.to(torch.device(device))
+    if bandwidth_kbps is None:
+        bandwidth_kbps = default_bandwidth(model.config)
     return EncodecCodec(model, bandwidth_kbps)
+
+
+def default_bandwidth(config: EncodecConfig) -> float:
+    """The bandwidth an EnCodec config is decoded at unless told: its only one when it has one
+    (facebook/encodec_32khz: 2.2 kbps, 4 codebooks), else :data:`DEFAULT_BANDWIDTH_KBPS` (the
+    24 and 48 kHz models offer it). Raises :class:`CodecError` when neither applies."""
+    bandwidths = list(config.target_bandwidths)
+    if len(bandwidths) == 1:
+        return float(bandwidths[0])
+    if DEFAULT_BANDWIDTH_KBPS in bandwidths:
+        return DEFAULT_BANDWIDTH_KBPS
+    raise CodecError(f"no default among the bandwidths {bandwidths} kbps: name one")
+
+
+def bandwidth_for_codebooks(config: EncodecConfig, num_codebooks: int) -> float:
+    """The config's target bandwidth that gives ``num_codebooks`` codebooks (``K * frame rate
+    * log2(codebook size)`` bits a second). Raises :class:`CodecError` when it offers none."""
+    frame_rate = config.sampling_rate / math.prod(config.upsampling_ratios)
+    wanted = num_codebooks * frame_rate * math.log2(config.codebook_size) / 1000
+    for bandwidth in config.target_bandwidths:
+        if math.isclose(bandwidth, wanted, rel_tol=1e-6):
+            return float(bandwidth)
+    raise CodecError(
+        f"{num_codebooks} codebooks ({wanted:g} kbps) is none of the EnCodec's bandwidths "
+        f"{list(config.target_bandwidths)} kbps"
+    )
 
 
 def _load_directory(directory: Path) -> Any:

@@ -2,10 +2,12 @@
 
 Each stream owns a *slot* (``open()`` hands out a free one). ``decode({slot: codes[K, n]})``
 decodes every slot given in one batched pass, chunk lengths may differ, and returns each
-slot's new audio. Concatenating a stream's outputs (and the remainder from ``close``) equals
-``EncodecCodec.decode`` of the whole code sequence, to float rounding, for any chunking.
+slot's new audio. Concatenating a stream's outputs (the last chunk marked final, or the
+remainder from ``close``) equals ``EncodecCodec.decode`` of the whole code sequence, to float
+rounding, for any chunking.
 
-The 24 kHz EnCodec decoder is a chain of causal layers; each keeps per-slot state:
+A causal EnCodec decoder (the 24 kHz model) is a chain of causal layers; each keeps per-slot
+state:
 
 =====================  =====================================================================
 layer                  carried state
@@ -22,13 +24,18 @@ LSTM                   ``(h, c)`` of every layer (float32 on the CPU's native ke
 ELU, 1x1 convs         nothing.
 =====================  =====================================================================
 
+A stream shorter than the first conv's padding is finished at ``close`` exactly as the offline
+decoder treats a short input (zero-extended before reflecting).
+
+A non-causal decoder (MusicGen's 32 kHz model) has centred convs and transposed convs trimmed
+at both ends: its conv stages (:mod:`~cadenza.codecs.encodec_noncausal`) hold back what each
+layer looks ahead, ``lookahead_samples`` in all, and pad the end of a stream as the offline
+layers do when it ends; its LSTM and ELUs are the causal decoder's.
+
 In ``compute_dtype = bfloat16`` (the CPU's bf16 matrix units) every layer keeps its weights and
 state in bf16 and the output is converted to float32: the audio then differs from the float32
 decode by bf16 rounding (docs/benchmarks.md measures it), and streaming equals offline decoding
 in the same dtype to that rounding.
-
-A stream shorter than the first conv's padding is finished at ``close`` exactly as the offline
-decoder treats a short input (zero-extended before reflecting).
 """
 
 from __future__ import annotations
@@ -42,6 +49,14 @@ from torch import nn
 
 from cadenza.codecs.codec import CodecError
 from cadenza.codecs.encodec import EncodecCodec
+from cadenza.codecs.encodec_noncausal import (
+    DelayedResidual,
+    PaddedConv,
+    PointwiseConv,
+    TrimmedConvTranspose,
+    lookahead_samples,
+    transposed_trim,
+)
 from cadenza.codecs.ragged import (
     Conv,
     Lengths,
@@ -209,13 +224,36 @@ class _StreamingLSTM(RaggedStage):
         return out.add_(storage).to(x.dtype).transpose(1, 2)
 
 
-def _resnet(layer: Any, max_streams: int, dtype: torch.dtype) -> Residual:
+def _resnet(layer: Any, max_streams: int, dtype: torch.dtype) -> RaggedStage:
     # The block's first ELU reads the input the shortcut also reads: not in place.
     block = [
         _stage_for(sub, max_streams, dtype, inplace=index > 0)
         for index, sub in enumerate(layer.block)
     ]
-    return Residual(block, _stage_for(layer.shortcut, max_streams, dtype))
+    if layer.block[1].causal:
+        return Residual(block, _stage_for(layer.shortcut, max_streams, dtype))
+    shortcut = None if isinstance(layer.shortcut, nn.Identity) else layer.shortcut
+    return DelayedResidual(
+        block,
+        None if shortcut is None else _stage_for(shortcut, max_streams, dtype),
+        layer.block[1].conv.in_channels,
+        max_streams,
+        torch.zeros(0, dtype=dtype, device=layer.block[1].conv.weight.device),
+    )
+
+
+def _conv(layer: Any, max_streams: int, dtype: torch.dtype) -> RaggedStage:
+    if layer.causal:
+        return _CausalConv(layer, max_streams, dtype)
+    if layer.conv.kernel_size[0] == 1:
+        return PointwiseConv(layer, dtype)
+    return PaddedConv(layer, max_streams, dtype)
+
+
+def _conv_transpose(layer: Any, max_streams: int, dtype: torch.dtype) -> RaggedStage:
+    if layer.causal and transposed_trim(layer)[0] == 0:
+        return _CausalConvTranspose(layer, max_streams, dtype)
+    return TrimmedConvTranspose(layer, max_streams, dtype)
 
 
 def _stage_for(
@@ -223,9 +261,9 @@ def _stage_for(
 ) -> RaggedStage:
     kind = type(layer).__name__
     if kind == "EncodecConv1d":
-        return _CausalConv(layer, max_streams, dtype)
+        return _conv(layer, max_streams, dtype)
     if kind == "EncodecConvTranspose1d":
-        return _CausalConvTranspose(layer, max_streams, dtype)
+        return _conv_transpose(layer, max_streams, dtype)
     if kind == "EncodecLSTM":
         return _StreamingLSTM(layer, max_streams, dtype)
     if kind == "EncodecResnetBlock":
@@ -236,23 +274,30 @@ def _stage_for(
 
 
 class EncodecStreamingDecoder(SlotDecoder):
-    """Per-slot streaming decode of one :class:`EncodecCodec`, batched across slots. A
-    stream's first samples appear when its first conv has enough context (7 frames), all at
-    once; after that each chunk of ``n`` frames gives ``n * hop_length`` samples."""
+    """Per-slot streaming decode of one :class:`EncodecCodec`, batched across slots.
+
+    Causal model (24 kHz): a stream's first samples appear when its first conv has enough
+    context (7 frames), all at once; after that each chunk of ``n`` frames gives
+    ``n * hop_length`` samples. Non-causal model (MusicGen's 32 kHz): once a stream has more
+    than the first conv's left padding (4 frames), ``n`` frames sent give
+    ``n * hop_length - lookahead_samples`` samples in all, the rest when it ends."""
 
     def __init__(
         self, codec: EncodecCodec, max_streams: int, compute_dtype: torch.dtype = torch.float32
     ) -> None:
-        if not codec.model.config.use_causal_conv:
-            raise CodecError("streaming decode needs a causal EnCodec (the 24 kHz model)")
-        if codec.model.config.norm_type != "weight_norm":
+        config = codec.model.config
+        if config.norm_type != "weight_norm":
             raise CodecError("streaming decode supports weight-normalised EnCodec only")
+        if config.chunk_length is not None:
+            raise CodecError("streaming decode supports EnCodec without chunking only")
         self.codec = codec
         self.hop_length = codec.hop_length
         self.compute_dtype = compute_dtype
         self._stages = [
             _stage_for(layer, max_streams, compute_dtype) for layer in codec.model.decoder.layers
         ]
+        self.lookahead_samples = lookahead_samples(codec.model)
+        """Samples of a stream held back until later codes (or the end) arrive."""
         super().__init__(codec, max_streams)
 
     def decode_batch(

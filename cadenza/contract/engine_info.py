@@ -27,7 +27,12 @@ class EngineInfo:
     the dtypes it computes in (``None``: an engine that does not say); ``native_kernels``: each
     native CPU kernel library, loaded or not, for which instruction set (empty: an engine that
     reports none); ``takes_context``: the model builds prompts from earlier turns (Sesame CSM),
-    which conversations and text streams send it."""
+    which conversations and text streams send it; ``sampling_fields``: the model-specific
+    sampling fields the model takes (:data:`~cadenza.contract.sampling.MODEL_SAMPLING_FIELDS`;
+    the edge refuses the others by name); ``default_duration_s``: a model whose text does not
+    set its length (a music model's description) has this long a stream unless the request's
+    ``max_duration_s`` says otherwise (``None``: the length follows the text,
+    :mod:`cadenza.contract.stream_length`)."""
 
     model_name: str
     voices: tuple[str, ...]
@@ -44,6 +49,8 @@ class EngineInfo:
     precision: Precision | None = None
     native_kernels: Annotated[tuple[NativeKernel, ...], Field(max_length=64)] = ()
     takes_context: bool = False
+    sampling_fields: tuple[str, ...] = ()
+    default_duration_s: float | None = None
 
     @property
     def frame_period_s(self) -> float:

@@ -3,8 +3,10 @@
 Every part of the server takes a stream's length from here: the edge (rate limits, and the KV
 and context estimates of admission) and both engines (when to stop). A request gets
 ``len(text) / chars_per_second`` seconds, at least ``min_duration_s``, capped by its own
-``max_duration_s`` (when given) and by the server's limit; that duration is the nearest whole
-number of codec frames; a model makes ``n`` frames in ``n * steps_per_frame + tail_steps``
+``max_duration_s`` (when given) and by the server's limit (a model whose text does not set its
+length, a music model's description, declares a default duration instead: the request's own
+``max_duration_s`` or that default, capped by the server's limit); that duration is the nearest
+whole number of codec frames; a model makes ``n`` frames in ``n * steps_per_frame + tail_steps``
 decode steps (none for no frames)::
 
     text, max_duration_s --request_duration_s--> seconds --stream_length--> frames, steps
@@ -53,8 +55,14 @@ def derive_duration_s(
     chars_per_second: float,
     min_duration_s: float,
     server_max_duration_s: float,
+    default_duration_s: float | None = None,
 ) -> float:
-    """Audio length a request gets when the model does not end it first."""
+    """Audio length a request gets when the model does not end it first. With
+    ``default_duration_s`` (a model whose text does not set the length), exactly
+    ``max_duration_s`` when given, else that default; either capped by the server's limit."""
+    if default_duration_s is not None:
+        wanted = default_duration_s if max_duration_s is None else max_duration_s
+        return min(wanted, server_max_duration_s)
     duration = max(len(text) / chars_per_second, min_duration_s)
     cap = (
         server_max_duration_s
@@ -64,14 +72,21 @@ def derive_duration_s(
     return min(duration, cap)
 
 
-def request_duration_s(text: str, max_duration_s: float | None, limits: LimitsConfig) -> float:
-    """:func:`derive_duration_s` with the server's limits."""
+def request_duration_s(
+    text: str,
+    max_duration_s: float | None,
+    limits: LimitsConfig,
+    default_duration_s: float | None = None,
+) -> float:
+    """:func:`derive_duration_s` with the server's limits (``default_duration_s``: the
+    model's, when its text does not set the length)."""
     return derive_duration_s(
         text,
         max_duration_s,
         chars_per_second=limits.chars_per_second,
         min_duration_s=limits.min_duration_s,
         server_max_duration_s=limits.max_duration_s,
+        default_duration_s=default_duration_s,
     )
 
 

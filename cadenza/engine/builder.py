@@ -139,9 +139,19 @@ def build_engine(config: CadenzaConfig) -> Engine:
         model_dtype,
         steps_read_bf16=fused is not None and fused.weight_dtype == torch.bfloat16,
     )
+    # A stateful model's per-stream state is a KV class of its own: set aside for every
+    # stream the engine runs at once, before the paged cache takes the rest of the budget.
+    state_bytes = engine_config.max_num_seqs * model.state_bytes_per_stream
+    kv_budget = kv_budget_bytes(engine_config, torch_device) - state_bytes
+    if state_bytes and kv_budget <= 0:
+        raise ValueError(
+            f"the KV budget holds no paged cache after {engine_config.max_num_seqs} streams' "
+            f"state ({model.state_bytes_per_stream} bytes each): raise the budget or lower "
+            "engine.max_num_seqs"
+        )
     kv_cache = PagedKVCache.from_budget(
         model.kv_spec,
-        kv_budget_bytes(engine_config, torch_device),
+        kv_budget,
         engine_config.page_size,
         kv_dtype,
         torch_device,

@@ -91,4 +91,6 @@ def describe(
         precision=precision,
         native_kernels=(),
         takes_context=model.takes_context,
+        sampling_fields=tuple(sorted(model.sampling_fields)),
+        default_duration_s=model.default_duration_s,
     )

@@ -8,6 +8,10 @@ call. For a two-level model (:attr:`AudioTokenModel.depth`) that call samples ea
 id; the depth decoder then runs for every sampling sequence in lockstep, one level at a time,
 each level sampled (per sequence, from its own generator) before the next is computed.
 
+A stateful model (:attr:`AudioTokenModel.keeps_stream_state`) gets each stream's state with
+the step (made here, at the stream's first step, from its conditioning), and its logits pass
+through the model's :meth:`~AudioTokenModel.process_logits` before they are sampled.
+
 A bad request must fail alone: if the batched forward raises, each sequence is run by itself
 and only the ones that raise fail; a sequence whose logits hold NaN fails; a sampler error fails
 that step's samplers. The runner changes no sequence: it reports rows and failures in a
@@ -25,6 +29,7 @@ from cadenza.engine.device import available_memory_bytes
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache
 from cadenza.engine.layouts.token_layout import TokenLayout
 from cadenza.engine.models.model import AudioTokenModel
+from cadenza.engine.models.stream_state import StepStreams, StreamState
 from cadenza.engine.sampler import sample_rows
 from cadenza.engine.scheduler import ScheduledBatch, StepResult
 from cadenza.engine.sequence import Sequence
@@ -72,6 +77,8 @@ class ModelRunner:
         logits, hidden, sampling = self._forward_isolated(batch, result, columns_of)
         if not sampling:
             return result
+        if self.model.keeps_stream_state:
+            logits = self.model.process_logits(logits, [_state(seq) for seq in sampling])
         # A NaN anywhere makes the row's sum NaN (one fast reduction instead of a comparison
         # of every logit; a row holding both +inf and -inf also fails, as it should).
         has_nan = torch.isnan(logits.flatten(1).sum(dim=1)).tolist()
@@ -287,6 +294,9 @@ class ModelRunner:
             self.kv_cache,
             torch.tensor(logits_indices, dtype=torch.long, device=self.device),
         )
+        if self.model.keeps_stream_state:
+            streams = self._streams(batch)
+            return self.model(*inputs, streams=streams), None, sampling
         restricted = self.model.restricted_outputs
         if restricted is not None and masks is not None:
             hidden = self.model.hidden_states(*inputs)
@@ -296,6 +306,25 @@ class ModelRunner:
             return self.model(*inputs), None, sampling
         hidden = self.model.hidden_states(*inputs)
         return self.model.first_logits(hidden), hidden, sampling
+
+    def _streams(self, batch: ScheduledBatch) -> StepStreams:
+        """The states of ``batch``'s streams in its token order, each made the first time its
+        stream runs (a failure fails that stream: the batch is then retried one by one)."""
+        seqs = [*batch.decodes, *(seq for seq, _ in batch.prefills)]
+        for seq in seqs:
+            if seq.model_state is None:
+                if seq.conditioning is None:
+                    raise ValueError(
+                        f"{seq.request_id}: a stateful model needs a conditioned stream"
+                    )
+                seq.model_state = self.model.begin_stream(seq.conditioning)
+        counts = [1] * len(batch.decodes) + [num_new for _, num_new in batch.prefills]
+        return StepStreams(tuple(_state(seq) for seq in seqs), tuple(counts))
+
+
+def _state(seq: Sequence) -> StreamState:
+    assert seq.model_state is not None, "a stream's state is made before its first forward"
+    return seq.model_state
 
 
 def _final_context(seq: Sequence) -> int:

@@ -4,7 +4,10 @@
 For speech: the voice must exist; the stream's length comes from its text and the limits
 (:mod:`cadenza.contract.stream_length`); a speech prompt (microphone audio at the codec's rate)
 is encoded into codec frames that the model's prompt places before the text; the sequence gets
-its own seeded generator, its prefix-cache keys (model, dtypes, voice) and its playout clock.
+its own seeded generator, its prefix-cache keys (model, dtypes, and what the model says its KV
+depends on besides the rows: the voice, or the text too), its playout clock and, for a
+stateful model, what the model conditions on (its state is made when the stream first runs).
+Model-specific sampling fields the model does not take are refused by name.
 
 A resumed request (one whose engine was lost mid-stream, see
 :class:`~cadenza.contract.request.ResumePoint`) becomes the sequence it was: its generated rows
@@ -29,10 +32,11 @@ from cadenza.codecs.codec import AudioCodec, CodecError
 from cadenza.config import LimitsConfig, RealtimeConfig
 from cadenza.contract.errors import RequestRejected
 from cadenza.contract.request import ResumePoint, SynthesisRequest
-from cadenza.contract.sampling import SamplingParams
+from cadenza.contract.sampling import SamplingParams, check_model_fields
 from cadenza.contract.stream_length import StreamLength, request_duration_s, stream_length
 from cadenza.engine.layouts.token_layout import layout_steps_for_frames
 from cadenza.engine.models.model import AudioTokenModel, PromptTurn
+from cadenza.engine.models.stream_state import StreamConditioning
 from cadenza.engine.realtime.playout_clock import PlayoutClock
 from cadenza.engine.sampler import replay_draws
 from cadenza.engine.sequence import AudioProgress, Sequence
@@ -72,9 +76,14 @@ class RequestIntake:
             raise RequestRejected(
                 f"unknown voice {request.voice!r}; voices: {', '.join(self.model.voices)}"
             )
-        if request.sampling.fine_temperature is not None:
-            raise RequestRejected("fine_temperature: this model has no fine stage (Bark has)")
-        duration_s = request_duration_s(request.text, request.max_duration_s, self.limits)
+        try:
+            check_model_fields(request.sampling, self.model.sampling_fields, self.model.family)
+            self.model.check_request(request.text, request.sampling)
+        except ValueError as exc:  # UnsupportedSamplingField among them
+            raise RequestRejected(str(exc)) from exc
+        duration_s = request_duration_s(
+            request.text, request.max_duration_s, self.limits, self.model.default_duration_s
+        )
         length = stream_length(duration_s, self.codec.frame_rate, self.layout)
         prompt_codes = self._prompt_codes(request)
         if request.context:
@@ -94,8 +103,10 @@ class RequestIntake:
             prompt,
             request.sampling,
             max_new_steps=length.steps,
-            conditioning=f"voice={request.voice}",
+            conditioning=self.model.prefix_conditioning(request.text, request.voice),
         )
+        if self.model.keeps_stream_state:
+            seq.conditioning = StreamConditioning(request.text, request.voice, request.sampling)
         seq.target_frames = length.frames
         seq.audio = AudioProgress(
             PlayoutClock(
@@ -118,6 +129,8 @@ class RequestIntake:
     ) -> Sequence:
         """A raw token request (rows of ``K`` ids) that stops at one of the model's EOS ids or
         after ``max_new_steps``; an audio layout gets the most frames that fit in them."""
+        if self.model.keeps_stream_state:
+            raise RequestRejected("this model conditions on text: it takes speech requests only")
         vocab = self.model.vocab_size
         if self.layout.num_codebooks == 1 and any(not 0 <= row[0] < vocab for row in prompt if row):
             raise RequestRejected(f"prompt ids must lie in [0, {vocab})")

@@ -11,8 +11,9 @@ last forward produced logits for the next row::
                  0                num_computed_tokens
 
 Who writes what: the scheduler (``status``, ``num_computed_tokens``, new rows, the ending),
-the KV cache manager (``page_table``, ``page_hashes``, ``reserved_pages``) and, for audio
-streams, the audio stage (``audio``). Everything else is fixed when the request is taken in.
+the KV cache manager (``page_table``, ``page_hashes``, ``reserved_pages``), the model runner
+(a stateful model's ``model_state``) and, for audio streams, the audio stage (``audio``).
+Everything else is fixed when the request is taken in.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 from cadenza.contract.request import FinishReason
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.kv.page_pool import PageHash
+from cadenza.engine.models.stream_state import StreamConditioning, StreamState
 from cadenza.engine.realtime.playout_clock import PlayoutClock
 
 
@@ -57,6 +59,8 @@ class Sequence:
     eos_ids: frozenset[int] = frozenset()
     target_frames: int = 0  # codec frames the stream ends after, unless the model ends first
     audio: AudioProgress | None = None  # audio streams only
+    conditioning: StreamConditioning | None = None  # a stateful model's, from the request
+    model_state: StreamState | None = None  # made by the runner at the stream's first step
     # Progress, written by the scheduler.
     status: SequenceStatus = SequenceStatus.WAITING
     num_computed_tokens: int = 0

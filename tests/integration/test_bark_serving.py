@@ -143,7 +143,13 @@ def test_what_bark_cannot_do_is_refused_with_the_reason(server) -> None:
     assert "temperature only" in response.json()["error"]["message"]
     tiny = base | {"model": "cadenza-tiny", "voice": "default", "fine_temperature": 0.5}
     response = httpx.post(speech, json=tiny, timeout=60)
-    assert response.status_code == 400 and "no fine stage" in response.json()["error"]["message"]
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["code"] == "unsupported_sampling_field"
+    assert error["param"] == "fine_temperature"
+    response = httpx.post(speech, json=base | {"guidance_scale": 3.0}, timeout=60)
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["code"] == "unsupported_sampling_field"
+    assert error["param"] == "guidance_scale" and "fine_temperature" in error["message"]
     response = httpx.post(speech, json=base | {"fine_temperature": -1}, timeout=60)
     assert response.status_code == 400
     response = httpx.post(speech, json=base | {"input": "word " * 300}, timeout=60)

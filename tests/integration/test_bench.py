@@ -86,3 +86,14 @@ def test_the_bark_run_compares_batched_streams_with_transformers() -> None:
 def test_bark_shapes_belong_to_bark() -> None:
     done = _bench("bark", "--shape", "csm-small", "--json")
     assert done.returncode == 2 and "not a bark shape" in done.stderr
+
+
+def test_the_dia_run_compares_guided_streams_with_transformers() -> None:
+    done = _bench("dia", "--shape", "dia-tiny", "--batch-sizes", "1,2", "--repeats", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["benchmark"] == "dia" and result["shape"] == "dia-tiny"
+    assert [entry["batch"] for entry in result["results"]] == [1, 2]
+    for entry in result["results"]:
+        assert entry["transformers_frames_per_s"] > 0 and entry["engine_decode_step_ms"] > 0
+        assert entry["engine_over_transformers"] > 0

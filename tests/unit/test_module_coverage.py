@@ -13,13 +13,26 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "cadenza/bench/engine_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/bench/cpu_precision.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/bench/csm_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
+    "cadenza/bench/dia_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
+    "cadenza/engine/models/musicgen_checkpoint.py": (
+        "tests/unit/engine/test_musicgen.py",
+        "the family's loader, tested with the model it loads against transformers",
+    ),
+    "cadenza/engine/models/t5_encoder.py": (
+        "tests/unit/engine/test_musicgen.py",
+        "MusicGen's text encoder, held to transformers' T5EncoderModel there",
+    ),
+    "cadenza/engine/models/stream_state.py": (
+        "tests/unit/engine/test_dia.py",
+        "the per-stream state's types, exercised by the stateful models that make them",
+    ),
     "cadenza/codecs/pretrained_codec.py": (
         "tests/unit/codecs/test_encodec.py",
         "the strict loader of EnCodec and Mimi directories, tested through both (and test_mimi)",
     ),
     "cadenza/codecs/shared_stages.py": (
         "tests/unit/codecs/test_encodec_streaming.py",
-        "the stages of both streaming decoders, tested through them (and test_mimi_streaming)",
+        "the stages the streaming decoders share, tested through them (EnCodec, Mimi, SNAC, DAC)",
     ),
     "cadenza/bench/pacing.py": ("tests/integration/test_webrtc.py", "a benchmark"),
     "cadenza/bench/roofline.py": ("tests/integration/test_bench.py", "a benchmark"),

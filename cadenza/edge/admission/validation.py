@@ -1,4 +1,5 @@
-"""Validation limits in one place, for every transport: model, voice, text, duration.
+"""Validation limits in one place, for every transport: model, voice, text, duration, and the
+model-specific sampling fields the served model takes.
 
 Each check raises :class:`InvalidRequest`, which carries what an API error needs: an HTTP status,
 a machine-readable ``code`` and the offending ``param``.
@@ -9,6 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cadenza.config import LimitsConfig
+from cadenza.contract.sampling import (
+    SamplingParams,
+    UnsupportedSamplingField,
+    check_model_fields,
+)
 
 
 class InvalidRequest(ValueError):
@@ -31,9 +37,13 @@ def validate_synthesis(
     voices: Sequence[str],
     limits: LimitsConfig,
     text_to_come: bool = False,
+    sampling: SamplingParams | None = None,
+    sampling_fields: Sequence[str] = (),
 ) -> None:
     """Raise :class:`InvalidRequest` for the first problem found, else return ``None``.
-    ``text_to_come``: a text stream's first piece, which may be empty."""
+    ``text_to_come``: a text stream's first piece, which may be empty. ``sampling``: the
+    request's settings, whose model-specific fields must be among ``sampling_fields`` (the
+    served model's; code ``unsupported_sampling_field``)."""
     if model != served_model:
         raise InvalidRequest(
             f"model {model!r} is not served here; available: {served_model!r}",
@@ -60,3 +70,10 @@ def validate_synthesis(
             code="invalid_duration",
             param="max_duration_s",
         )
+    if sampling is not None:
+        try:
+            check_model_fields(sampling, frozenset(sampling_fields), served_model)
+        except UnsupportedSamplingField as exc:
+            raise InvalidRequest(
+                str(exc), code="unsupported_sampling_field", param=exc.field
+            ) from exc

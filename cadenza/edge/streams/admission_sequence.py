@@ -127,6 +127,8 @@ class Admission:
                 voices=info.voices,
                 limits=self.config.limits,
                 text_to_come=text_stream,
+                sampling=request.sampling,
+                sampling_fields=info.sampling_fields,
             )
         except InvalidRequest as exc:
             raise EdgeError.from_invalid(exc) from exc
@@ -135,7 +137,9 @@ class Admission:
         sized, context_segments = request, 0
         if text_stream:
             sized, context_segments = self._longest_segment(request, info)
-        audio_s = request_duration_s(sized.text, sized.max_duration_s, self.config.limits)
+        audio_s = request_duration_s(
+            sized.text, sized.max_duration_s, self.config.limits, info.default_duration_s
+        )
         try:
             grant = await self.rate_limiter.acquire(client, audio_s)
         except RateLimited as exc:
@@ -202,7 +206,9 @@ class Admission:
                 info = self.engines.require_ready()
             except EngineError as exc:
                 raise EdgeError.from_engine(exc) from exc
-            total_s = request_duration_s(request.text, request.max_duration_s, self.config.limits)
+            total_s = request_duration_s(
+                request.text, request.max_duration_s, self.config.limits, info.default_duration_s
+            )
             heard_s = frames_heard / info.frame_rate
             cost = self._cost(request, info, max(total_s - heard_s, 0.0), heard_s)
             try:

@@ -195,7 +195,9 @@ def parse_client_message(text: str) -> AnyClientMessage:
 
 
 def resolve_sample_rate(speak: Speak, native_rate: int) -> int:
-    """The rate the stream's audio will have. Raises :class:`ProtocolError`."""
+    """The rate the stream's audio will have: pcm at one of :data:`PCM_SAMPLE_RATES` or, when
+    asked, the model's own (``native_rate``; unasked, the model's own where it is one of
+    them, else the highest). Raises :class:`ProtocolError`."""
     if speak.format == "opus":
         if speak.sample_rate not in (None, 48000):
             raise ProtocolError("invalid_sample_rate", "opus audio is always 48000 Hz")
@@ -204,10 +206,13 @@ def resolve_sample_rate(speak: Speak, native_rate: int) -> int:
         if speak.sample_rate not in (None, native_rate):
             raise ProtocolError("invalid_sample_rate", f"encodec codes are at {native_rate} Hz")
         return native_rate
-    rate = native_rate if speak.sample_rate is None else speak.sample_rate
-    if rate not in PCM_SAMPLE_RATES:
+    rate = speak.sample_rate
+    if rate is None:
+        rate = native_rate if native_rate in PCM_SAMPLE_RATES else max(PCM_SAMPLE_RATES)
+    if rate not in PCM_SAMPLE_RATES and rate != native_rate:
         raise ProtocolError(
-            "invalid_sample_rate", f"pcm sample_rate must be one of {PCM_SAMPLE_RATES}"
+            "invalid_sample_rate",
+            f"pcm sample_rate must be one of {PCM_SAMPLE_RATES} or the model's own {native_rate}",
         )
     return rate
 

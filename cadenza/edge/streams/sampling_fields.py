@@ -19,6 +19,7 @@ class SamplingFields(BaseModel):
     repetition_penalty: float | None = Field(None, gt=0, le=10)
     stop_token_ids: list[Annotated[int, Field(ge=0, lt=2**31)]] | None = Field(None, max_length=16)
     fine_temperature: float | None = Field(None, ge=0, le=5)
+    guidance_scale: float | None = Field(None, ge=0, le=100)
 
     def sampling(self, defaults: SamplingParams) -> SamplingParams:
         """The model's ``defaults`` with this request's own choices."""
@@ -31,4 +32,5 @@ class SamplingFields(BaseModel):
             repetition_penalty=self.repetition_penalty,
             stop_ids=None if self.stop_token_ids is None else tuple(self.stop_token_ids),
             fine_temperature=self.fine_temperature,
+            guidance_scale=self.guidance_scale,
         )

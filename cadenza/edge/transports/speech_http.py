@@ -124,6 +124,7 @@ async def list_models(request: Request) -> dict[str, object]:
                 "owned_by": "cadenza",
                 "voices": list(info.voices),
                 "sample_rate": info.sample_rate,
+                "sampling_fields": list(info.sampling_fields),
             }
             for info in infos
         ],

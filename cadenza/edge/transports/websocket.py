@@ -125,12 +125,24 @@ class WebSocketEndpoint:
         finally:
             self._release_reservation()
 
+    def _native_rate(self, speak: protocol.Speak, default: EngineInfo) -> int:
+        """The sample rate of the model ``speak`` names (the default's when it names none,
+        or one that cannot be asked now: opening the utterance then says why)."""
+        if speak.model is None:
+            return default.sample_rate
+        try:
+            return self.state.service(speak.model).info().sample_rate
+        except (EdgeError, EngineError):
+            return default.sample_rate
+
     async def _serve(self, info: EngineInfo) -> None:
         await self.websocket.accept()
         if not await self._authenticate():
             return
         session = SpeakSession(
-            check_speak=lambda speak: protocol.resolve_sample_rate(speak, info.sample_rate),
+            check_speak=lambda speak: protocol.resolve_sample_rate(
+                speak, self._native_rate(speak, info)
+            ),
             codec_sample_rate=info.sample_rate,
             max_prompt_audio_s=self.state.config.limits.max_prompt_audio_s,
             max_context_s=self.state.config.limits.max_context_s,
@@ -439,9 +451,15 @@ def _wants_spill(header: str | None) -> bool:
 
 def _ready_message(info: EngineInfo, state: EdgeState) -> str:
     """``model``, ``voices`` and ``sample_rate``: the default model's; ``models``: every
-    served model with its voices; ``node``: the node that answered (``server.node_id``)."""
+    served model with its voices, sample rate and model-specific sampling fields; ``node``:
+    the node that answered (``server.node_id``)."""
     models = [
-        {"name": s.identity.model_name, "voices": list(s.identity.voices)}
+        {
+            "name": s.identity.model_name,
+            "voices": list(s.identity.voices),
+            "sample_rate": s.identity.sample_rate,
+            "sampling_fields": list(s.identity.sampling_fields),
+        }
         for s in state.services.values()
     ]
     return protocol.server_message(

@@ -1,15 +1,20 @@
-"""The MusicGen delay pattern: ``K`` codebooks emitted in parallel, codebook ``k`` ``k`` steps late.
+"""The delay pattern: ``K`` codebooks emitted in parallel, codebook ``k`` ``delays[k]`` steps
+late (MusicGen: ``delays = 0, 1, ..., K-1``; Dia: ``0, 8, 9, ..., 15``).
 
 At decode step ``s`` the model emits one row of ``K`` ids; entry ``k`` is codebook ``k`` of frame
-``s - k``. Entries whose frame is before the first or at/after the last frame are the pad id::
+``s - delays[k]``. With ``delays = 0, 1, 2`` and 3 frames::
 
-    step     0    1    2    3    4   (K = 3, 3 frames)
+    step     0    1    2    3    4
     cb 0    f0   f1   f2  pad  pad
-    cb 1   pad   f0   f1   f2  pad
-    cb 2   pad  pad   f0   f1   f2
+    cb 1     .   f0   f1   f2  pad
+    cb 2     .    .   f0   f1   f2
 
-Frame ``f`` is complete after step ``f + K - 1``. :class:`DelayPattern` is pure arithmetic;
-:class:`DelayPatternLayout` applies it to engine sequences.
+What fills the places outside the frames is the model's convention: before the first frame
+(``.``) a start id (MusicGen's pad, Dia's BOS); at the end frame an end id where the model marks
+it (Dia's EOS, in every codebook as its delay comes), and the pad id after. Frame ``f`` is
+complete after step ``f + max(delays)``.
+:class:`DelayPattern` is pure arithmetic; :class:`DelayPatternLayout` applies it to engine
+sequences.
 """
 
 from __future__ import annotations
@@ -27,53 +32,88 @@ from cadenza.engine.sequence import Sequence
 
 @dataclass(frozen=True)
 class DelayPattern:
+    """``delays``: each codebook's delay in steps (default ``0 .. num_codebooks - 1``);
+    ``start_id``: the id forced before a codebook's first frame (``None``: not forced);
+    ``end_id``: the id forced at the end frame (``None``: the pad id); ``pad_id``: after it."""
+
     num_codebooks: int
     pad_id: int
+    delays: tuple[int, ...] = ()
+    start_id: int | None = None
+    end_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.delays:
+            object.__setattr__(self, "delays", tuple(range(self.num_codebooks)))
+        if len(self.delays) != self.num_codebooks or min(self.delays) < 0:
+            raise ValueError("a delay pattern needs one non-negative delay per codebook")
+
+    @property
+    def max_delay(self) -> int:
+        return max(self.delays)
 
     def forced_ids(self, step: int, end_frame: int | None) -> list[int | None]:
-        """Per codebook, the id step ``step`` must emit (pad) or ``None`` where the model chooses.
+        """Per codebook, the id step ``step`` must emit, or ``None`` where the model chooses.
 
         ``end_frame`` is the number of frames of the utterance once known (EOS seen or the length
         limit reached), else ``None``.
         """
         forced: list[int | None] = []
-        for codebook in range(self.num_codebooks):
-            frame = step - codebook
-            out_of_range = frame < 0 or (end_frame is not None and frame >= end_frame)
-            forced.append(self.pad_id if out_of_range else None)
+        start_id = self.pad_id if self.start_id is None else self.start_id
+        end_id = self.pad_id if self.end_id is None else self.end_id
+        for delay in self.delays:
+            frame = step - delay
+            if frame < 0:
+                forced.append(start_id)
+            elif end_frame is not None and frame == end_frame:
+                forced.append(end_id)
+            elif end_frame is not None and frame > end_frame:
+                forced.append(self.pad_id)
+            else:
+                forced.append(None)
         return forced
 
     def frames_complete(self, num_steps: int) -> int:
         """Frames whose every codebook has been emitted after ``num_steps`` steps."""
-        return max(0, num_steps - (self.num_codebooks - 1))
+        return max(0, num_steps - self.max_delay)
 
     def steps_needed(self, num_frames: int) -> int:
         """Decode steps that emit every codebook of ``num_frames`` frames."""
-        return steps_for_frames(num_frames, steps_per_frame=1, tail_steps=self.num_codebooks - 1)
+        return steps_for_frames(num_frames, steps_per_frame=1, tail_steps=self.max_delay)
 
     def frame_codes(self, rows: RowSequence[RowSequence[int]], frame: int) -> list[int]:
-        """The ``K`` codes of ``frame`` gathered diagonally from the emitted ``rows``."""
-        return [rows[frame + k][k] for k in range(self.num_codebooks)]
+        """The ``K`` codes of ``frame`` gathered from the emitted ``rows``."""
+        return [rows[frame + delay][k] for k, delay in enumerate(self.delays)]
 
 
 class DelayPatternLayout:
     """The ``parallel+delay`` token layout (see the module docstring) for the engine.
 
     Codebook 0 may emit ``eos_id``: the frame count is then the step at which it did. Otherwise
-    the sequence ends after ``seq.target_frames`` frames. Either way the ``K - 1`` steps after
-    the last frame finish the delayed codebooks, with everything past the end forced to pad.
+    the sequence ends after ``seq.target_frames`` frames (where the pattern has an end id,
+    codebook 0 is forced to it there). Either way the ``max(delays)`` steps after the last frame
+    finish the delayed codebooks, with what comes after the end forced.
+    ``codebook_size``: the codes each codebook may sample (ids ``0 .. codebook_size - 1``).
     """
 
     produces_audio = True
     steps_per_frame = 1
 
-    def __init__(self, num_codebooks: int, codebook_size: int, pad_id: int, eos_id: int) -> None:
+    def __init__(
+        self,
+        num_codebooks: int,
+        codebook_size: int,
+        pad_id: int,
+        eos_id: int,
+        pattern: DelayPattern | None = None,
+        vocab_size: int | None = None,
+    ) -> None:
+        self.pattern = pattern or DelayPattern(num_codebooks, pad_id)
         self.num_codebooks = self.codebooks_per_frame = num_codebooks
-        self.tail_steps = num_codebooks - 1
-        self.pattern = DelayPattern(num_codebooks, pad_id)
+        self.tail_steps = self.pattern.max_delay
         self.eos_id = eos_id
-        vocab_size = max(pad_id, eos_id) + 1
-        masks = torch.zeros(1, num_codebooks, vocab_size, dtype=torch.bool)
+        vocab_size = vocab_size or max(pad_id, eos_id) + 1
+        masks = torch.zeros(1, num_codebooks, vocab_size, dtype=torch.bool, device="cpu")
         masks[0, :, :codebook_size] = True
         masks[0, 0, eos_id] = True
         self._masks = masks

@@ -1,6 +1,10 @@
 """The base class every model family implements for the engine, and the capabilities the
 engine asks of it (never the family itself): a two-level model's depth decoder, backbones the
-fused native CPU step can run, and output heads restricted to the ids a row position may emit.
+fused native CPU step can run, output heads restricted to the ids a row position may emit,
+per-stream state (an encoder's output and cross-attention keys, computed once per stream),
+a hook between the forward pass and sampling (classifier-free guidance mixing a stream's
+conditional and unconditional logits), prefix-cache keys of the model's choosing, and the
+model-specific sampling fields it takes.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.kv.paged_kv_cache import KVSpec, PagedKVCache
 from cadenza.engine.layouts.token_layout import TokenLayout
 from cadenza.engine.models.restricted_heads import RestrictedHeads
+from cadenza.engine.models.stream_state import StreamConditioning, StreamState
 from cadenza.kernels.attention_context import AttentionContext
 
 
@@ -82,6 +87,12 @@ class AudioTokenModel(nn.Module, ABC):
     step's flattened batch, stores its KV, and returns ``logits [S, K, V]`` for the tokens at
     ``logits_indices`` only.
 
+    A stateful model (:attr:`keeps_stream_state`) gets a keyword ``streams``
+    (:class:`StepStreams`) as well: each stream's :class:`StreamState`, from
+    :meth:`begin_stream`. Its logits then pass through :meth:`process_logits` before they are
+    sampled (a guided model mixes its two branches there). Its rows need not carry the text:
+    :meth:`prefix_conditioning` says what else must match for two streams to share KV.
+
     A two-level model sets :attr:`depth`: its rows are ``K`` wide but one step samples only
     the first id from the backbone (``forward`` returns ``logits [S, 1, V]``); the runner then
     gets the hidden states (:meth:`hidden_states`, :meth:`first_logits`) and runs the depth
@@ -97,6 +108,11 @@ class AudioTokenModel(nn.Module, ABC):
     family: str = "custom"
     default_sampling: SamplingParams = SamplingParams()
     takes_context: bool = False  # builds prompts from earlier conversation turns
+    sampling_fields: frozenset[str] = frozenset()  # model-specific SamplingParams it takes
+    keeps_stream_state: bool = False  # forward takes ``streams`` (StepStreams)
+    # A model whose text does not set the length (a music model's description): a stream
+    # lasts the request's max_duration_s, else this (None: the length follows the text).
+    default_duration_s: float | None = None
     max_positions: int | None = None  # positions the model was trained for (None: no limit)
 
     @abstractmethod
@@ -158,6 +174,32 @@ class AudioTokenModel(nn.Module, ABC):
         """Token rows that ask the model to speak ``text`` in ``voice`` after the conversation
         ``context`` (oldest turn first); only models with :attr:`takes_context`."""
         raise TypeError(f"{type(self).__name__} takes no conversation context")
+
+    @property
+    def state_bytes_per_stream(self) -> int:
+        """The most memory one stream's :class:`StreamState` holds (0: no per-stream state)."""
+        return 0
+
+    def check_request(self, text: str, sampling: SamplingParams) -> None:
+        """Raise ``ValueError`` for a text or settings this model cannot take (the request is
+        then refused with the reason, before anything runs); the default takes any."""
+
+    def begin_stream(self, conditioning: StreamConditioning) -> StreamState:
+        """A stateful model's state for a new stream (its encoder run once); ``ValueError``
+        for a request it cannot condition on."""
+        raise TypeError(f"{type(self).__name__} keeps no per-stream state")
+
+    def process_logits(self, logits: torch.Tensor, states: list[StreamState]) -> torch.Tensor:
+        """A stateful model's last word on the logits ``[S, K, V]`` of the streams sampling
+        this step (``states``, in the same order) before the sampler draws from them: guidance,
+        the model's own filters. The default keeps them as they are."""
+        return logits
+
+    def prefix_conditioning(self, text: str, voice: str) -> str:
+        """What, besides its token rows, a stream's KV depends on (a prefix-cache key): the
+        voice for a model whose rows carry the text; a model that conditions on the text some
+        other way (an encoder) adds the text."""
+        return f"voice={voice}"
 
     @property
     def device(self) -> torch.device:

@@ -21,13 +21,19 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from cadenza.engine.models import csm_checkpoint, llama_checkpoint, orpheus
+from cadenza.engine.models import (
+    csm_checkpoint,
+    dia_checkpoint,
+    llama_checkpoint,
+    musicgen_checkpoint,
+    orpheus,
+)
 from cadenza.engine.models.cadenza_tiny import MODEL_NAME as CADENZA_TINY
 from cadenza.engine.models.cadenza_tiny import CadenzaTinyModel, CadenzaTinySpec
 from cadenza.engine.models.checkpoint import CheckpointError as CheckpointError
 from cadenza.engine.models.checkpoint import read_json
-from cadenza.engine.models.family import ModelFamily
-from cadenza.engine.models.llama import LlamaBackbone, LlamaBackboneConfig
+from cadenza.engine.models.family import ModelFamily, PagedShape
+from cadenza.engine.models.llama import LlamaBackbone
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.models.serving_weights import prepare_for_serving
 from cadenza.hub_cache import resolve_checkpoint
@@ -36,6 +42,8 @@ FAMILIES: tuple[ModelFamily, ...] = (
     csm_checkpoint.FAMILY,
     orpheus.FAMILY,  # before llama: an Orpheus checkpoint is a Llama one too
     llama_checkpoint.FAMILY,
+    dia_checkpoint.FAMILY,
+    musicgen_checkpoint.FAMILY,
 )
 """Asked in order; the first that recognises a checkpoint loads it."""
 
@@ -133,16 +141,33 @@ def load_model(
     return model
 
 
-def paged_backbone_config(name_or_path: str) -> LlamaBackboneConfig:
-    """The shape of the backbone whose KV is paged, without reading weights (``cadenza
-    plan``): a built-in model's, or a checkpoint's from its ``config.json`` by its family."""
+def paged_backbone_config(name_or_path: str) -> PagedShape:
+    """The shape of the KV that is paged, without reading weights (``cadenza plan``): a
+    built-in model's, or a checkpoint's from its ``config.json`` by its family."""
     if name_or_path == CADENZA_TINY:
         return CadenzaTinySpec().backbone
+    directory = _checkpoint_directory(name_or_path)
+    config = read_json(directory / "config.json")
+    return family_of(directory).paged_backbone(directory, config)
+
+
+def stream_state_bytes(name_or_path: str, dtype: torch.dtype) -> int:
+    """The most bytes one stream's per-stream state takes in ``dtype`` (0: the model keeps
+    none), without reading weights (``cadenza plan``)."""
+    if name_or_path == CADENZA_TINY:
+        return 0
+    directory = _checkpoint_directory(name_or_path)
+    family = family_of(directory)
+    if family.stream_state is None:
+        return 0
+    return family.stream_state(directory, read_json(directory / "config.json"), dtype)
+
+
+def _checkpoint_directory(name_or_path: str) -> Path:
     directory = resolve_checkpoint(name_or_path, ("config.json",))
     if directory is None:
         raise UnknownModelError(f"unknown model {name_or_path!r}: no config.json found")
-    config = read_json(directory / "config.json")
-    return family_of(directory).paged_backbone(directory, config)
+    return directory
 
 
 def checkpoint_identity(name_or_path: str) -> str:

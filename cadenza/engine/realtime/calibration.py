@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from cadenza.contract.calibration import Calibration, StepRepeat
+from cadenza.contract.request import FinishReason, StreamOutput
 from cadenza.contract.step_time_model import (
     StepSample,
     StepTimeModel,
@@ -379,21 +380,41 @@ def _measure_prefill(engine: Engine) -> tuple[float, float] | None:
 
 def _measure(engine: Engine, batch: int, prompt_chars: int) -> _Point:
     """Mean time of pure decode steps with ``batch`` streams; codec ms per stream-frame; and
-    what a prompt row cost in the pure prefill steps on the way."""
+    what a prompt row cost in the pure prefill steps on the way. A stream that ends on its
+    own (a model's end of speech) is replaced by a new one, so the batch holds."""
     requests = [synthetic_request(engine, prompt_chars, "calibration") for _ in range(batch)]
     window = engine.frames.chunk_frames * engine.info.shape.steps_per_frame
     heard: set[str] = set()
+
+    def step() -> list[StreamOutput]:
+        outputs = engine.step()
+        live = {request.request_id for request in requests}
+        for output in outputs:
+            if (
+                output.finished
+                and output.request_id in live
+                and output.finish_reason
+                in (
+                    FinishReason.EOS,
+                    FinishReason.LENGTH,
+                )
+            ):
+                replacement = synthetic_request(engine, prompt_chars, "calibration")
+                requests.append(replacement)
+                engine.add_request(replacement)
+        return outputs
+
     try:
         # Arrivals spread over one chunk period, as live streams arrive: their codec decodes
         # then fall on different steps, as they do in service.
         for group in (requests[i::window] for i in range(min(window, batch))):
             for request in group:
                 engine.add_request(request)
-            heard.update(o.request_id for o in engine.step() if o.audio.size)
+            heard.update(o.request_id for o in step() if o.audio.size)
         for _ in range(steps_to_measure(engine) * 4):
-            if len(heard) == batch:
+            if len(heard) >= batch:
                 break
-            heard.update(o.request_id for o in engine.step() if o.audio.size)
+            heard.update(o.request_id for o in step() if o.audio.size)
         prefill_rates = [
             1000.0 * s.seconds / s.tokens
             for s in engine.take_report().steps  # measure decode steps from here
@@ -404,7 +425,7 @@ def _measure(engine: Engine, batch: int, prompt_chars: int) -> _Point:
         cpu_started, wall_started = time.process_time(), time.perf_counter()
         for _ in range(max(engine.frames.calibration_steps // window, 1)):
             for _ in range(window):
-                engine.step()
+                step()
             report = engine.take_report()
             codec_s, codec_frames = codec_s + report.codec_s, codec_frames + report.codec_frames
             pure = [s for s in report.steps if s.decodes == batch and s.tokens == batch]

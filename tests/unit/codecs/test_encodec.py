@@ -3,9 +3,10 @@ import shutil
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from transformers import EncodecConfig
 
 from cadenza.codecs import CodecError, load_codec
-from cadenza.codecs.encodec import build_random_encodec
+from cadenza.codecs.encodec import bandwidth_for_codebooks, build_random_encodec, default_bandwidth
 from tests.support.legacy_weight_norm import resave_with_legacy_weight_norm_names
 
 
@@ -119,3 +120,20 @@ def test_a_directory_with_weights_missing_is_refused(saved, tmp_path):
     save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(CodecError, match=r"missing \['decoder\.layers\.0\.conv\.param"):
         load_codec(str(tmp_path))
+
+
+def test_the_default_bandwidth_comes_from_the_config():
+    """A config's only bandwidth (the 32 kHz model: 2.2 kbps, 4 codebooks), else 6 kbps where
+    offered (24 kHz: 8 codebooks); the bandwidth for a codebook count is one it offers."""
+    assert default_bandwidth(EncodecConfig()) == 6.0
+    musicgen = EncodecConfig(
+        sampling_rate=32000, upsampling_ratios=[8, 5, 4, 4], codebook_size=2048
+    )
+    musicgen.target_bandwidths = [2.2]
+    assert default_bandwidth(musicgen) == 2.2
+    assert bandwidth_for_codebooks(musicgen, 4) == 2.2
+    assert bandwidth_for_codebooks(EncodecConfig(), 32) == 24.0
+    with pytest.raises(CodecError, match="3 codebooks"):
+        bandwidth_for_codebooks(musicgen, 3)
+    with pytest.raises(CodecError, match="no default"):
+        default_bandwidth(EncodecConfig(target_bandwidths=[1.5, 3.0]))

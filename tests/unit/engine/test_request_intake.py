@@ -98,9 +98,12 @@ def test_an_unknown_voice_is_rejected(intake) -> None:
         intake.speech(SynthesisRequest("r", "hello", voice="nobody"))
 
 
-def test_a_fine_temperature_is_refused_by_a_model_without_a_fine_stage(intake) -> None:
-    sampling = SamplingParams(fine_temperature=0.5)
-    with pytest.raises(RequestRejected, match="no fine stage"):
+@pytest.mark.parametrize(
+    "sampling", [SamplingParams(fine_temperature=0.5), SamplingParams(guidance_scale=3.0)]
+)
+def test_a_model_specific_field_is_refused_by_a_model_without_it(intake, sampling) -> None:
+    field = "fine_temperature" if sampling.fine_temperature is not None else "guidance_scale"
+    with pytest.raises(RequestRejected, match=f"{field}: .* does not take this sampling field"):
         intake.speech(SynthesisRequest("r", "hello", sampling=sampling))
 
 

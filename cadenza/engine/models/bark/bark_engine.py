@@ -57,7 +57,7 @@ from cadenza.contract.errors import RequestRejected
 from cadenza.contract.kv_memory import StreamShape
 from cadenza.contract.realtime_plan import RealtimePlan
 from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
-from cadenza.contract.sampling import SamplingParams
+from cadenza.contract.sampling import SamplingParams, UnsupportedSamplingField, check_model_fields
 from cadenza.engine.device import resolve_device, resolve_dtype
 from cadenza.engine.models.bark.bark_batch import BarkBatch
 from cadenza.engine.models.bark.bark_checkpoint import BarkCheckpoint, load_bark
@@ -73,6 +73,7 @@ FINE_TEMPERATURE = 0.5
 """Bark's fine-stage temperature when a request samples (``BarkModel.generate``'s default)."""
 
 DEFAULT_SAMPLING = SamplingParams(temperature=0.7, top_k=0)
+SAMPLING_FIELDS = frozenset({"fine_temperature"})  # the model-specific fields Bark takes
 """What a request gets unless it says otherwise: the ``bark`` package's temperature of 0.7 for
 the semantic and coarse stages, no other filter."""
 
@@ -203,6 +204,7 @@ class BarkEngine:
             calibration=self.calibration,
             default_sampling=DEFAULT_SAMPLING,
             native_kernels=loader.report(),
+            sampling_fields=tuple(sorted(SAMPLING_FIELDS)),
         )
 
     # -- requests -----------------------------------------------------------------------------
@@ -222,6 +224,10 @@ class BarkEngine:
         if request.resume is not None and request.resume.rows:
             raise RequestRejected("a Bark stream resumes from its frames heard, not from rows")
         sampling = request.sampling
+        try:
+            check_model_fields(sampling, SAMPLING_FIELDS, self.model_name)
+        except UnsupportedSamplingField as exc:
+            raise RequestRejected(str(exc)) from exc
         for name in ("top_k", "top_p", "min_p", "repetition_penalty", "stop_ids"):
             if getattr(sampling, name) != getattr(DEFAULT_SAMPLING, name):
                 raise RequestRejected(f"Bark samples by temperature only; {name} is not supported")

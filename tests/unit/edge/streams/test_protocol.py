@@ -278,11 +278,13 @@ def test_rates_a_format_does_not_offer_are_invalid_sample_rate(fmt: str, sample_
     assert caught.value.code == "invalid_sample_rate"
 
 
-def test_pcm_at_a_native_rate_it_does_not_offer_needs_an_explicit_rate() -> None:
+def test_pcm_at_a_native_rate_it_does_not_offer_comes_at_that_rate_only_when_asked() -> None:
+    assert resolve_sample_rate(speak("pcm"), 44100) == 48000
+    assert resolve_sample_rate(speak("pcm", 44100), 44100) == 44100
+    assert resolve_sample_rate(speak("pcm", 16000), 44100) == 16000
     with pytest.raises(ProtocolError) as caught:
-        resolve_sample_rate(speak("pcm"), 22050)
+        resolve_sample_rate(speak("pcm", 22050), 44100)
     assert caught.value.code == "invalid_sample_rate"
-    assert resolve_sample_rate(speak("pcm", 16000), 22050) == 16000
 
 
 def test_a_parsed_zero_or_negative_sample_rate_is_refused_when_resolved() -> None:

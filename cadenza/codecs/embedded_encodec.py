@@ -1,0 +1,120 @@
+"""The EnCodec a MusicGen checkpoint embeds (facebook/musicgen-small and its kin): configured by
+the checkpoint's ``audio_encoder`` sub-config, its tensors the ``audio_encoder.``-prefixed ones
+of the checkpoint's safetensors (one file or shards), weight norm under either of its names
+(:mod:`~cadenza.codecs.weight_norm`; the hub's files hold the legacy ``weight_g`` /
+``weight_v``). The codec decodes as many codebooks as the MusicGen decoder predicts per audio
+channel (musicgen-small: 4, the 32 kHz model's only bandwidth, 2.2 kbps).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from huggingface_hub.errors import StrictDataclassError
+from transformers import EncodecConfig, EncodecModel
+
+from cadenza.codecs.codec import CodecError
+from cadenza.codecs.encodec import EncodecCodec, bandwidth_for_codebooks, default_bandwidth
+from cadenza.codecs.weight_norm import fold_weight_norm, parametrized_weight_norm_names
+
+EMBEDDED_PREFIX = "audio_encoder."
+"""Where a MusicGen checkpoint keeps its EnCodec's tensors."""
+
+
+def is_embedded_encodec_directory(directory: Path) -> bool:
+    """Whether ``directory``'s config.json has an ``audio_encoder`` sub-config that is an
+    EnCodec's (MusicGen, MusicGen-Melody)."""
+    try:
+        config = json.loads((directory / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(config, dict):
+        return False
+    audio_encoder = config.get("audio_encoder")
+    embeds = isinstance(audio_encoder, dict) and audio_encoder.get("model_type") == "encodec"
+    return embeds
+
+
+def load_embedded_encodec(
+    path: str, device: str | torch.device = "cpu", seed: int = 0
+) -> EncodecCodec:
+    """The EnCodec embedded in the checkpoint directory ``path``, weight norm folded, float32 on
+    ``device``, at the bandwidth of the MusicGen decoder's codebooks per audio channel (without
+    a ``decoder`` sub-config: the EnCodec config's own default). ``seed`` is accepted for the
+    registry's uniform signature; the checkpoint holds every weight, so it changes nothing.
+    Raises :class:`~cadenza.codecs.codec.CodecError` for a directory without a loadable
+    embedded EnCodec (its config, or weights missing, unexpected or misshapen)."""
+    del seed
+    directory = Path(path)
+    config = _read_config(directory)
+    values = config.get("audio_encoder")
+    if not isinstance(values, dict) or values.get("model_type") != "encodec":
+        raise CodecError(f"{directory}/config.json has no EnCodec audio_encoder")
+    try:
+        encodec_config = EncodecConfig.from_dict(values)
+    except (TypeError, ValueError, StrictDataclassError) as exc:  # the last: a field's type
+        raise CodecError(f"{directory}: audio_encoder is no valid EnCodec config: {exc}") from exc
+    model: Any
+    with torch.random.fork_rng(devices=[]):  # every weight is loaded over the initial ones
+        model = EncodecModel(encodec_config)
+    tensors = _read_prefixed_tensors(directory, EMBEDDED_PREFIX)
+    try:
+        model.load_state_dict(parametrized_weight_norm_names(tensors), strict=True)
+    except (ValueError, RuntimeError) as exc:
+        raise CodecError(f"{directory}: the audio_encoder weights do not fit: {exc}") from exc
+    fold_weight_norm(model)
+    model.float().to(torch.device(device)).eval()
+    return EncodecCodec(model, _bandwidth(config, encodec_config))
+
+
+def _bandwidth(config: dict[str, Any], encodec_config: EncodecConfig) -> float:
+    decoder = config.get("decoder")
+    if not isinstance(decoder, dict) or "num_codebooks" not in decoder:
+        return default_bandwidth(encodec_config)
+    channels = int(decoder.get("audio_channels", 1))
+    return bandwidth_for_codebooks(encodec_config, int(decoder["num_codebooks"]) // channels)
+
+
+def _read_config(directory: Path) -> dict[str, Any]:
+    try:
+        config = json.loads((directory / "config.json").read_text())
+    except FileNotFoundError as exc:
+        raise CodecError(f"{directory}: no config.json") from exc
+    except (OSError, ValueError) as exc:
+        raise CodecError(f"{directory}/config.json is not readable JSON: {exc}") from exc
+    if not isinstance(config, dict):
+        raise CodecError(f"{directory}/config.json is not a JSON object")
+    return config
+
+
+def _read_prefixed_tensors(directory: Path, prefix: str) -> dict[str, torch.Tensor]:
+    """Every ``prefix`` tensor of the checkpoint's safetensors, prefix stripped; the other
+    tensors (the language model's, by far the most) are not read."""
+    from safetensors import SafetensorError, safe_open
+
+    single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
+    files: dict[Path, list[str]] = {}
+    try:
+        if index.exists():
+            weight_map = json.loads(index.read_text())["weight_map"]
+            for name, file in weight_map.items():
+                if name.startswith(prefix):
+                    files.setdefault(directory / file, []).append(name)
+        elif single.exists():
+            with safe_open(single, "pt") as handle:
+                files[single] = [n for n in handle.keys() if n.startswith(prefix)]  # noqa: SIM118
+        else:
+            raise CodecError(f"{directory}: no model.safetensors (nor its sharded index)")
+        tensors: dict[str, torch.Tensor] = {}
+        for file, names in files.items():
+            with safe_open(file, "pt") as handle:
+                for name in names:
+                    tensors[name.removeprefix(prefix)] = handle.get_tensor(name)
+    except (OSError, ValueError, KeyError, SafetensorError) as exc:
+        raise CodecError(f"{directory}: cannot read the checkpoint's weights: {exc}") from exc
+    if not tensors:
+        raise CodecError(f"{directory}: the checkpoint holds no {prefix}* weights")
+    return tensors

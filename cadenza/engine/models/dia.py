@@ -1,0 +1,461 @@
+"""Dia (Nari Labs): a byte-level text encoder and an audio decoder over nine DAC codebooks in a
+delay pattern, with classifier-free guidance, served on the paged engine.
+
+Each stream runs the encoder once (:meth:`DiaModel.begin_stream`): over its text's bytes (the
+speaker tags ``[S1]``, ``[S2]`` one id each) for the conditional branch and, when guided, over
+as many zeros for the unconditional one, as ``transformers`` does. Every decoder layer's
+cross-attention keys and values of both branches are the stream's state
+(:class:`DiaStreamState`). The decoder's self-attention KV is paged; the unconditional
+branch's lives in layers ``L .. 2L-1`` of the same pages (the model's KV spec has ``2L``
+layers, so admission prices both). A step runs both branches of every stream as one batch of
+twice the rows; :meth:`DiaModel.process_logits` then mixes them exactly as ``transformers``'
+Dia generation does: the guided logits ``cond + scale * (cond - uncond)`` pick the top-k
+candidates (``top_k``, from ``generation_config.json`` unless the request sets it), the
+conditional logits restricted to them are what is sampled, after Dia's end-of-speech filter
+(only the first codebook may end; it ends exactly when the end is its best id). The delay
+pattern (:class:`~cadenza.engine.layouts.delay_pattern.DelayPattern`: codebook ``k`` late by
+``delay_pattern[k]``; at the end each codebook emits the end id as its delay comes, then pad)
+makes the frames: before its first frame a codebook holds the start id (BOS), as the
+processor's delayed prompt has it.
+
+Parameter names follow ``DiaForConditionalGeneration`` (``model.encoder.layers.0...``,
+``model.decoder.layers.0.cross_attention...``, ``logits_dense``), so a checkpoint's tensors
+load one to one (:mod:`~cadenza.engine.models.dia_checkpoint`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+from cadenza.contract.sampling import SamplingParams
+from cadenza.engine.kv.paged_kv_cache import KVSpec, PagedKVCache
+from cadenza.engine.layouts.delay_pattern import DelayPattern, DelayPatternLayout
+from cadenza.engine.models.cross_attention import CrossKV, attend_streams
+from cadenza.engine.models.llama import RMSNorm, RotaryEmbedding, apply_rotary
+from cadenza.engine.models.model import AudioTokenModel
+from cadenza.engine.models.stream_state import StepStreams, StreamConditioning, StreamState
+from cadenza.kernels.attention_backends import AttentionBackend, attention_backend_for
+from cadenza.kernels.attention_context import AttentionContext
+
+SPEAKER_TAGS = {"<pad>": 0, "[S1]": 1, "[S2]": 2}  # DiaTokenizer's added tokens
+_TAG_PATTERN = re.compile("(" + "|".join(re.escape(tag) for tag in SPEAKER_TAGS) + ")")
+
+
+def dia_text_ids(text: str) -> list[int]:
+    """``DiaTokenizer``'s ids for ``text``: its UTF-8 bytes, each speaker tag one id."""
+    ids: list[int] = []
+    for piece in _TAG_PATTERN.split(text):
+        if piece in SPEAKER_TAGS:
+            ids.append(SPEAKER_TAGS[piece])
+        else:
+            ids.extend(piece.encode("utf-8"))
+    return ids
+
+
+@dataclass(frozen=True)
+class DiaStackSpec:
+    """One transformer stack's shape (the encoder's or the decoder's)."""
+
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    norm_eps: float
+    rope_theta: float
+    max_positions: int
+    vocab_size: int
+
+
+@dataclass(frozen=True)
+class DiaSpec:
+    """A Dia checkpoint's shape and its generation's constants."""
+
+    encoder: DiaStackSpec
+    decoder: DiaStackSpec
+    cross_num_heads: int
+    cross_num_kv_heads: int
+    cross_head_dim: int
+    num_channels: int
+    delay_pattern: tuple[int, ...]
+    bos_id: int
+    eos_id: int
+    pad_id: int
+    guidance_scale: float | None  # generation_config.json's (None or 1: unguided)
+    sampling: SamplingParams  # generation_config.json's temperature, top_k, top_p
+
+    @property
+    def kv_spec(self) -> KVSpec:
+        """Paged self-attention KV: the conditional branch's layers, then the unconditional's."""
+        d = self.decoder
+        return KVSpec(2 * d.num_layers, d.num_kv_heads, d.head_dim)
+
+    def state_bytes_per_stream(self, dtype: torch.dtype) -> int:
+        """Cross-attention keys and values of both branches at the longest text."""
+        size = torch.empty((), dtype=dtype).element_size()
+        per_token = 2 * self.cross_num_kv_heads * self.cross_head_dim * size
+        return 2 * self.decoder.num_layers * self.encoder.max_positions * per_token
+
+
+@dataclass
+class DiaStreamState:
+    """A stream's cross-attention keys and values per decoder layer, for the conditional and
+    the unconditional branch (the same tensors when unguided), and its guidance."""
+
+    cond: list[CrossKV]
+    uncond: list[CrossKV]
+    guidance_scale: float | None  # None: unguided
+    guidance_top_k: int | None  # None: no top-k filter on the guided logits
+    nbytes: int
+
+
+class DiaMLP(nn.Module):
+    def __init__(self, hidden: int, intermediate: int) -> None:
+        super().__init__()
+        self.gate_up_proj = nn.Linear(hidden, 2 * intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(up * functional.silu(gate))
+
+
+class DiaAttentionProjections(nn.Module):
+    """q/k/v/o of one attention (no biases); keys and values may come from another width."""
+
+    def __init__(self, hidden: int, kv_input: int, heads: int, kv_heads: int, dim: int) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = heads, kv_heads, dim
+        self.q_proj = nn.Linear(hidden, heads * dim, bias=False)
+        self.k_proj = nn.Linear(kv_input, kv_heads * dim, bias=False)
+        self.v_proj = nn.Linear(kv_input, kv_heads * dim, bias=False)
+        self.o_proj = nn.Linear(heads * dim, hidden, bias=False)
+
+
+class DiaEncoderLayer(nn.Module):
+    def __init__(self, spec: DiaStackSpec) -> None:
+        super().__init__()
+        self.pre_sa_norm = RMSNorm(spec.hidden_size, spec.norm_eps)
+        self.self_attention = DiaAttentionProjections(
+            spec.hidden_size, spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.head_dim
+        )
+        self.post_sa_norm = RMSNorm(spec.hidden_size, spec.norm_eps)
+        self.mlp = DiaMLP(spec.hidden_size, spec.intermediate_size)
+
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """``x [B, T, H]`` of texts with no padding: bidirectional attention."""
+        attn = self.self_attention
+        batch, length, _ = x.shape
+        h = self.pre_sa_norm(x)
+        cos, sin = rotary
+        q = apply_rotary(attn.q_proj(h).view(batch, length, -1, attn.head_dim), cos, sin)
+        k = apply_rotary(attn.k_proj(h).view(batch, length, -1, attn.head_dim), cos, sin)
+        v = attn.v_proj(h).view(batch, length, -1, attn.head_dim)
+        out = functional.scaled_dot_product_attention(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            scale=1.0,
+            enable_gqa=attn.num_kv_heads != attn.num_heads,
+        )
+        x = x + attn.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
+        return x + self.mlp(self.post_sa_norm(x))
+
+
+class DiaEncoder(nn.Module):
+    def __init__(self, spec: DiaStackSpec) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(spec.vocab_size, spec.hidden_size)
+        self.layers = nn.ModuleList(DiaEncoderLayer(spec) for _ in range(spec.num_layers))
+        self.norm = RMSNorm(spec.hidden_size, spec.norm_eps)
+        self.rotary = RotaryEmbedding(spec.head_dim, spec.rope_theta)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """``ids [B, T]`` -> ``[B, T, H]``."""
+        x = self.embedding(ids)
+        cos, sin = self.rotary(torch.arange(ids.shape[1], device=ids.device))
+        rotary = (cos[None], sin[None])  # [1, T, 1, D]: broadcast over the batch and heads
+        for layer in self.layers:
+            x = layer(x, rotary)
+        return self.norm(x)
+
+
+class DiaMultiChannelEmbedding(nn.Module):
+    """One table for every channel: channel ``c``'s id ``i`` is row ``c * vocab + i``; a
+    row's embedding is the sum over its channels."""
+
+    offsets: torch.Tensor
+
+    def __init__(self, vocab: int, channels: int, hidden: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab * channels, hidden)
+        self.register_buffer("offsets", torch.arange(channels) * vocab, persistent=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """``ids [N, C]`` -> ``[N, H]``."""
+        return self.embed(ids + self.offsets).sum(dim=1)
+
+
+class DiaDecoderLayer(nn.Module):
+    def __init__(self, spec: DiaSpec, index: int) -> None:
+        super().__init__()
+        d, e = spec.decoder, spec.encoder
+        self.index = index
+        self.num_layers = d.num_layers
+        self.self_attention = DiaAttentionProjections(
+            d.hidden_size, d.hidden_size, d.num_heads, d.num_kv_heads, d.head_dim
+        )
+        self.cross_attention = DiaAttentionProjections(
+            d.hidden_size,
+            e.hidden_size,
+            spec.cross_num_heads,
+            spec.cross_num_kv_heads,
+            spec.cross_head_dim,
+        )
+        self.pre_sa_norm = RMSNorm(d.hidden_size, d.norm_eps)
+        self.pre_ca_norm = RMSNorm(d.hidden_size, d.norm_eps)
+        self.pre_mlp_norm = RMSNorm(d.hidden_size, d.norm_eps)
+        self.mlp = DiaMLP(d.hidden_size, d.intermediate_size)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor],
+        kv_cache: PagedKVCache,
+        context: AttentionContext,
+        backend: AttentionBackend,
+        cross: tuple[list[CrossKV], list[CrossKV]],
+        token_counts: tuple[int, ...],
+    ) -> torch.Tensor:
+        """``x [2N, H]``: the step's ``N`` tokens in the conditional branch, then the same
+        tokens in the unconditional one."""
+        n = x.shape[0] // 2
+        attn = self.self_attention
+        dim = attn.head_dim
+        h = self.pre_sa_norm(x)
+        cos, sin = rotary
+        q = apply_rotary(attn.q_proj(h).view(2 * n, -1, dim), cos, sin)
+        k = apply_rotary(attn.k_proj(h).view(2 * n, -1, dim), cos, sin)
+        v = attn.v_proj(h).view(2 * n, -1, dim)
+        branches = []
+        for branch, layer in enumerate((self.index, self.num_layers + self.index)):
+            rows = slice(branch * n, (branch + 1) * n)
+            k_cache, v_cache = kv_cache.layer(layer)
+            k_scale, v_scale = kv_cache.layer_scales(layer)
+            branches.append(
+                backend.forward(
+                    q[rows],
+                    k[rows],
+                    v[rows],
+                    k_cache,
+                    v_cache,
+                    context,
+                    1.0,
+                    k_scale,
+                    v_scale,
+                    layer,
+                )
+            )
+        x = x + attn.o_proj(torch.cat(branches).reshape(2 * n, -1))
+        ca = self.cross_attention
+        q = ca.q_proj(self.pre_ca_norm(x)).view(2 * n, -1, ca.head_dim)
+        out = torch.cat(
+            [
+                attend_streams(q[:n], cross[0], token_counts, 1.0),
+                attend_streams(q[n:], cross[1], token_counts, 1.0),
+            ]
+        )
+        x = x + ca.o_proj(out.reshape(2 * n, -1))
+        return x + self.mlp(self.pre_mlp_norm(x))
+
+
+class DiaDecoder(nn.Module):
+    def __init__(self, spec: DiaSpec) -> None:
+        super().__init__()
+        d = spec.decoder
+        self.embeddings = DiaMultiChannelEmbedding(d.vocab_size, spec.num_channels, d.hidden_size)
+        self.layers = nn.ModuleList(DiaDecoderLayer(spec, i) for i in range(d.num_layers))
+        self.norm = RMSNorm(d.hidden_size, d.norm_eps)
+        self.rotary = RotaryEmbedding(d.head_dim, d.rope_theta)
+
+    def decoder_layers(self) -> list[DiaDecoderLayer]:
+        return [layer for layer in self.layers if isinstance(layer, DiaDecoderLayer)]
+
+
+class DiaEncoderDecoder(nn.Module):
+    def __init__(self, spec: DiaSpec) -> None:
+        super().__init__()
+        self.encoder = DiaEncoder(spec.encoder)
+        self.decoder = DiaDecoder(spec)
+
+
+class DiaModel(AudioTokenModel):
+    """Dia on the engine (see the module docstring): ``forward`` returns ``[S, 2C, V]``, the
+    conditional branch's ``C`` channels then the unconditional one's, which
+    :meth:`process_logits` turns into the ``[S, C, V]`` that are sampled."""
+
+    family = "dia"
+    keeps_stream_state = True
+    sampling_fields = frozenset({"guidance_scale"})
+
+    def __init__(self, spec: DiaSpec, codec_name: str | None = None) -> None:
+        super().__init__()
+        self.spec = spec
+        d = spec.decoder
+        self.model = DiaEncoderDecoder(spec)
+        self.logits_dense = nn.Linear(d.hidden_size, spec.num_channels * d.vocab_size, bias=False)
+        pattern = DelayPattern(
+            spec.num_channels,
+            spec.pad_id,
+            delays=spec.delay_pattern,
+            start_id=spec.bos_id,
+            end_id=spec.eos_id,
+        )
+        self.layout = DelayPatternLayout(
+            spec.num_channels,
+            codebook_size=spec.eos_id,
+            pad_id=spec.pad_id,
+            eos_id=spec.eos_id,
+            pattern=pattern,
+            vocab_size=d.vocab_size,
+        )
+        self.kv_spec = spec.kv_spec
+        self.vocab_size = d.vocab_size
+        self.codec_name = codec_name
+        self.eos_ids = frozenset({spec.eos_id})
+        self.default_sampling = spec.sampling
+        self.max_positions = d.max_positions
+        self._backends: dict[str, AttentionBackend] = {}
+
+    @property
+    def state_bytes_per_stream(self) -> int:
+        return self.spec.state_bytes_per_stream(self.dtype)
+
+    # -- prompts and streams ------------------------------------------------------------------
+
+    def build_prompt(
+        self, text: str, voice: str, prompt_codes: list[list[int]] | None = None
+    ) -> list[list[int]]:
+        """The decoder's first row (BOS in every channel); the text goes to the encoder."""
+        if prompt_codes:
+            raise ValueError("Dia takes no speech prompt here; its text carries the speakers")
+        return [[self.spec.bos_id] * self.spec.num_channels]
+
+    def prefix_conditioning(self, text: str, voice: str) -> str:
+        return f"voice={voice}\ntext={text}"
+
+    def check_request(self, text: str, sampling: SamplingParams) -> None:
+        self._text_ids(text)
+        scale = sampling.guidance_scale
+        if scale is not None and scale != 1 and scale <= 1:
+            raise ValueError("guidance_scale: Dia's guidance takes a scale above 1 (1: off)")
+
+    @torch.inference_mode()
+    def begin_stream(self, conditioning: StreamConditioning) -> StreamState:
+        sampling = conditioning.sampling
+        scale = sampling.guidance_scale
+        if scale is None:
+            scale = self.spec.guidance_scale
+        guided = scale is not None and scale != 1
+        ids = torch.tensor([self._text_ids(conditioning.text)], device=self.device)
+        if guided:
+            ids = torch.cat([ids, torch.zeros_like(ids)])
+        encoded = self.model.encoder(ids)
+        cond: list[CrossKV] = []
+        uncond: list[CrossKV] = []
+        for layer in self.model.decoder.decoder_layers():
+            ca = layer.cross_attention
+            keys = ca.k_proj(encoded).view(ids.shape[0], ids.shape[1], -1, ca.head_dim)
+            values = ca.v_proj(encoded).view(ids.shape[0], ids.shape[1], -1, ca.head_dim)
+            keys, values = keys.transpose(1, 2), values.transpose(1, 2)
+            cond.append(CrossKV(keys[0].contiguous(), values[0].contiguous()))
+            uncond.append(CrossKV(keys[-1].contiguous(), values[-1].contiguous()))
+        nbytes = sum(item.nbytes for item in cond)
+        if guided:
+            nbytes += sum(item.nbytes for item in uncond)
+        top_k = sampling.top_k or None
+        return DiaStreamState(cond, uncond, scale if guided else None, top_k, nbytes)
+
+    def _text_ids(self, text: str) -> list[int]:
+        ids = dia_text_ids(text)
+        if not ids:
+            raise ValueError("Dia needs some text to speak")
+        limit = self.spec.encoder.max_positions
+        if len(ids) > limit:
+            raise ValueError(f"the text is {len(ids)} bytes; Dia's encoder reads at most {limit}")
+        return ids
+
+    # -- the step -----------------------------------------------------------------------------
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        context: AttentionContext,
+        kv_cache: PagedKVCache,
+        logits_indices: torch.Tensor,
+        *,
+        streams: StepStreams | None = None,
+    ) -> torch.Tensor:
+        if streams is None:
+            raise TypeError("Dia needs its streams' state (StepStreams) with every step")
+        states = [_dia_state(state) for state in streams.states]
+        decoder = self.model.decoder
+        x = decoder.embeddings(input_ids)
+        x = torch.cat([x, x])
+        cos, sin = decoder.rotary(positions)
+        rotary = (torch.cat([cos, cos]), torch.cat([sin, sin]))
+        backend = self._backends.get(x.device.type)
+        if backend is None:
+            backend = self._backends[x.device.type] = attention_backend_for(x.device)
+        for index, layer in enumerate(decoder.decoder_layers()):
+            cross = ([s.cond[index] for s in states], [s.uncond[index] for s in states])
+            x = layer(x, rotary, kv_cache, context, backend, cross, streams.token_counts)
+        n = input_ids.shape[0]
+        rows = torch.cat([logits_indices, logits_indices + n])
+        logits = self.logits_dense(decoder.norm(x[rows]))
+        channels, vocab = self.spec.num_channels, self.vocab_size
+        cond, uncond = logits.view(2, -1, channels, vocab)
+        return torch.cat([cond, uncond], dim=1)
+
+    def process_logits(self, logits: torch.Tensor, states: list[StreamState]) -> torch.Tensor:
+        """``[S, 2C, V]`` -> ``[S, C, V]``: guidance, then the end-of-speech filter."""
+        channels = self.spec.num_channels
+        cond, uncond = logits[:, :channels].float(), logits[:, channels:].float()
+        out = cond.clone()
+        for row, state in enumerate(states):
+            dia = _dia_state(state)
+            if dia.guidance_scale is None:
+                continue
+            guided = cond[row] + (cond[row] - uncond[row]) * dia.guidance_scale
+            if dia.guidance_top_k is not None:
+                top = guided.topk(min(dia.guidance_top_k, guided.shape[-1]), dim=-1).indices
+                outside = torch.ones_like(guided, dtype=torch.bool).scatter(-1, top, False)
+                out[row] = cond[row].masked_fill(outside, float("-inf"))
+            else:
+                out[row] = guided
+        return self._end_filter(out)
+
+    def _end_filter(self, logits: torch.Tensor) -> torch.Tensor:
+        """Dia's end-of-speech filter on ``[S, C, V]``: only channel 0 may end, no channel
+        emits the special ids above the end, and a channel whose best id is the end emits
+        it, while one whose best id is not never does."""
+        eos = self.spec.eos_id
+        logits[:, 1:, eos:] = float("-inf")
+        logits[:, 0, eos + 1 :] = float("-inf")
+        ends = logits.argmax(dim=-1) == eos
+        logits[..., :eos].masked_fill_(ends[..., None], float("-inf"))
+        logits[..., eos].masked_fill_(~ends, float("-inf"))
+        return logits
+
+
+def _dia_state(state: StreamState) -> DiaStreamState:
+    if not isinstance(state, DiaStreamState):
+        raise TypeError(f"not a Dia stream's state: {type(state).__name__}")
+    return state
