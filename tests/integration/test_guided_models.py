@@ -1,8 +1,10 @@
-"""Guided encoder-decoder models served: a tiny random Dia checkpoint in the public layout (its
-DAC codec beside it) in a server with cadenza-tiny; greedy speech with ``guidance_scale`` over
-HTTP and WebSocket (``speak.guidance_scale``), at the model's own 44.1 kHz when asked, equals
-``transformers``' Dia + the DAC decode, as ``cadenza generate --guidance-scale`` does; a model
-that lacks a sampling field refuses it by name."""
+"""Guided encoder-decoder models served: tiny random Dia (its DAC codec beside it) and MusicGen
+(its EnCodec inside) checkpoints in the public layout, in a server with cadenza-tiny. Greedy
+speech with ``guidance_scale`` over HTTP and WebSocket (``speak.guidance_scale``), at the
+model's own 44.1 kHz when asked, equals ``transformers``' Dia + the DAC decode, as ``cadenza
+generate --guidance-scale`` does; MusicGen's music lasts exactly ``max_duration_s`` and equals
+``transformers``' guided greedy generate, over HTTP and by ``cadenza generate``; a model that
+lacks a sampling field refuses it by name."""
 
 from __future__ import annotations
 
@@ -20,6 +22,11 @@ from cadenza.client.sdk import StreamError, connect
 from tests.integration.server import serving
 from tests.support.dia_checkpoints import reference_dia_generate, tiny_dia_checkpoint
 from tests.support.float32_compute import FLOAT32_COMPUTE
+from tests.support.musicgen_checkpoints import (
+    max_new_tokens_for,
+    reference_musicgen_generate,
+    tiny_musicgen_checkpoint,
+)
 
 FLOAT32 = {f"CADENZA_CPU__{key.upper()}": value for key, value in FLOAT32_COMPUTE.items()}
 TEXT = "[S1] Hello there. [S2] Hi!"
@@ -37,13 +44,28 @@ def dia(tmp_path_factory):
     return directory, np.clip(audio, -1.0, 1.0)
 
 
+MUSIC = "calm piano with soft drums"
+MUSIC_S = 0.4  # 20 frames at 50 a second
+MUSIC_RATE = 32000
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, dia):
+def musicgen(tmp_path_factory):
+    directory = tiny_musicgen_checkpoint(tmp_path_factory.mktemp("musicgen") / "musicgen-tiny")
+    [(_, audio)] = reference_musicgen_generate(
+        directory, [MUSIC], guidance_scale=3.0, max_new_tokens=max_new_tokens_for(20)
+    )
+    return directory, np.clip(audio, -1.0, 1.0)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, dia, musicgen):
     root = tmp_path_factory.mktemp("guided")
     config = root / "cadenza.toml"
     config.write_text(
         '[[models]]\nname = "cadenza-tiny"\npath = "cadenza-tiny"\n\n'
-        f'[[models]]\nname = "dia-tiny"\npath = "{dia[0]}"\n'
+        f'[[models]]\nname = "dia-tiny"\npath = "{dia[0]}"\n\n'
+        f'[[models]]\nname = "musicgen-tiny"\npath = "{musicgen[0]}"\n'
     )
     with serving(root / "server.log", env=FLOAT32, args=("--config", str(config))) as running:
         yield running
@@ -136,17 +158,36 @@ def test_a_sampling_field_the_model_lacks_is_refused_by_name(server) -> None:
     assert refused.value.code == "unsupported_sampling_field"
 
 
-def test_generate_speaks_dia_with_guidance_as_transformers_does(tmp_path, dia) -> None:
+def test_http_music_lasts_its_duration_and_equals_transformers(server, musicgen) -> None:
+    body = {
+        "model": "musicgen-tiny",
+        "input": MUSIC,
+        "response_format": "wav",
+        "max_duration_s": MUSIC_S,
+        "temperature": 0.0,
+        "guidance_scale": 3.0,
+    }
+    response = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    with wave.open(io.BytesIO(response.content)) as reader:
+        assert reader.getframerate() == MUSIC_RATE
+        got = np.frombuffer(reader.readframes(reader.getnframes()), dtype="<i2") / 32768.0
+    assert got.shape == (round(MUSIC_S * 50) * 640,)
+    np.testing.assert_allclose(got, musicgen[1], atol=S16)
+
+
+def generate(tmp_path, *args: str) -> tuple[np.ndarray, int]:
+    """``cadenza generate`` in float32 compute (the reference's): the WAV's samples and rate."""
     settings = tmp_path / "float32.toml"
     settings.write_text(
         "[cpu]\n" + "".join(f'{key} = "{value}"\n' for key, value in FLOAT32_COMPUTE.items())
     )
-    out = tmp_path / "dia.wav"
+    out = tmp_path / "out.wav"
     result = subprocess.run(
         [
-            sys.executable, "-m", "cadenza", "generate", "--model", str(dia[0]), "--text", TEXT,
-            "--temperature", "0", "--guidance-scale", "3.0", "--max-duration-s",
-            str(duration(FRAMES)), "--out", str(out), "--device", "cpu", "--config", str(settings),
+            sys.executable, "-m", "cadenza", "generate", *args, "--temperature", "0",
+            "--guidance-scale", "3.0", "--out", str(out), "--device", "cpu",
+            "--config", str(settings),
         ],
         capture_output=True,
         text=True,
@@ -154,6 +195,21 @@ def test_generate_speaks_dia_with_guidance_as_transformers_does(tmp_path, dia) -
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     with wave.open(io.BytesIO(out.read_bytes())) as reader:
-        assert reader.getframerate() == RATE
-        got = np.frombuffer(reader.readframes(reader.getnframes()), dtype="<i2") / 32768.0
+        samples = np.frombuffer(reader.readframes(reader.getnframes()), dtype="<i2")
+        return samples / 32768.0, reader.getframerate()
+
+
+def test_generate_speaks_dia_with_guidance_as_transformers_does(tmp_path, dia) -> None:
+    got, rate = generate(
+        tmp_path, "--model", str(dia[0]), "--text", TEXT, "--max-duration-s", str(duration(FRAMES))
+    )
+    assert rate == RATE
     np.testing.assert_allclose(got, dia[1], atol=S16)
+
+
+def test_generate_makes_music_as_transformers_does(tmp_path, musicgen) -> None:
+    got, rate = generate(
+        tmp_path, "--model", str(musicgen[0]), "--text", MUSIC, "--max-duration-s", str(MUSIC_S)
+    )
+    assert rate == MUSIC_RATE
+    np.testing.assert_allclose(got, musicgen[1], atol=S16)

@@ -13,9 +13,13 @@ serving path at the cost of a real one, and its audio is not speech. The EOS row
 are zero, so a random model's EOS logit sits mid-distribution: greedy and top-k (k <= 250)
 sampling never pick it, and an utterance ends at the length derived from its text.
 
-Sizing (docs/architecture.md has the reasoning): hidden 256, 8 layers, 4 query / 2 KV heads of
-width 64, SwiGLU 768: 6.3 M backbone and 2.1 M head parameters, about 17 MFLOP per frame
-against EnCodec's ~40 MFLOP per frame of decoding.
+Sizing. The target is 20 concurrent real-time streams on a 2-core CPU: 1,500 frames a second.
+Per frame EnCodec's decode costs ~40 MFLOP (~3 GFLOP per audio-second), the backbone ~12.6
+(6.3 M parameters x 2), the heads ~4.2 (8 x 1026 x 256 parameters x 2): about 60 GFLOP/s for the
+codec and 25 for the model, against the ~100-300 GFLOP/s two cores reach on batched products
+(much less on small ones). So the backbone stays well under the codec's cost: hidden 256, 8
+layers, 4 query / 2 KV heads of width 64, SwiGLU 768 (6.3 M backbone and 2.1 M head parameters,
+10.6 M with embeddings; 8 KiB of fp32 KV per token). docs/benchmarks.md has where the time goes.
 """
 
 from __future__ import annotations
