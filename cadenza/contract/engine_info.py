@@ -32,7 +32,9 @@ class EngineInfo:
     the edge refuses the others by name); ``default_duration_s``: a model whose text does not
     set its length (a music model's description) has this long a stream unless the request's
     ``max_duration_s`` says otherwise (``None``: the length follows the text,
-    :mod:`cadenza.contract.stream_length`)."""
+    :mod:`cadenza.contract.stream_length`); ``segments_text``: the model speaks a text longer
+    than one sentence as consecutive segments, one sentence each (Bark's long-form recipe), so
+    that its first audio comes after the first sentence."""
 
     model_name: str
     voices: tuple[str, ...]
@@ -51,6 +53,7 @@ class EngineInfo:
     takes_context: bool = False
     sampling_fields: tuple[str, ...] = ()
     default_duration_s: float | None = None
+    segments_text: bool = False
 
     @property
     def frame_period_s(self) -> float:

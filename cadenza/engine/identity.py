@@ -93,4 +93,5 @@ def describe(
         takes_context=model.takes_context,
         sampling_fields=tuple(sorted(model.sampling_fields)),
         default_duration_s=model.default_duration_s,
+        segments_text=model.segments_text,
     )

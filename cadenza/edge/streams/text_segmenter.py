@@ -17,6 +17,10 @@ whenever the stream has nothing left to say, and answers with the next segment t
 5. at the end of what had arrived when the client said ``flush``, or at the end of the text
    after ``text_end``.
 
+With ``one_sentence`` (a model that speaks a long text sentence by sentence, so that its first
+audio comes after the first sentence), a segment ends at the *first* sentence end instead:
+sentences are never grouped.
+
 Sentence punctuation that ends the text so far ends a sentence at once, unless it follows a
 digit (``3.`` may become ``3.14``: the space after it, a flush, the end of the text or the
 wait limit settles that). Common abbreviations (``Mr.``, ``e.g.``) and initials do not end
@@ -41,8 +45,9 @@ _ABBREVIATIONS = frozenset(
 
 
 class TextSegmenter:
-    def __init__(self, config: TextStreamConfig) -> None:
+    def __init__(self, config: TextStreamConfig, one_sentence: bool = False) -> None:
         self.config = config
+        self.one_sentence = one_sentence
         self._pending = ""
         self._pending_since: float | None = None  # when the oldest unspoken text arrived
         self._flush_to = 0  # characters of pending text that a flush asked to be spoken
@@ -105,6 +110,10 @@ class TextSegmenter:
             if text and (self.ended or self._flush_to):
                 return len(text)  # drop trailing whitespace
             return None
+        if self.one_sentence:
+            first = _first_boundary(_SENTENCE_END, text, limit, _is_sentence_end)
+            if first is not None:
+                return first
         sentence = _last_boundary(_SENTENCE_END, text, limit, 1, _is_sentence_end)
         if len(text) <= limit and _ends_a_sentence(text):
             return len(text)
@@ -141,6 +150,19 @@ def _last_boundary(
             continue
         best = end
     return best
+
+
+def _first_boundary(
+    pattern: re.Pattern[str], text: str, limit: int, accept: object = None
+) -> int | None:
+    """The end of the first match of ``pattern`` within ``limit`` characters that
+    ``accept(text, match)`` does not veto."""
+    for match in pattern.finditer(text):
+        if match.end() > limit:
+            return None
+        if not callable(accept) or accept(text, match):
+            return match.end()
+    return None
 
 
 _FINAL_END = re.compile(r"(?<=[^\d\s])[.!?…。！？]+[\"'”’)\]」』]*$")

@@ -80,14 +80,16 @@ class TextStream:
         *,
         takes_context: bool,
         clock: Clock = time.monotonic,
+        one_sentence: bool = False,
     ) -> None:
         """``template``: the stream's request as admitted (voice, prompt, sampling, context);
-        each segment is a copy with its own id, text and context."""
+        each segment is a copy with its own id, text and context. ``one_sentence``: segments
+        are single sentences (:class:`TextSegmenter`)."""
         self.config = config
         self.template = template
         self.takes_context = takes_context
         self.clock = clock
-        self.segmenter = TextSegmenter(config)
+        self.segmenter = TextSegmenter(config, one_sentence)
         self.segments: list[str] = []
         self.end_reason = "eos"
         self._said: list[ContextTurn] = []  # segments said, for models that take context
@@ -214,6 +216,39 @@ def open_text_stream(
     if speak.first_text:
         stream.append(speak.first_text)
     return stream
+
+
+def sentence_by_sentence(
+    config: CadenzaConfig, request: SynthesisRequest, info: EngineInfo
+) -> TextStream | None:
+    """A whole text of more than one sentence, for a model that speaks long text in segments
+    (``info.segments_text``: Bark), as a text stream whose text has all arrived, cut sentence by
+    sentence: its first audio comes after its first sentence, and each next sentence is
+    generated while the one before plays. ``None`` for any other model or text (one stream)."""
+    if not info.segments_text:
+        return None
+    probe = TextSegmenter(config.text_stream, one_sentence=True)
+    probe.append(request.text, 0.0)
+    probe.end()
+    if probe.next_segment(0.0) is None or probe.next_segment(0.0) is None:
+        return None
+    stream = TextStream(
+        config.text_stream, request, takes_context=info.takes_context, one_sentence=True
+    )
+    stream.append(request.text)
+    stream.end()
+    return stream
+
+
+async def audio_only(
+    items: AsyncGenerator[TextStreamItem, None],
+) -> AsyncGenerator[StreamOutput, None]:
+    """A text stream's outputs without its segment and waiting markers (a transport that has
+    no message for them: HTTP)."""
+    async with contextlib.aclosing(items):
+        async for item in items:
+            if isinstance(item, StreamOutput):
+                yield item
 
 
 def feed_text(stream: TextStream | None, event: FeedText) -> None:

@@ -1,6 +1,8 @@
 """Admitting a session's ``speak``, for the WebSocket and WebRTC alike: the model it names,
 its engine request (seeded where checkpoints need it), a text stream when its text is still
-arriving, and its admission lease::
+arriving (or, for a model that speaks long text in segments, when its whole text is longer than
+one sentence: :func:`~cadenza.edge.streams.text_stream.sentence_by_sentence`), and its
+admission lease::
 
     opened = await open_utterance(state, start, client, "websocket", on_queued=queued)
     items = opened.lease.outputs() if opened.text is None else opened.text.play(...)
@@ -18,7 +20,7 @@ from cadenza.edge.admission.ticket import QueuedCallback
 from cadenza.edge.streams.checkpoints import StreamHead, seeded
 from cadenza.edge.streams.lease import StreamLease, Transport
 from cadenza.edge.streams.speak_session import StartUtterance
-from cadenza.edge.streams.text_stream import TextStream, open_text_stream
+from cadenza.edge.streams.text_stream import TextStream, open_text_stream, sentence_by_sentence
 
 if TYPE_CHECKING:
     from cadenza.edge.server.state import EdgeState
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class OpenedUtterance:
     """An admitted ``speak``: its model's announcement, lease and checkpoint head, and its
-    text stream (``None``: its text was whole)."""
+    text stream (``None``: its text was whole and is one request)."""
 
     info: EngineInfo
     lease: StreamLease
@@ -59,6 +61,8 @@ async def open_utterance(
         text = open_text_stream(state.config, request, info, speak)
         if on_text_stream is not None:
             on_text_stream(text)
+    elif (whole := sentence_by_sentence(state.config, request, info)) is not None:
+        text = whole
     elif state.checkpoints is not None:
         request = seeded(request)
     lease = await service.admission.open(

@@ -33,6 +33,7 @@ from cadenza.edge.server.state import EdgeState
 from cadenza.edge.streams.errors import EdgeError
 from cadenza.edge.streams.lease import StreamLease
 from cadenza.edge.streams.sampling_fields import SamplingFields
+from cadenza.edge.streams.text_stream import audio_only, sentence_by_sentence
 from cadenza.edge.streams.untrusted_json import JsonRejected, dump_json, parse_json
 from cadenza.edge.transports.http_io import StreamedBody, read_body
 
@@ -152,13 +153,18 @@ async def create_speech(request: Request) -> StreamedBody:
         max_duration_s=body.max_duration_s,
         sampling=body.sampling(info.default_sampling),
     )
+    text = sentence_by_sentence(state.config, synthesis, info)
     lease = await _unless_client_leaves(
         request,
         service.admission.open(
-            transport="http", client=client, request=synthesis, priority=body.priority
+            transport="http",
+            client=client,
+            request=synthesis,
+            priority=body.priority,
+            text_stream=text is not None,
         ),
     )
-    outputs = lease.outputs()
+    outputs = lease.outputs() if text is None else audio_only(text.play(lease, client))
 
     async def end_stream() -> None:
         try:

@@ -113,6 +113,9 @@ class AudioTokenModel(nn.Module, ABC):
     # A model whose text does not set the length (a music model's description): a stream
     # lasts the request's max_duration_s, else this (None: the length follows the text).
     default_duration_s: float | None = None
+    # Speaks a text longer than one sentence as consecutive one-sentence segments (the edge
+    # cuts it: first audio after the first sentence).
+    segments_text: bool = False
     max_positions: int | None = None  # positions the model was trained for (None: no limit)
 
     @abstractmethod

@@ -205,6 +205,7 @@ class BarkEngine:
             default_sampling=DEFAULT_SAMPLING,
             native_kernels=loader.report(),
             sampling_fields=tuple(sorted(SAMPLING_FIELDS)),
+            segments_text=True,
         )
 
     # -- requests -----------------------------------------------------------------------------

@@ -134,3 +134,18 @@ def test_every_word_arrives_in_exactly_one_segment_in_order(pieces, flushes, max
     assert all(segment.strip() == segment and segment for segment in segments)
     assert all(len(segment) <= max_chars for segment in segments)
     assert "".join("".join(segments).split()) == "".join("".join(pieces).split())
+
+
+def test_one_sentence_mode_never_groups_sentences():
+    s = TextSegmenter(TextStreamConfig(), one_sentence=True)
+    s.append("First one. Second one! Dr. Who came at 3.14 today? And the rest", 0.0)
+    s.end()
+    segments = []
+    while (segment := s.next_segment(0.0)) is not None:
+        segments.append(segment)
+    assert segments == [
+        "First one.",
+        "Second one!",
+        "Dr. Who came at 3.14 today?",
+        "And the rest",
+    ]

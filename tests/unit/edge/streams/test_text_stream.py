@@ -216,3 +216,25 @@ def test_a_drain_ends_a_stream_that_waits_for_text():
         return ended.value
 
     assert asyncio.run(main()).code == "shutting_down"
+
+
+def test_a_whole_text_goes_sentence_by_sentence_only_to_a_model_that_asks_and_only_when_long():
+    from dataclasses import replace
+
+    from cadenza.config import CadenzaConfig
+    from cadenza.edge.streams.text_stream import sentence_by_sentence
+    from tests.support.contract_examples import engine_info
+
+    config = CadenzaConfig()
+    segmenting = replace(engine_info(), segments_text=True)
+    three = replace(template(), text="One sentence here. Another one! And a third?")
+    assert sentence_by_sentence(config, three, engine_info()) is None
+    assert sentence_by_sentence(config, replace(template(), text="Just one."), segmenting) is None
+    stream = sentence_by_sentence(config, three, segmenting)
+    assert stream is not None
+    lease = FakeLease()
+    items = asyncio.run(play(stream, lease))
+    starts = [i.text for i in items if isinstance(i, SegmentStarted)]
+    assert starts == ["One sentence here.", "Another one!", "And a third?"]
+    assert [r.text for r in lease.requests] == starts
+    assert isinstance(items[-1], StreamOutput) and items[-1].finish_reason is FinishReason.EOS
