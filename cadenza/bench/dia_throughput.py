@@ -153,9 +153,16 @@ def _save(model: Any, directory: Path) -> None:
 
     model.save_pretrained(directory)
     codec = directory / "dac"
-    DacModel(
-        DacConfig(encoder_hidden_size=8, decoder_hidden_size=64, codebook_dim=4)
-    ).save_pretrained(codec)
+    small_dac = DacConfig(  # Dia's: 44.1 kHz, 512 samples a frame, 9 codebooks of 1,024
+        encoder_hidden_size=8,
+        decoder_hidden_size=64,
+        codebook_dim=4,
+        sampling_rate=44100,
+        downsampling_ratios=[2, 4, 8, 8],
+        n_codebooks=9,
+        codebook_size=1024,
+    )
+    DacModel(small_dac).save_pretrained(codec)
     reference = {"audio_tokenizer_name_or_path": str(codec)}
     (directory / "audio_tokenizer_config.json").write_text(json.dumps(reference))
 

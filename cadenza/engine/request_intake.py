@@ -98,15 +98,16 @@ class RequestIntake:
                 lambda: self.model.build_prompt(request.text, request.voice, prompt_codes)
             )
         length = self._fit_positions(len(prompt), length)
+        conditioning = StreamConditioning(request.text, request.voice, request.sampling)
         seq = self._sequence(
             request.request_id,
             prompt,
             request.sampling,
             max_new_steps=length.steps,
-            conditioning=self.model.prefix_conditioning(request.text, request.voice),
+            conditioning=self.model.prefix_conditioning(conditioning),
         )
         if self.model.keeps_stream_state:
-            seq.conditioning = StreamConditioning(request.text, request.voice, request.sampling)
+            seq.conditioning = conditioning
         seq.target_frames = length.frames
         seq.audio = AudioProgress(
             PlayoutClock(

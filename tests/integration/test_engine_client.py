@@ -166,3 +166,22 @@ def test_a_probe_runs_on_the_idle_engine_and_its_steps_come_back_apart():
     after = stats[-1]
     assert after.stats.num_running == 0 and after.stats.num_waiting == 0
     assert not any(step.decodes == 3 for s in stats for step in s.report.steps)
+
+
+def test_a_streams_next_part_goes_to_a_busy_engine_a_new_stream_does_not():
+    """An engine silent for longer than the readiness window (a long step: Bark's on a CPU)
+    takes no new stream, but a text stream's next segment on it goes on."""
+
+    async def scenario(client):
+        client._last_heartbeat -= 60.0  # as if its last step took a minute
+        assert not client.is_ready()
+        with pytest.raises(EngineError, match="not ready"):
+            await _collect(client, SynthesisRequest("new", "hello"))
+        outputs = await _collect_continuing(client, SynthesisRequest("next", "hello"))
+        return outputs[-1].finish_reason
+
+    assert _run(scenario) is FinishReason.LENGTH
+
+
+async def _collect_continuing(client, request):
+    return [output async for output in client.generate(request, continuing=True)]

@@ -187,8 +187,9 @@ class StreamLease:
             rows = np.concatenate(self._rows) if self._rows else np.zeros((0, 1), np.int32)
             point = ResumePoint(tuple(map(tuple, rows.tolist())), self._frames_heard)
             request = dataclasses.replace(request, resume=point)
+        continuing = self._client is not None and self.segmented
         self._client = self.admission.engines.client_for(self._ticket.replica)
-        generator = self._client.generate(request)
+        generator = self._client.generate(request, continuing=continuing)
         try:
             async for output in generator:
                 seconds = len(output.audio) / self.sample_rate

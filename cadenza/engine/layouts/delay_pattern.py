@@ -20,7 +20,7 @@ sequences.
 from __future__ import annotations
 
 from collections.abc import Sequence as RowSequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -47,10 +47,9 @@ class DelayPattern:
             object.__setattr__(self, "delays", tuple(range(self.num_codebooks)))
         if len(self.delays) != self.num_codebooks or min(self.delays) < 0:
             raise ValueError("a delay pattern needs one non-negative delay per codebook")
+        object.__setattr__(self, "max_delay", max(self.delays))
 
-    @property
-    def max_delay(self) -> int:
-        return max(self.delays)
+    max_delay: int = field(init=False, default=0)  # the longest delay: steps after a frame
 
     def forced_ids(self, step: int, end_frame: int | None) -> list[int | None]:
         """Per codebook, the id step ``step`` must emit, or ``None`` where the model chooses.
@@ -58,6 +57,8 @@ class DelayPattern:
         ``end_frame`` is the number of frames of the utterance once known (EOS seen or the length
         limit reached), else ``None``.
         """
+        if end_frame is None and step >= self.max_delay:  # the steady state: nothing forced
+            return [None] * self.num_codebooks
         forced: list[int | None] = []
         start_id = self.pad_id if self.start_id is None else self.start_id
         end_id = self.pad_id if self.end_id is None else self.end_id
@@ -122,6 +123,8 @@ class DelayPatternLayout:
         return self._masks
 
     def constraints(self, seq: Sequence) -> tuple[int, list[int | None] | None]:
+        if seq.end_frame is None and seq.num_generated >= self.tail_steps:
+            return 0, None  # the steady state: nothing forced
         forced = self.pattern.forced_ids(seq.num_generated, seq.end_frame)
         return 0, forced if any(f is not None for f in forced) else None
 

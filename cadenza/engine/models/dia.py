@@ -347,8 +347,10 @@ class DiaModel(AudioTokenModel):
             raise ValueError("Dia takes no speech prompt here; its text carries the speakers")
         return [[self.spec.bos_id] * self.spec.num_channels]
 
-    def prefix_conditioning(self, text: str, voice: str) -> str:
-        return f"voice={voice}\ntext={text}"
+    def prefix_conditioning(self, conditioning: StreamConditioning) -> str:
+        # An unguided stream's second branch is not the unconditional one: never shared.
+        scale = self._guidance_scale(conditioning.sampling)
+        return f"voice={conditioning.voice}\ntext={conditioning.text}\nguidance={scale}"
 
     def check_request(self, text: str, sampling: SamplingParams) -> None:
         self._text_ids(text)
@@ -356,13 +358,19 @@ class DiaModel(AudioTokenModel):
         if scale is not None and scale != 1 and scale <= 1:
             raise ValueError("guidance_scale: Dia's guidance takes a scale above 1 (1: off)")
 
+    def _guidance_scale(self, sampling: SamplingParams) -> float | None:
+        """The stream's guidance scale (the checkpoint's unless the request sets one), or
+        ``None`` when it is unguided (scale 1)."""
+        scale = (
+            self.spec.guidance_scale if sampling.guidance_scale is None else sampling.guidance_scale
+        )
+        return None if scale is None or scale == 1 else scale
+
     @torch.inference_mode()
     def begin_stream(self, conditioning: StreamConditioning) -> StreamState:
         sampling = conditioning.sampling
-        scale = sampling.guidance_scale
-        if scale is None:
-            scale = self.spec.guidance_scale
-        guided = scale is not None and scale != 1
+        scale = self._guidance_scale(sampling)
+        guided = scale is not None
         ids = torch.tensor([self._text_ids(conditioning.text)], device=self.device)
         if guided:
             ids = torch.cat([ids, torch.zeros_like(ids)])
@@ -380,7 +388,7 @@ class DiaModel(AudioTokenModel):
         if guided:
             nbytes += sum(item.nbytes for item in uncond)
         top_k = sampling.top_k or None
-        return DiaStreamState(cond, uncond, scale if guided else None, top_k, nbytes)
+        return DiaStreamState(cond, uncond, scale, top_k, nbytes)
 
     def _text_ids(self, text: str) -> list[int]:
         ids = dia_text_ids(text)

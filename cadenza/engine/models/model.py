@@ -198,11 +198,11 @@ class AudioTokenModel(nn.Module, ABC):
         the model's own filters. The default keeps them as they are."""
         return logits
 
-    def prefix_conditioning(self, text: str, voice: str) -> str:
+    def prefix_conditioning(self, conditioning: StreamConditioning) -> str:
         """What, besides its token rows, a stream's KV depends on (a prefix-cache key): the
         voice for a model whose rows carry the text; a model that conditions on the text some
-        other way (an encoder) adds the text."""
-        return f"voice={voice}"
+        other way (an encoder) adds the text, and what else shapes its KV (guidance)."""
+        return f"voice={conditioning.voice}"
 
     @property
     def device(self) -> torch.device:

@@ -311,8 +311,10 @@ class MusicgenModel(AudioTokenModel):
             raise ValueError("MusicGen takes no audio prompt here; describe the music instead")
         return [[self.spec.pad_id] * self.spec.decoder.num_codebooks]
 
-    def prefix_conditioning(self, text: str, voice: str) -> str:
-        return f"voice={voice}\ntext={text}"
+    def prefix_conditioning(self, conditioning: StreamConditioning) -> str:
+        # An unguided stream's second branch is not the unconditional one: never shared.
+        scale = self._guidance_scale(conditioning.sampling)
+        return f"voice={conditioning.voice}\ntext={conditioning.text}\nguidance={scale}"
 
     def check_request(self, text: str, sampling: SamplingParams) -> None:
         self.text_ids(text)
@@ -333,18 +335,23 @@ class MusicgenModel(AudioTokenModel):
         return ids
 
     @torch.inference_mode()
+    def _guidance_scale(self, sampling: SamplingParams) -> float | None:
+        """The stream's guidance scale (the checkpoint's unless the request sets one), or
+        ``None`` when it is unguided (scale 1, or none at all)."""
+        scale = (
+            self.spec.guidance_scale if sampling.guidance_scale is None else sampling.guidance_scale
+        )
+        return None if scale is None or scale == 1 else scale
+
     def begin_stream(self, conditioning: StreamConditioning) -> StreamState:
-        scale = conditioning.sampling.guidance_scale
-        if scale is None:
-            scale = self.spec.guidance_scale
+        scale = self._guidance_scale(conditioning.sampling)
         ids = torch.tensor([self.text_ids(conditioning.text)], device=self.device)
         memory = self.text_encoder(ids)[0]
         if self.spec.projects:
             memory = self.enc_to_dec_proj(memory)
         cross = self.decoder.model.decoder.cross_kv(memory)
-        guided = scale is not None and scale != 1
         nbytes = sum(item.nbytes for item in cross)
-        return MusicgenStreamState(cross, scale if guided else None, nbytes)
+        return MusicgenStreamState(cross, scale, nbytes)
 
     # -- the step -----------------------------------------------------------------------------
 

@@ -218,12 +218,22 @@ class EngineClient:
 
     # -- streams ----------------------------------------------------------------------------
 
-    async def generate(self, request: SynthesisRequest) -> AsyncGenerator[StreamOutput, None]:
-        """Submit ``request`` and yield its outputs until the finished one.
+    async def generate(
+        self, request: SynthesisRequest, continuing: bool = False
+    ) -> AsyncGenerator[StreamOutput, None]:
+        """Submit ``request`` and yield its outputs until the finished one. ``continuing``: the
+        next part of a stream this engine already serves (a text stream's next segment): the
+        engine need not have been heard from lately (a long step, Bark's on a CPU, is work,
+        not a hang), only be loaded, alive and not lost.
 
         Raises :class:`EngineError` when the request is refused, fails, or loses its engine.
         """
-        self.require_ready()
+        if not continuing:
+            self.require_ready()
+        elif self.info is None or self._closed or self._failure is not None:
+            self.require_ready()  # raises, saying why
+        elif not self._engine_alive():
+            raise EngineUnavailable("engine is not ready")
         if request.request_id in self._streams:
             raise EngineError(f"duplicate request id {request.request_id!r}", "rejected")
         queue: asyncio.Queue[_Delivery] = asyncio.Queue(self.config.server.max_queued_chunks)
