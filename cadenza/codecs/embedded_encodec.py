@@ -18,6 +18,7 @@ from transformers import EncodecConfig, EncodecModel
 
 from cadenza.codecs.codec import CodecError
 from cadenza.codecs.encodec import EncodecCodec, bandwidth_for_codebooks, default_bandwidth
+from cadenza.codecs.prefixed_weights import read_prefixed_tensors
 from cadenza.codecs.weight_norm import fold_weight_norm, parametrized_weight_norm_names
 
 EMBEDDED_PREFIX = "audio_encoder."
@@ -60,7 +61,7 @@ def load_embedded_encodec(
     model: Any
     with torch.random.fork_rng(devices=[]):  # every weight is loaded over the initial ones
         model = EncodecModel(encodec_config)
-    tensors = _read_prefixed_tensors(directory, EMBEDDED_PREFIX)
+    tensors = read_prefixed_tensors(directory, EMBEDDED_PREFIX)
     try:
         model.load_state_dict(parametrized_weight_norm_names(tensors), strict=True)
     except (ValueError, RuntimeError) as exc:
@@ -88,33 +89,3 @@ def _read_config(directory: Path) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise CodecError(f"{directory}/config.json is not a JSON object")
     return config
-
-
-def _read_prefixed_tensors(directory: Path, prefix: str) -> dict[str, torch.Tensor]:
-    """Every ``prefix`` tensor of the checkpoint's safetensors, prefix stripped; the other
-    tensors (the language model's, by far the most) are not read."""
-    from safetensors import SafetensorError, safe_open
-
-    single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
-    files: dict[Path, list[str]] = {}
-    try:
-        if index.exists():
-            weight_map = json.loads(index.read_text())["weight_map"]
-            for name, file in weight_map.items():
-                if name.startswith(prefix):
-                    files.setdefault(directory / file, []).append(name)
-        elif single.exists():
-            with safe_open(single, "pt") as handle:
-                files[single] = [n for n in handle.keys() if n.startswith(prefix)]  # noqa: SIM118
-        else:
-            raise CodecError(f"{directory}: no model.safetensors (nor its sharded index)")
-        tensors: dict[str, torch.Tensor] = {}
-        for file, names in files.items():
-            with safe_open(file, "pt") as handle:
-                for name in names:
-                    tensors[name.removeprefix(prefix)] = handle.get_tensor(name)
-    except (OSError, ValueError, KeyError, SafetensorError) as exc:
-        raise CodecError(f"{directory}: cannot read the checkpoint's weights: {exc}") from exc
-    if not tensors:
-        raise CodecError(f"{directory}: the checkpoint holds no {prefix}* weights")
-    return tensors

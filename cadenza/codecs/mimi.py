@@ -36,6 +36,7 @@ import torch
 from transformers import MimiConfig, MimiModel
 
 from cadenza.codecs.codec import CodecError, check_frame_codes
+from cadenza.codecs.prefixed_weights import read_prefixed_tensors
 from cadenza.codecs.pretrained_codec import load_strictly
 from cadenza.codecs.weight_norm import fold_weight_norm
 
@@ -258,7 +259,7 @@ def _load_embedded(directory: Path, config: dict[str, Any]) -> MimiModel:
     """The Mimi a model's checkpoint embeds: configured by its ``codec_config``, weights
     under :data:`EMBEDDED_CODEC_PREFIX`."""
     model = MimiModel(_mimi_config(config["codec_config"], f"{directory}/config.json codec_config"))
-    state = _nested_state(_read_codec_tensors(directory))
+    state = _nested_state(read_prefixed_tensors(directory, EMBEDDED_CODEC_PREFIX))
     result = model.load_state_dict(state, strict=False)
     if result.missing_keys or result.unexpected_keys:
         raise CodecError(
@@ -266,36 +267,6 @@ def _load_embedded(directory: Path, config: dict[str, Any]) -> MimiModel:
             f"(missing {result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]})"
         )
     return model
-
-
-def _read_codec_tensors(directory: Path) -> dict[str, torch.Tensor]:
-    """Every :data:`EMBEDDED_CODEC_PREFIX` tensor of a model's checkpoint, prefix stripped."""
-    from safetensors import SafetensorError, safe_open
-
-    single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
-    files: dict[Path, list[str]] = {}
-    try:
-        if index.exists():
-            weight_map = json.loads(index.read_text())["weight_map"]
-            for name, file in weight_map.items():
-                if name.startswith(EMBEDDED_CODEC_PREFIX):
-                    files.setdefault(directory / file, []).append(name)
-        elif single.exists():
-            with safe_open(single, "pt") as handle:
-                names = [n for n in handle.keys() if n.startswith(EMBEDDED_CODEC_PREFIX)]  # noqa: SIM118
-            files[single] = names
-        else:
-            raise CodecError(f"{directory}: no model.safetensors (nor its sharded index)")
-        tensors: dict[str, torch.Tensor] = {}
-        for path, names in files.items():
-            with safe_open(path, "pt") as handle:
-                for name in names:
-                    tensors[name.removeprefix(EMBEDDED_CODEC_PREFIX)] = handle.get_tensor(name)
-    except (OSError, ValueError, KeyError, SafetensorError) as exc:
-        raise CodecError(f"{directory}: cannot read the checkpoint's weights: {exc}") from exc
-    if not tensors:
-        raise CodecError(f"{directory}: the checkpoint holds no {EMBEDDED_CODEC_PREFIX}* weights")
-    return tensors
 
 
 def _nested_state(flat: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -14,6 +14,10 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "cadenza/bench/cpu_precision.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/bench/csm_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/bench/dia_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
+    "cadenza/engine/models/guidance_branches.py": (
+        "tests/unit/engine/test_dia.py",
+        "both guidance branches' paged attention, held to transformers through Dia and MusicGen",
+    ),
     "cadenza/engine/models/musicgen_checkpoint.py": (
         "tests/unit/engine/test_musicgen.py",
         "the family's loader, tested with the model it loads against transformers",
@@ -29,6 +33,10 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "cadenza/codecs/pretrained_codec.py": (
         "tests/unit/codecs/test_encodec.py",
         "the strict loader of EnCodec and Mimi directories, tested through both (and test_mimi)",
+    ),
+    "cadenza/codecs/prefixed_weights.py": (
+        "tests/unit/codecs/test_embedded_encodec.py",
+        "the embedded codecs' weights, read through both loaders (and test_mimi)",
     ),
     "cadenza/codecs/shared_stages.py": (
         "tests/unit/codecs/test_encodec_streaming.py",

@@ -36,6 +36,7 @@ from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.kv.paged_kv_cache import KVSpec, PagedKVCache
 from cadenza.engine.layouts.delay_pattern import DelayPattern, DelayPatternLayout
 from cadenza.engine.models.cross_attention import CrossKV, attend_streams
+from cadenza.engine.models.guidance_branches import attend_both_branches
 from cadenza.engine.models.llama import RMSNorm, RotaryEmbedding, apply_rotary
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.models.stream_state import StepStreams, StreamConditioning, StreamState
@@ -243,26 +244,10 @@ class DiaDecoderLayer(nn.Module):
         q = apply_rotary(attn.q_proj(h).view(2 * n, -1, dim), cos, sin)
         k = apply_rotary(attn.k_proj(h).view(2 * n, -1, dim), cos, sin)
         v = attn.v_proj(h).view(2 * n, -1, dim)
-        branches = []
-        for branch, layer in enumerate((self.index, self.num_layers + self.index)):
-            rows = slice(branch * n, (branch + 1) * n)
-            k_cache, v_cache = kv_cache.layer(layer)
-            k_scale, v_scale = kv_cache.layer_scales(layer)
-            branches.append(
-                backend.forward(
-                    q[rows],
-                    k[rows],
-                    v[rows],
-                    k_cache,
-                    v_cache,
-                    context,
-                    1.0,
-                    k_scale,
-                    v_scale,
-                    layer,
-                )
-            )
-        x = x + attn.o_proj(torch.cat(branches).reshape(2 * n, -1))
+        out = attend_both_branches(
+            q, k, v, kv_cache, context, backend, 1.0, self.index, self.num_layers
+        )
+        x = x + attn.o_proj(out.reshape(2 * n, -1))
         ca = self.cross_attention
         q = ca.q_proj(self.pre_ca_norm(x)).view(2 * n, -1, ca.head_dim)
         out = torch.cat(

@@ -7,7 +7,6 @@ layout): ``config.json`` (``model_type = "dia"``, an encoder and a decoder confi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import torch
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.models.checkpoint import CheckpointError, load_weights, read_json
 from cadenza.engine.models.dia import DiaModel, DiaSpec, DiaStackSpec
-from cadenza.engine.models.family import ConfigJson, ModelFamily
+from cadenza.engine.models.family import ConfigJson, ModelFamily, PagedLayers
 
 DEFAULT_DELAY_PATTERN = (0, 8, 9, 10, 11, 12, 13, 14, 15)
 DEFAULT_CODEC = "descript/dac_44khz"
@@ -24,16 +23,6 @@ DEFAULT_CODEC = "descript/dac_44khz"
 
 def is_dia(directory: Path, config: ConfigJson) -> bool:
     return config.get("model_type") == "dia"
-
-
-@dataclass(frozen=True)
-class DiaPagedShape:
-    """The paged self-attention's shape: both guidance branches' layers."""
-
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    num_heads: int
 
 
 def dia_spec(directory: Path, config: ConfigJson) -> DiaSpec:
@@ -124,9 +113,9 @@ def codec_reference(directory: Path) -> str:
     return name
 
 
-def paged_shape(directory: Path, config: ConfigJson) -> DiaPagedShape:
+def paged_shape(directory: Path, config: ConfigJson) -> PagedLayers:
     spec = dia_spec(directory, config)
-    return DiaPagedShape(
+    return PagedLayers(
         spec.kv_spec.num_layers,
         spec.kv_spec.num_kv_heads,
         spec.kv_spec.head_dim,

@@ -39,6 +39,17 @@ class PagedShape(Protocol):
 
 
 @dataclass(frozen=True)
+class PagedLayers:
+    """A :class:`PagedShape` by its numbers, for a family whose paged KV is not one Llama
+    backbone's (a guided model's: both branches' layers)."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    num_heads: int
+
+
+@dataclass(frozen=True)
 class ModelFamily:
     """``recognises(directory, config)``: whether a checkpoint is this family's (the registry
     asks families in table order, the first that says yes loads it); ``load(directory,

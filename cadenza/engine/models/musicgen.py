@@ -45,6 +45,7 @@ from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.kv.paged_kv_cache import KVSpec, PagedKVCache
 from cadenza.engine.layouts.delay_pattern import DelayPatternLayout
 from cadenza.engine.models.cross_attention import CrossKV, attend_streams
+from cadenza.engine.models.guidance_branches import attend_both_branches
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.models.stream_state import StepStreams, StreamConditioning, StreamState
 from cadenza.engine.models.t5_encoder import ACTIVATIONS, T5Encoder, T5EncoderSpec
@@ -181,26 +182,10 @@ class MusicgenDecoderLayer(nn.Module):
         q = attn.q_proj(h).view(2 * n, heads, dim)
         k = attn.k_proj(h).view(2 * n, heads, dim)
         v = attn.v_proj(h).view(2 * n, heads, dim)
-        branches = []
-        for branch, layer in enumerate((self.index, self.num_layers + self.index)):
-            rows = slice(branch * n, (branch + 1) * n)
-            k_cache, v_cache = kv_cache.layer(layer)
-            k_scale, v_scale = kv_cache.layer_scales(layer)
-            branches.append(
-                backend.forward(
-                    q[rows],
-                    k[rows],
-                    v[rows],
-                    k_cache,
-                    v_cache,
-                    context,
-                    scale,
-                    k_scale,
-                    v_scale,
-                    layer,
-                )
-            )
-        x = x + attn.out_proj(torch.cat(branches).reshape(2 * n, -1))
+        out = attend_both_branches(
+            q, k, v, kv_cache, context, backend, scale, self.index, self.num_layers
+        )
+        x = x + attn.out_proj(out.reshape(2 * n, -1))
         ca = self.encoder_attn
         q = ca.q_proj(self.encoder_attn_layer_norm(x[:n])).view(n, heads, dim)
         attended = ca.out_proj(attend_streams(q, cross, token_counts, scale).reshape(n, -1))

@@ -9,7 +9,6 @@ The EnCodec inside is the codec: the model names the directory itself as its cod
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import torch
 
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.models.checkpoint import CheckpointError, load_weights, read_json, text_encoder
-from cadenza.engine.models.family import ConfigJson, ModelFamily
+from cadenza.engine.models.family import ConfigJson, ModelFamily, PagedLayers
 from cadenza.engine.models.musicgen import MusicgenDecoderSpec, MusicgenModel, MusicgenSpec
 from cadenza.engine.models.t5_encoder import ACTIVATIONS, T5EncoderSpec
 
@@ -30,16 +29,6 @@ _TIED_EMBEDDING = "text_encoder.encoder.embed_tokens.weight"  # older files: a c
 
 def is_musicgen(directory: Path, config: ConfigJson) -> bool:
     return config.get("model_type") == "musicgen"
-
-
-@dataclass(frozen=True)
-class MusicgenPagedShape:
-    """The paged self-attention's shape: both guidance branches' layers."""
-
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    num_heads: int
 
 
 def musicgen_spec(directory: Path, config: ConfigJson) -> MusicgenSpec:
@@ -147,10 +136,10 @@ def _max_text_tokens(directory: Path, text_config: dict[str, Any]) -> int:
     return DEFAULT_MAX_TEXT_TOKENS
 
 
-def paged_shape(directory: Path, config: ConfigJson) -> MusicgenPagedShape:
+def paged_shape(directory: Path, config: ConfigJson) -> PagedLayers:
     spec = musicgen_spec(directory, config)
     kv = spec.kv_spec
-    return MusicgenPagedShape(kv.num_layers, kv.num_kv_heads, kv.head_dim, spec.decoder.num_heads)
+    return PagedLayers(kv.num_layers, kv.num_kv_heads, kv.head_dim, spec.decoder.num_heads)
 
 
 def state_bytes_per_stream(directory: Path, config: ConfigJson, dtype: torch.dtype) -> int:
