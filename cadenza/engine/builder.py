@@ -32,6 +32,7 @@ from cadenza.engine.identity import describe, plan_of, shape_of
 from cadenza.engine.kv.kv_cache_manager import KVCacheManager
 from cadenza.engine.kv.page_pool import PagePool
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache, kv_budget_bytes
+from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.models.registry import checkpoint_identity, load_model
 from cadenza.engine.precision import codec_dtype as resolve_codec_dtype
 from cadenza.engine.precision import precision_of, products_dtype
@@ -139,16 +140,9 @@ def build_engine(config: CadenzaConfig) -> Engine:
         model_dtype,
         steps_read_bf16=fused is not None and fused.weight_dtype == torch.bfloat16,
     )
-    # A stateful model's per-stream state is a KV class of its own: set aside for every
-    # stream the engine runs at once, before the paged cache takes the rest of the budget.
-    state_bytes = engine_config.max_num_seqs * model.state_bytes_per_stream
-    kv_budget = kv_budget_bytes(engine_config, torch_device) - state_bytes
-    if state_bytes and kv_budget <= 0:
-        raise ValueError(
-            f"the KV budget holds no paged cache after {engine_config.max_num_seqs} streams' "
-            f"state ({model.state_bytes_per_stream} bytes each): raise the budget or lower "
-            "engine.max_num_seqs"
-        )
+    kv_budget = kv_budget_bytes(engine_config, torch_device)
+    max_num_seqs = streams_with_state(model, engine_config.max_num_seqs, kv_budget)
+    kv_budget -= max_num_seqs * model.state_bytes_per_stream
     kv_cache = PagedKVCache.from_budget(
         model.kv_spec,
         kv_budget,
@@ -212,9 +206,7 @@ def build_engine(config: CadenzaConfig) -> Engine:
         f"linear={linear_dtype}",
         f"codec_dtype={codec_dtype}",
     )
-    scheduler = Scheduler(
-        kv, layout, engine_config.max_num_batched_tokens, engine_config.max_num_seqs, policy
-    )
+    scheduler = Scheduler(kv, layout, engine_config.max_num_batched_tokens, max_num_seqs, policy)
     precision = precision_of(
         model,
         kv_dtype,
@@ -263,6 +255,41 @@ def build_engine(config: CadenzaConfig) -> Engine:
         telemetry=telemetry,
         announced=announced,
     )
+
+
+STATE_SHARE = 0.5
+"""The most of the KV budget a stateful model's per-stream state may take (the rest is the
+paged cache)."""
+
+
+def streams_with_state(model: AudioTokenModel, max_num_seqs: int, kv_budget: int) -> int:
+    """How many streams the engine runs at once: ``max_num_seqs``, fewer where the model's
+    per-stream state (a KV class of its own, set aside for every such stream before the paged
+    cache takes the rest of the budget) would take more than :data:`STATE_SHARE` of
+    ``kv_budget`` (said in the log). Raises ``ValueError`` when not even one stream's fits."""
+    per_stream = model.state_bytes_per_stream
+    if not per_stream:
+        return max_num_seqs
+    fitting = int(kv_budget * STATE_SHARE) // per_stream
+    if fitting < 1:
+        raise ValueError(
+            f"one stream's state takes {per_stream:,} bytes, more than {STATE_SHARE:.0%} of "
+            f"the KV budget ({kv_budget:,} bytes): raise engine.kv_cache_memory_fraction or "
+            "engine.kv_cache_memory_bytes"
+        )
+    if fitting < max_num_seqs:
+        log.warning(
+            "%d of engine.max_num_seqs %d streams fit: each stream's state takes %.1f MB and "
+            "may have %.0f%% of the KV budget (%.1f MB); raise engine.kv_cache_memory_fraction "
+            "for more",
+            fitting,
+            max_num_seqs,
+            per_stream / 1e6,
+            100 * STATE_SHARE,
+            kv_budget / 1e6,
+        )
+        return fitting
+    return max_num_seqs
 
 
 def load_native_kernels() -> tuple[NativeKernel, ...]:

@@ -45,8 +45,10 @@ def synthetic_request(engine: Engine, prompt_chars: int, purpose: str) -> Synthe
 
 
 def synthetic_streams_fit(engine: Engine, batch: int, prompt_chars: int) -> bool:
-    """Whether ``batch`` synthetic streams fit in the KV cache and the engine's limits."""
-    if batch > engine.config.engine.max_pending_requests:
+    """Whether ``batch`` synthetic streams fit in the KV cache and the engine's limits (the
+    streams it runs at once: fewer than ``engine.max_num_seqs`` where a model's per-stream
+    state leaves room for fewer)."""
+    if batch > min(engine.config.engine.max_pending_requests, engine.scheduler.max_num_seqs):
         return False
     if prompt_chars > engine.config.limits.max_input_chars:
         return False

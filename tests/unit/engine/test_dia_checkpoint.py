@@ -122,3 +122,15 @@ def test_weights_that_do_not_fit_the_config_are_refused(tmp_path) -> None:
     path.write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="weights do not fit"):
         Engine.from_pretrained(str(directory))
+
+
+def test_a_budget_too_small_for_every_streams_state_runs_fewer_streams(tmp_path) -> None:
+    directory = tiny_dia_checkpoint(tmp_path / "dia")
+    probe = Engine.from_pretrained(str(directory))
+    per_stream = probe.model.state_bytes_per_stream
+    budget = 8 * per_stream  # half of it holds four streams' state
+    engine = Engine.from_pretrained(str(directory), kv_cache_memory_bytes=budget, max_num_seqs=16)
+    assert engine.scheduler.max_num_seqs == engine.info.max_num_seqs == 4
+    assert engine.kv_cache.nbytes <= budget - 4 * per_stream
+    with pytest.raises(ValueError, match="more than 50% of the KV budget"):
+        Engine.from_pretrained(str(directory), kv_cache_memory_bytes=per_stream)
