@@ -5,7 +5,9 @@ The model makes a stream's :class:`StreamState` once, when the stream first runs
 (:meth:`AudioTokenModel.begin_stream <cadenza.engine.models.model.AudioTokenModel.begin_stream>`
 from its :class:`StreamConditioning`); the sequence holds it until it ends. Its memory is a KV
 class of its own: the engine sets aside ``state_bytes_per_stream`` for each stream it runs at
-once before it sizes the paged cache, and ``cadenza plan`` prints both.
+once (fewer streams than ``engine.max_num_seqs`` where their state would take over half the KV
+budget: :func:`cadenza.engine.builder.streams_with_state`) before it sizes the paged cache,
+and ``cadenza plan`` prints both.
 """
 
 from __future__ import annotations
