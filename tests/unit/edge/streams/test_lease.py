@@ -10,6 +10,7 @@ refill never blurs what a refusal's ``retry_after_s`` says about the bucket."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
@@ -53,6 +54,7 @@ class FakeEngine:
         self.info = info or engine_info(calibrated=False)
         self.unavailable: EngineUnavailable | None = None
         self.requests: list[SynthesisRequest] = []
+        self.continuing: list[bool] = []  # each request's: a stream's next part?
         self.generators_closed = 0
 
     def require_ready(self) -> EngineInfo:
@@ -63,8 +65,11 @@ class FakeEngine:
     def client_for(self, replica: int | None) -> FakeEngine:
         return self
 
-    async def generate(self, request: SynthesisRequest) -> AsyncGenerator[StreamOutput, None]:
+    async def generate(
+        self, request: SynthesisRequest, continuing: bool = False
+    ) -> AsyncGenerator[StreamOutput, None]:
         self.requests.append(request)
+        self.continuing.append(continuing)
         try:
             for i, seconds in enumerate(self.seconds):
                 last = i == len(self.seconds) - 1 and self.error is None
@@ -571,7 +576,9 @@ class LosingEngine(FakeEngine):
         self.gate: AdmissionGate | None = None
         self.restarts = restarts
 
-    async def generate(self, request: SynthesisRequest) -> AsyncGenerator[StreamOutput, None]:
+    async def generate(
+        self, request: SynthesisRequest, continuing: bool = False
+    ) -> AsyncGenerator[StreamOutput, None]:
         self.requests.append(request)
         if len(self.requests) > 1:
             yield StreamOutput(
@@ -627,3 +634,19 @@ def test_a_stream_no_replica_takes_in_time_fails_with_engine_unavailable() -> No
         assert finished(admission, "error") == 1 and not admission.gate.active
 
     asyncio.run(scenario())
+
+
+def test_a_text_streams_next_segment_needs_no_fresh_heartbeat_its_first_does() -> None:
+    """A segment after the first goes to the engine already serving the stream as its
+    continuation (a long step there is work, not a hang); the first is a new stream."""
+
+    async def scenario() -> list[bool]:
+        engine = FakeEngine(seconds=(0.1,), finish=FinishReason.EOS)
+        lease = await open_lease(build(engine))
+        for index, text in enumerate(("One.", "Two.")):
+            lease.speak_next(dataclasses.replace(lease.request, request_id=f"s{index}", text=text))
+            assert [o.finish_reason async for o in lease.outputs()][-1] is FinishReason.EOS
+        lease.finish("eos")
+        return engine.continuing
+
+    assert asyncio.run(scenario()) == [False, True]
