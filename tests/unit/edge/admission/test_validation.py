@@ -1,6 +1,7 @@
 import pytest
 
 from cadenza.config import LimitsConfig
+from cadenza.contract.sampling import SamplingParams
 from cadenza.edge.admission.validation import InvalidRequest, validate_synthesis
 
 OK = {
@@ -35,3 +36,25 @@ def test_each_problem_has_its_code(change, code):
         validate_synthesis(**{**OK, **change})
     assert caught.value.code == code
     assert caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("sampling", "declared", "refused"),
+    [
+        (SamplingParams(guidance_scale=3.0), (), "guidance_scale"),
+        (SamplingParams(fine_temperature=0.5), ("guidance_scale",), "fine_temperature"),
+        (SamplingParams(guidance_scale=3.0), ("guidance_scale",), None),
+        (SamplingParams(), (), None),
+    ],
+)
+def test_model_specific_sampling_fields_pass_only_where_the_model_declares_them(
+    sampling, declared, refused
+):
+    change = {"sampling": sampling, "sampling_fields": declared}
+    if refused is None:
+        validate_synthesis(**OK, **change)
+        return
+    with pytest.raises(InvalidRequest) as caught:
+        validate_synthesis(**OK, **change)
+    assert caught.value.code == "unsupported_sampling_field"
+    assert caught.value.param == refused and refused in caught.value.message
