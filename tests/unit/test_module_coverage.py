@@ -152,7 +152,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "cadenza/contract/engine_stats.py": ("tests/unit/contract/test_messages.py", "dataclasses"),
     "cadenza/contract/errors.py": ("tests/unit/edge/streams/test_lease.py", "exception types"),
     "cadenza/contract/request.py": ("tests/unit/contract/test_messages.py", "dataclasses"),
-    "cadenza/contract/sampling.py": ("tests/unit/engine/test_sampler.py", "a dataclass"),
     "cadenza/edge/admission/priority_queues.py": (
         "tests/unit/edge/admission/test_gate.py",
         "the gate's ordering is the queues' ordering",
