@@ -31,8 +31,8 @@ from typing import Any
 
 import httpx
 
+from cadenza.bench.random_bark import save_random_bark
 from cadenza.client import connect
-from cadenza.engine.models.bark.random_bark import save_random_bark
 
 TEXT = (
     "Bark speaks this first sentence in its own voice. "

@@ -104,21 +104,11 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
     if shapes and shape not in shapes:
         print(f"cadenza: --shape {shape} is not a {args.target} shape", file=sys.stderr)
         return 2
-    if args.target == "bark":
-        if not 1 <= args.semantic_tokens <= 768:
-            print("cadenza: --semantic-tokens must be in 1..768", file=sys.stderr)
-            return 2
-        from cadenza.bench import bark_throughput
+    if not 1 <= args.semantic_tokens <= 768:
+        print("cadenza: --semantic-tokens must be in 1..768", file=sys.stderr)
+        return 2
+    from cadenza.bench import bark_throughput
 
-        result = bark_throughput.run(
-            sizes,
-            repeats=args.repeats,
-            progress=not args.json,
-            shape=shape,
-            semantic_tokens=args.semantic_tokens,
-        )
-        print(json.dumps(result, indent=None if args.json else 2))
-        return 0
     runners: dict[str, Callable[..., dict[str, Any]]] = {
         "engine": engine_throughput.run,
         "codec": codec_throughput.run,
@@ -126,8 +116,14 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
         "precision": cpu_precision.run,
         "csm": csm_throughput.run,
         "dia": dia_throughput.run,
+        "bark": bark_throughput.run,
     }
-    options = {"engine": {"dtype": args.dtype}, "csm": {"shape": shape}, "dia": {"shape": shape}}
+    options = {
+        "engine": {"dtype": args.dtype},
+        "csm": {"shape": shape},
+        "dia": {"shape": shape},
+        "bark": {"shape": shape, "semantic_tokens": args.semantic_tokens},
+    }
     result = runners[args.target](
         sizes, repeats=args.repeats, progress=not args.json, **options.get(args.target, {})
     )

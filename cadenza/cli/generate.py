@@ -7,9 +7,14 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cadenza.cli.options import add_model_flags, command_parser
 from cadenza.config import CadenzaConfig
+
+if TYPE_CHECKING:
+    from cadenza.contract.request import ContextTurn
+    from cadenza.engine.engine import Engine
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -19,6 +24,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     generate.add_argument("--text", required=True, help="the text to speak")
     generate.add_argument("--out", required=True, type=Path, help="output WAV path")
     generate.add_argument("--voice", default="default")
+    generate.add_argument(
+        "--voice-audio",
+        type=Path,
+        help="a WAV clip of the voice to speak in, for a model that takes context (Dia, CSM); "
+        "resampled to the codec's rate",
+    )
+    generate.add_argument("--voice-text", help="the transcript of --voice-audio (Dia needs it)")
     generate.add_argument("--seed", type=int, help="sampling seed (same seed, same audio)")
     generate.add_argument("--max-duration-s", type=float, help="cap on the audio length")
     generate.add_argument("--temperature", type=float, help="0: greedy (default: the model's)")
@@ -44,21 +56,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(config: CadenzaConfig, args: argparse.Namespace) -> int:
-    from cadenza.engine.models.bark.bark_recognition import bark_directory
-    from cadenza.hub_cache import NotInHubCache
-
-    try:
-        bark = bark_directory(config.model.name)
-    except NotInHubCache as exc:
-        print(f"cadenza: {exc}", file=sys.stderr)
-        return 2
-    if bark is not None:
-        return _run_bark(bark, args)
+    from cadenza.contract.errors import RequestRejected
     from cadenza.edge.admission.validation import InvalidRequest, validate_synthesis
     from cadenza.edge.media.wav import wav_file_bytes
     from cadenza.engine.engine import Engine
     from cadenza.engine.models.registry import CheckpointError, UnknownModelError
     from cadenza.engine.offline import synthesize
+    from cadenza.hub_cache import NotInHubCache
 
     started = time.perf_counter()
     try:
@@ -84,17 +88,24 @@ def run(config: CadenzaConfig, args: argparse.Namespace) -> int:
             sampling=sampling,
             sampling_fields=tuple(engine.model.sampling_fields),
         )
+        context = _voice_clip(args, engine)
     except (UnknownModelError, CheckpointError, InvalidRequest, ValueError, NotInHubCache) as exc:
         print(f"cadenza: {exc}", file=sys.stderr)
         return 2
     loaded = time.perf_counter()
-    audio = synthesize(
-        engine,
-        args.text,
-        voice=args.voice,
-        max_duration_s=args.max_duration_s,
-        sampling=sampling,
-    )
+    try:
+        audio = synthesize(
+            engine,
+            args.text,
+            voice=args.voice,
+            max_duration_s=args.max_duration_s,
+            sampling=sampling,
+            context=context,
+        )
+    except RequestRejected as exc:
+        clip = " (the voice clip: --voice-audio, --voice-text)" if context else ""
+        print(f"cadenza: {exc}{clip}", file=sys.stderr)
+        return 2
     done = time.perf_counter()
     args.out.write_bytes(wav_file_bytes(audio, engine.sample_rate))
     summary = {
@@ -107,39 +118,35 @@ def run(config: CadenzaConfig, args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_bark(directory: Path, args: argparse.Namespace) -> int:
-    """Bark's three stages offline: ``--temperature`` is the semantic and coarse stages'
-    (0 or none: greedy, as ``transformers`` runs Bark by default), ``--fine-temperature`` the
-    fine stage's; ``--voice`` a preset (``default``: none)."""
-    from cadenza.edge.media.wav import wav_file_bytes
-    from cadenza.engine.models.bark.bark_offline import synthesize_bark
-    from cadenza.engine.models.bark.bark_request import BarkRequestError, BarkSampling
-    from cadenza.engine.models.registry import CheckpointError
+def _voice_clip(args: argparse.Namespace, engine: Engine) -> tuple[ContextTurn, ...]:
+    """``--voice-audio`` (at the codec's rate) and its transcript ``--voice-text`` as the
+    conversation turn the utterance follows; none without a clip. Raises ``ValueError``."""
+    from cadenza.contract.request import ContextTurn
+    from cadenza.edge.media.resampler import SUPPORTED_RATES, ResampleError, resample
+    from cadenza.edge.media.wav import read_wav
 
-    if args.top_k or args.top_p or args.min_p or args.repetition_penalty or args.guidance_scale:
-        print(
-            "cadenza: Bark takes --temperature, --fine-temperature, --seed and --max-duration-s",
-            file=sys.stderr,
+    path = args.voice_audio
+    if path is None:
+        if args.voice_text is not None:
+            raise ValueError("--voice-text is the transcript of --voice-audio: give the clip")
+        return ()
+    if not engine.info.takes_context:
+        raise ValueError(
+            f"--voice-audio: {engine.model_name} takes no conversation context, so no voice clip"
         )
-        return 2
-    temperature = args.temperature or None
-    started = time.perf_counter()
     try:
-        sampling = BarkSampling(
-            semantic_temperature=temperature,
-            coarse_temperature=temperature,
-            fine_temperature=args.fine_temperature or None,
-            seed=args.seed or 0,
-        )
-        made = synthesize_bark(directory, args.text, args.voice, sampling, args.max_duration_s)
-    except (CheckpointError, BarkRequestError) as exc:
-        print(f"cadenza: {exc}", file=sys.stderr)
-        return 2
-    args.out.write_bytes(wav_file_bytes(made.audio, made.sample_rate))
-    summary = {
-        "out": str(args.out),
-        "audio_s": round(len(made.audio) / made.sample_rate, 3),
-        "synthesis_s": round(time.perf_counter() - started, 3),
-    }
-    print(json.dumps(summary))
-    return 0
+        samples, rate = read_wav(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--voice-audio {path}: {exc}") from exc
+    target = engine.sample_rate
+    if rate != target:
+        try:
+            samples = resample(samples, rate, target)
+        except ResampleError as exc:
+            rates = ", ".join(str(r) for r in SUPPORTED_RATES)
+            raise ValueError(
+                f"--voice-audio {path} is at {rate} Hz; the model's codec takes {target} Hz and "
+                f"clips are resampled from {rates} Hz only: convert it to {target} Hz"
+            ) from exc
+    audio = samples.astype("<f4").tobytes()
+    return (ContextTurn(voice=args.voice, text=args.voice_text or "", audio=audio),)

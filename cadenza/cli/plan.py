@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from cadenza.config import CadenzaConfig
-from cadenza.contract.calibration import Calibration
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,11 +27,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     plan.add_argument(
         "--kv-dtype",
         choices=["fp32", "fp16", "bf16", "int8", "fp8"],
-        help="bf16 unless given (a Bark checkpoint: fp32, as it is served on a CPU)",
+        help="bf16 unless given",
     )
-    plan.add_argument(
-        "--context", type=int, help="tokens per sequence (required, except for a Bark --model)"
-    )
+    plan.add_argument("--context", type=int, help="tokens per sequence (required)")
     plan.add_argument("--batch", type=int, help="sequences that must fit at once")
     plan.add_argument("--memory", help="device memory, e.g. 80GiB, 24GB, 1e9")
     plan.add_argument("--weights-bytes", help="memory the weights take (subtracted), e.g. 16GiB")
@@ -51,8 +48,6 @@ def run(config: CadenzaConfig, args: argparse.Namespace) -> int:
     from cadenza.kv_plan import KVPlan, parse_bytes
 
     try:
-        if args.model is not None and (bark := _bark_directory(args.model)) is not None:
-            return _print(config, args, _bark_plan(bark, args))
         if args.context is None:
             raise ValueError("give --context")
         shape = {"layers": args.layers, "kv_heads": args.kv_heads, "head_dim": args.head_dim}
@@ -80,24 +75,6 @@ def run(config: CadenzaConfig, args: argparse.Namespace) -> int:
         print(f"cadenza: {exc}", file=sys.stderr)
         return 2
     return _print(config, args, plan.to_dict())
-
-
-def _bark_directory(model: str) -> Path | None:
-    from cadenza.engine.models.bark.bark_recognition import bark_directory
-
-    return bark_directory(model)
-
-
-def _bark_plan(directory: Path, args: argparse.Namespace) -> dict[str, Any]:
-    from cadenza.engine.models.bark.bark_kv_plan import bark_kv_plan
-    from cadenza.kv_plan import parse_bytes
-
-    return bark_kv_plan(
-        directory,
-        args.kv_dtype or "fp32",
-        parse_bytes(args.memory) if args.memory else None,
-        parse_bytes(args.weights_bytes) if args.weights_bytes else 0,
-    )
 
 
 def _print(config: CadenzaConfig, args: argparse.Namespace, result: dict[str, Any]) -> int:
@@ -157,15 +134,7 @@ def _measured_capacity(config: CadenzaConfig, model: str) -> dict[str, Any]:
         "decode_step_ms": None
         if calibration is None
         else {str(t): round(ms, 3) for t, _, ms in calibration.model.decode_points},
-    } | ({} if calibration is None or not calibration.stages else _stage_figures(calibration))
-
-
-def _stage_figures(calibration: Calibration) -> dict[str, Any]:
-    """A multi-stage model's (Bark's) step split by stage, per batch, and its first audio."""
-    stages: dict[str, dict[str, float]] = {}
-    for time in calibration.stages:
-        stages.setdefault(time.stage, {})[str(time.streams)] = round(time.ms_per_frame, 3)
-    return {"stage_ms_per_frame": stages, "first_audio_s": round(calibration.first_audio_s, 3)}
+    }
 
 
 def _stream_state_bytes(name_or_path: str, kv_dtype: str) -> int:

@@ -38,16 +38,6 @@ class StepRepeat:
 
 
 @dataclass(frozen=True)
-class StageTime:
-    """What one stage of a multi-stage model (Bark) took per stream per codec frame of audio,
-    with ``streams`` streams running together."""
-
-    stage: str
-    streams: int
-    ms_per_frame: float
-
-
-@dataclass(frozen=True)
 class Calibration:
     """A fitted step-time model and the points it came from.
 
@@ -64,10 +54,7 @@ class Calibration:
     ``repeats``: every point's two measurements; ``attempts``: sweeps run before this one was
     kept; ``problems``: where the measurements contradict each other or the fit (empty: a
     consistent calibration; otherwise the engine serves with a conservative one and never
-    caches it, :mod:`cadenza.engine.realtime.calibration_checks`). ``stages``: a multi-stage
-    model's time split by stage at every measured batch (empty for one backbone);
-    ``first_audio_s``: the first audio of one nominal stream alone, measured where it takes
-    longer than any chunk rule says (Bark; 0: not measured). ``waves``: waves of
+    caches it, :mod:`cadenza.engine.realtime.calibration_checks`). ``waves``: waves of
     simultaneous arrivals measured through their first chunks and the chunks after them
     (:mod:`cadenza.contract.arrival_wave`; empty: not measured, no limit of that kind).
     """
@@ -85,8 +72,6 @@ class Calibration:
     repeats: tuple[StepRepeat, ...] = ()
     attempts: int = 1
     problems: tuple[str, ...] = ()
-    stages: tuple[StageTime, ...] = ()
-    first_audio_s: float = 0.0
     waves: tuple[WavePoint, ...] = ()
 
     @property

@@ -26,7 +26,7 @@ class EngineInfo:
     stream the longest one's context (else each its own: a step costs their sum); ``precision``:
     the dtypes it computes in (``None``: an engine that does not say); ``native_kernels``: each
     native CPU kernel library, loaded or not, for which instruction set (empty: an engine that
-    reports none); ``takes_context``: the model builds prompts from earlier turns (Sesame CSM),
+    reports none); ``takes_context``: the model builds prompts from earlier turns (Sesame CSM, Dia),
     which conversations and text streams send it; ``sampling_fields``: the model-specific
     sampling fields the model takes (:data:`~cadenza.contract.sampling.MODEL_SAMPLING_FIELDS`;
     the edge refuses the others by name); ``default_duration_s``: a model whose text does not

@@ -43,12 +43,19 @@ class StreamShape:
     """How a model's streams use KV memory: what admission needs to cost one.
 
     ``prompt_overhead_tokens``: prompt tokens besides the text's and the speech prompt's (the
-    voice, special tokens), for the longest voice."""
+    voice, special tokens), for the longest voice. ``max_context_tokens``: where a model's
+    streams run through several contexts that each start afresh (Bark's stages and windows),
+    the most tokens one holds: a stream never holds more, whatever its length;
+    ``context_rows_per_frame``: the prompt rows such a stream prefills per frame of audio as
+    its contexts restart (0 for every other model), work admission prices beside the decode
+    steps (:mod:`cadenza.edge.admission.capacity`)."""
 
     page_size: int
     steps_per_frame: int
     tail_steps: int
     prompt_overhead_tokens: int
+    max_context_tokens: int | None = None
+    context_rows_per_frame: float = 0.0
 
     def steps_for_frames(self, num_frames: int) -> int:
         return steps_for_frames(num_frames, self.steps_per_frame, self.tail_steps)
@@ -68,5 +75,9 @@ class StreamShape:
         )
 
     def pages(self, prompt_tokens: int, num_frames: int) -> int:
-        """Pages a stream holds at most: its prompt and every step of its output."""
-        return pages_for_tokens(prompt_tokens + self.steps_for_frames(num_frames), self.page_size)
+        """Pages a stream holds at most: its prompt and every step of its output (at most a
+        context's worth, for a model whose contexts restart)."""
+        tokens = prompt_tokens + self.steps_for_frames(num_frames)
+        if self.max_context_tokens is not None:
+            tokens = min(tokens, self.max_context_tokens)
+        return pages_for_tokens(tokens, self.page_size)

@@ -30,8 +30,9 @@ class ResumePoint:
 
 @dataclass(frozen=True)
 class ContextTurn:
-    """An earlier turn of a conversation, for models that take one (Sesame CSM): who spoke
-    (one of the model's voices), what was said (may be empty when unknown) and how it sounded,
+    """An earlier turn of a conversation, for models that take one (Sesame CSM; Dia, whose
+    turns are the clips it continues): who spoke (one of the model's voices), what was said
+    (may be empty when unknown, except to Dia, which needs the transcript) and how it sounded,
     as the codec's frames (``[frames][codebooks]``, what the model said, as its outputs carried
     them) or as float32 little-endian mono samples at the codec's rate (what a user said;
     the engine encodes them)."""

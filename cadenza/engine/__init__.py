@@ -18,12 +18,12 @@ where               what
 ``device``          device, dtypes, free memory
 ``naive_engine``    the baseline a load test compares against
 ``precision``       which dtypes the engine computes in (named, or chosen by ``auto``)
-``serving_engine``  what the engine process's loop drives (this engine, the naive baseline,
-                    Bark's engine)
+``serving_engine``  what the engine process's loop drives (this engine, the naive baseline)
 ``kv/``             paged KV tensors, the page pool and prefix cache, the KV cache manager
 ``realtime/``       playout clocks, the deadline policy, calibration, idle probes, step-time
                     correction, step telemetry
-``layouts/``        how tokens spell codec frames (plain, flat, parallel+delay, frames)
+``layouts/``        how tokens spell codec frames (plain, flat, parallel+delay, frames; a
+                    family's own, Bark's, with contexts that restart)
 ``models/``         model families, checkpoints, the registry
 ==================  ==========================================================================
 

@@ -8,7 +8,8 @@ flushes and frees their slots); streams that failed or were cancelled free their
 Every output carries the rows generated since the stream's previous one (what the edge keeps to
 resume the stream on another engine). A resumed stream's slot is first fed the frames its
 listener already heard (the last ``replay_frames`` of them), unheard, so that its next audio
-continues the same waveform.
+continues the same waveform; a stream of a restarting layout (Bark's), which makes those frames
+again rather than resuming from rows, is fed them as soon as they are made.
 
 :class:`TokenOutputs` is the stage of a model without audio (a text LM): it only reports
 endings.
@@ -25,7 +26,7 @@ import torch
 from cadenza.codecs.codec import AudioCodec
 from cadenza.contract.request import FinishReason, StreamOutput
 from cadenza.engine.chunk_policy import streams_to_decode
-from cadenza.engine.layouts.token_layout import TokenLayout
+from cadenza.engine.layouts.token_layout import ContextRestarts, TokenLayout
 from cadenza.engine.realtime.step_telemetry import StepTelemetry
 from cadenza.engine.scheduler import StepOutcome
 from cadenza.engine.sequence import Sequence
@@ -33,10 +34,11 @@ from cadenza.engine.sequence import Sequence
 EMPTY_AUDIO = np.zeros(0, dtype=np.float32)
 
 
-def _new_rows(seq: Sequence) -> np.ndarray | None:
-    """The rows ``seq`` generated since its previous output (``None``: none, or a raw token
-    request, which is not resumed)."""
-    if seq.audio is None:
+def _new_rows(seq: Sequence, restarts: bool) -> np.ndarray | None:
+    """The rows ``seq`` generated since its previous output (``None``: none, a raw token
+    request, which is not resumed, or a restarting layout's stream, which resumes by making
+    its audio again: its rows are its current context's only)."""
+    if seq.audio is None or restarts:
         return None
     start, end = seq.audio.rows_sent, seq.num_generated
     if end <= start:
@@ -102,6 +104,7 @@ class AudioStage(TokenOutputs):
         self.first_chunk_frames = first_chunk_frames
         self.chunk_frames = chunk_frames
         self.replay_frames = replay_frames
+        self.restarts = isinstance(layout, ContextRestarts)
         self.telemetry = telemetry
         self.clock = clock
 
@@ -110,17 +113,27 @@ class AudioStage(TokenOutputs):
         heard). Raises ``CodecError`` when none is free or the frames are not codes."""
         assert seq.audio is not None, "an audio stream needs its playout clock"
         slot = self.decoder.open()
+        seq.audio.codec_slot = slot
         heard = seq.audio.frames_sent
         if heard > 0 and self.replay_frames > 0:
-            start = max(heard - self.replay_frames, 0)
-            codes = self.layout.frame_codes(seq, start, heard)
-            chunk = torch.tensor(codes, dtype=torch.long).reshape(-1, self.codec.num_codebooks).T
+            if self.layout.frames_ready(seq) < heard:
+                seq.audio.replay_pending = True  # replayed once made again (_decode)
+                return
             try:
-                self.decoder.decode({slot: chunk})
+                self._replay(seq)
             except Exception:
                 self.decoder.release(slot)
+                seq.audio.codec_slot = None
                 raise
-        seq.audio.codec_slot = slot
+
+    def _replay(self, seq: Sequence) -> None:
+        """Feed ``seq``'s slot the last ``replay_frames`` frames its listener heard, unheard."""
+        assert seq.audio is not None and seq.audio.codec_slot is not None
+        heard = seq.audio.frames_sent
+        codes = self.layout.frame_codes(seq, max(heard - self.replay_frames, 0), heard)
+        chunk = torch.tensor(codes, dtype=torch.long).reshape(-1, self.codec.num_codebooks).T
+        self.decoder.decode({seq.audio.codec_slot: chunk})
+        seq.audio.replay_pending = False
 
     def release(self, seq: Sequence) -> None:
         """Free ``seq``'s slot without decoding what it holds (cancelled or failed)."""
@@ -142,7 +155,7 @@ class AudioStage(TokenOutputs):
                 output = StreamOutput(seq.request_id, audio, codes=codes)
             else:
                 continue
-            output.rows = _new_rows(seq)
+            output.rows = _new_rows(seq, self.restarts)
             outputs.append(output)
         return outputs
 
@@ -168,6 +181,8 @@ class AudioStage(TokenOutputs):
         first_frames: dict[int, int] = {}
         for seq in chosen:
             assert seq.audio is not None and seq.audio.codec_slot is not None
+            if seq.audio.replay_pending:
+                self._replay(seq)
             start, end = seq.audio.frames_sent, seq.audio.frames_sent + pending[seq]
             codes = self.layout.frame_codes(seq, start, end)
             slot = seq.audio.codec_slot

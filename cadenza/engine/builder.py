@@ -310,24 +310,12 @@ def build_serving_engine(
     """The configured engine, ready to serve: the naive baseline, or the batching engine with
     its step time calibrated (or read from the calibration cache) beside the model's other
     replicas, which the edge starts together: what one replica's step costs while the others
-    work, as in service. A Bark checkpoint gets its own engine, calibrated per frame of audio
-    (:mod:`cadenza.engine.models.bark.bark_engine`). Its native kernels are loaded first, and
+    work, as in service. Its native kernels are loaded first, and
     logged (:func:`load_native_kernels`). ``on_stage`` is told what the start is doing as it
     moves on (loading, calibrating and its attempts, warming up), for the edge."""
     stage = on_stage or (lambda _: None)
     stage("loading")
     load_native_kernels()
-    from cadenza.engine.models.bark.bark_recognition import bark_directory
-
-    if (bark := bark_directory(config.model.name)) is not None:
-        from cadenza.engine.models.bark.bark_calibration import calibrate_bark
-        from cadenza.engine.models.bark.bark_engine import BarkEngine
-
-        bark_engine = BarkEngine.from_config(config, bark)
-        if config.calibration.mode != "off":
-            stage("calibrating")
-            bark_engine.apply_calibration(*calibrate_bark(bark_engine))
-        return bark_engine
     if config.engine.kind == "naive":
         from cadenza.engine.naive_engine import NaiveEngine
 

@@ -13,6 +13,7 @@ from cadenza.contract.kv_memory import StreamShape
 from cadenza.contract.precision import Precision
 from cadenza.contract.realtime_plan import RealtimePlan
 from cadenza.engine.chunk_policy import CodecFrames
+from cadenza.engine.layouts.token_layout import ContextRestarts
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.realtime.plan import realtime_plan
 
@@ -21,11 +22,14 @@ def shape_of(model: AudioTokenModel, page_size: int) -> StreamShape:
     """How ``model``'s streams use KV memory in pages of ``page_size`` tokens (what admission
     costs a stream with)."""
     layout = model.layout
+    restarts = layout if isinstance(layout, ContextRestarts) else None
     return StreamShape(
         page_size=page_size,
         steps_per_frame=layout.steps_per_frame,
         tail_steps=layout.tail_steps,
         prompt_overhead_tokens=prompt_overhead_tokens(model),
+        max_context_tokens=None if restarts is None else restarts.max_context,
+        context_rows_per_frame=0.0 if restarts is None else restarts.context_rows_per_frame,
     )
 
 

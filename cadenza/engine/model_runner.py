@@ -329,7 +329,8 @@ def _state(seq: Sequence) -> StreamState:
 
 def _final_context(seq: Sequence) -> int:
     """The most positions ``seq`` will ever cache: its rows so far and every step left."""
-    return seq.num_tokens + max(seq.max_new_steps - seq.num_generated, 0)
+    final = seq.num_tokens + max(seq.max_new_steps - seq.num_generated, 0)
+    return final if seq.max_context is None else min(final, seq.max_context)
 
 
 def _describe(exc: BaseException) -> str:

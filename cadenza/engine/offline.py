@@ -7,7 +7,7 @@ import secrets
 
 import numpy as np
 
-from cadenza.contract.request import FinishReason, SynthesisRequest
+from cadenza.contract.request import ContextTurn, FinishReason, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
 from cadenza.engine.sequence import SequenceStatus
@@ -50,12 +50,21 @@ def synthesize(
     voice: str = "default",
     max_duration_s: float | None = None,
     sampling: SamplingParams | None = None,
+    context: tuple[ContextTurn, ...] = (),
 ) -> np.ndarray:
-    """The whole utterance as float32 mono audio at the codec's rate. Raises
+    """The whole utterance as float32 mono audio at the codec's rate, after the conversation
+    ``context`` (its audio at the codec's rate; a model that takes context). Raises
+    :class:`~cadenza.contract.errors.RequestRejected` for a request the engine refuses,
     ``RuntimeError`` if synthesis fails."""
     request_id = f"offline-{secrets.token_hex(6)}"
     request = SynthesisRequest(
-        request_id, text, voice, max_duration_s, sampling or engine.model.default_sampling
+        request_id,
+        text,
+        voice,
+        max_duration_s,
+        sampling or engine.model.default_sampling,
+        prompt_sample_rate=engine.sample_rate,
+        context=context,
     )
     engine.add_request(request)
     pieces: list[np.ndarray] = []

@@ -3,10 +3,12 @@
 
 For speech: the voice must exist; the stream's length comes from its text and the limits
 (:mod:`cadenza.contract.stream_length`); a speech prompt (microphone audio at the codec's rate)
-is encoded into codec frames that the model's prompt places before the text; the sequence gets
-its own seeded generator, its prefix-cache keys (model, dtypes, and what the model says its KV
-depends on besides the rows: the voice, or the text too), its playout clock and, for a
-stateful model, what the model conditions on (its state is made when the stream first runs).
+and the conversation turns' audio are encoded into codec frames that the model's prompt places
+before the text; the sequence gets its own seeded generator, its prefix-cache keys (model,
+dtypes, and what the model says its KV depends on besides the rows: the voice, or the text
+too), its playout clock and, for a stateful model, what the model conditions on (the text, the
+turns' transcripts and the prompt's audio frames; its state is made when the stream first
+runs).
 Model-specific sampling fields the model does not take are refused by name.
 
 A resumed request (one whose engine was lost mid-stream, see
@@ -34,7 +36,7 @@ from cadenza.contract.errors import RequestRejected
 from cadenza.contract.request import ResumePoint, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams, check_model_fields
 from cadenza.contract.stream_length import StreamLength, request_duration_s, stream_length
-from cadenza.engine.layouts.token_layout import layout_steps_for_frames
+from cadenza.engine.layouts.token_layout import ContextRestarts, layout_steps_for_frames
 from cadenza.engine.models.model import AudioTokenModel, PromptTurn
 from cadenza.engine.models.stream_state import StreamConditioning
 from cadenza.engine.realtime.playout_clock import PlayoutClock
@@ -94,11 +96,18 @@ class RequestIntake:
                 lambda: self.model.build_prompt_with_context(request.text, request.voice, turns)
             )
         else:
+            turns = [(request.voice, "", prompt_codes)] if prompt_codes else []
             prompt = self._prompt(
                 lambda: self.model.build_prompt(request.text, request.voice, prompt_codes)
             )
         length = self._fit_positions(len(prompt), length)
-        conditioning = StreamConditioning(request.text, request.voice, request.sampling)
+        conditioning = StreamConditioning(
+            request.text,
+            request.voice,
+            request.sampling,
+            context_texts=tuple(turn.text for turn in request.context),
+            context_frames=tuple(tuple(frame) for _, _, frames in turns for frame in frames),
+        )
         seq = self._sequence(
             request.request_id,
             prompt,
@@ -108,6 +117,8 @@ class RequestIntake:
         )
         if self.model.keeps_stream_state:
             seq.conditioning = conditioning
+        if isinstance(self.layout, ContextRestarts):
+            seq.max_context = self.layout.max_context
         seq.target_frames = length.frames
         seq.audio = AudioProgress(
             PlayoutClock(
@@ -163,6 +174,9 @@ class RequestIntake:
         """Bring ``seq`` to where ``point`` says its stream was; :class:`RequestRejected`
         when the rows cannot be this model's output for this request."""
         assert seq.audio is not None
+        if isinstance(self.layout, ContextRestarts):
+            self._resume_from_start(seq, point)
+            return
         width = self.layout.num_codebooks
         masks = self.layout.sampling_masks()
         vocab = self.model.vocab_size if masks is None else int(masks.shape[-1])
@@ -197,6 +211,21 @@ class RequestIntake:
             )
         seq.audio.frames_sent = point.frames_sent
         seq.audio.rows_sent = len(point.rows)
+        seq.audio.playout.first_frame = point.frames_sent
+
+    def _resume_from_start(self, seq: Sequence, point: ResumePoint) -> None:
+        """A restarting layout's stream resumes by being made again from its start (the same
+        draws: its seed, or its request id's): its heard frames are replayed into the codec
+        unheard as they come, and its listener gets what follows them."""
+        if point.rows:
+            raise RequestRejected("this model's streams resume from their frames heard, not rows")
+        if not 0 <= point.frames_sent <= seq.target_frames:
+            raise RequestRejected(
+                f"resume point claims {point.frames_sent} frames heard; the stream makes at "
+                f"most {seq.target_frames}"
+            )
+        assert seq.audio is not None
+        seq.audio.frames_sent = point.frames_sent
         seq.audio.playout.first_frame = point.frames_sent
 
     @staticmethod
@@ -303,7 +332,7 @@ class RequestIntake:
         if any(len(row) != self.layout.num_codebooks for row in prompt):
             raise RequestRejected("prompt rows do not match the model's codebooks")
         generator = torch.Generator(device=self.model.device)
-        generator.manual_seed(sampling.seed if sampling.seed is not None else secrets.randbits(63))
+        generator.manual_seed(self._seed(request_id, sampling))
         return Sequence(
             request_id=request_id,
             token_rows=prompt,
@@ -312,3 +341,13 @@ class RequestIntake:
             max_new_steps=max_new_steps,
             extra_keys=(*self.extra_keys, conditioning),
         )
+
+    def _seed(self, request_id: str, sampling: SamplingParams) -> int:
+        """The request's seed; without one, a fresh random seed, or for a restarting layout's
+        stream (which resumes by being made again) one drawn from its request id."""
+        if sampling.seed is not None:
+            return sampling.seed
+        if isinstance(self.layout, ContextRestarts):
+            digest = hashlib.sha256(request_id.encode()).digest()
+            return int.from_bytes(digest[:8], "big") >> 1
+        return secrets.randbits(63)

@@ -23,8 +23,10 @@ admitted sequence is preempted: its pages are released, its tokens so far become
 it goes back to the front of the queue to be recomputed. Preemptions are counted.
 
 :meth:`Scheduler.postprocess` applies a step's results: computed tokens advance, sampled rows
-are appended, the layout says whether each sequence is done, newly full pages are published to
-the prefix cache, and finished or failed sequences give back their pages.
+are appended, the layout says whether each sequence is done (a restarting layout, also whether
+it goes on in a fresh context: its pages are released and its new prompt is prefilled), newly
+full pages are published to the prefix cache, and finished or failed sequences give back their
+pages.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 
 from cadenza.contract.request import FinishReason
 from cadenza.engine.kv.kv_cache_manager import KVCacheManager
-from cadenza.engine.layouts.token_layout import TokenLayout
+from cadenza.engine.layouts.token_layout import ContextRestarts, TokenLayout
 from cadenza.engine.realtime.deadline_policy import DeadlinePolicy
 from cadenza.engine.sequence import Sequence, SequenceStatus
 
@@ -98,6 +100,7 @@ class Scheduler:
         self.num_preemptions = 0
         self.policy = policy
         self.num_skipped = 0  # sequence-steps skipped because the stream was ahead
+        self.restarts = layout if isinstance(layout, ContextRestarts) else None
 
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
@@ -170,6 +173,9 @@ class Scheduler:
             outcome.sampled.append(seq)
             if reason is not None:
                 outcome.finished[seq] = reason
+            elif self.restarts is not None and (rows := self.restarts.next_context(seq)):
+                self.kv.release_context(seq)
+                seq.begin_context(rows)
         for seq, reason in outcome.finished.items():
             self.finish(seq, reason)
         for seq, _ in batch.items():

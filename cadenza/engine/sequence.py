@@ -10,7 +10,11 @@ last forward produced logits for the next row::
     KV cached    [ ........................ ]
                  0                num_computed_tokens
 
-Who writes what: the scheduler (``status``, ``num_computed_tokens``, new rows, the ending),
+A restarting layout (:class:`~cadenza.engine.layouts.token_layout.ContextRestarts`) may
+replace the rows with a fresh context's prompt (:meth:`Sequence.begin_context`).
+
+Who writes what: the scheduler (``status``, ``num_computed_tokens``, new rows and contexts,
+the ending),
 the KV cache manager (``page_table``, ``page_hashes``, ``reserved_pages``), the model runner
 (a stateful model's ``model_state``) and, for audio streams, the audio stage (``audio``).
 Everything else is fixed when the request is taken in.
@@ -40,12 +44,15 @@ class SequenceStatus(enum.Enum):
 class AudioProgress:
     """Where an audio stream's sound stands: its slot in the streaming codec (``None`` before
     it opens and after it closes), the frames decoded and sent so far, the generated rows its
-    outputs have carried so far, and when each chunk is due at the listener."""
+    outputs have carried so far, and when each chunk is due at the listener. A resumed stream
+    that makes its heard frames again (a restarting layout's) has them replayed into its slot
+    once they are made (``replay_pending``)."""
 
     playout: PlayoutClock
     codec_slot: int | None = None
     frames_sent: int = 0
     rows_sent: int = 0
+    replay_pending: bool = False  # a resumed stream whose heard frames are not made again yet
 
 
 @dataclass(eq=False)
@@ -58,6 +65,7 @@ class Sequence:
     extra_keys: tuple[str, ...] = ()  # prefix-cache keys: model, dtypes, conditioning
     eos_ids: frozenset[int] = frozenset()
     target_frames: int = 0  # codec frames the stream ends after, unless the model ends first
+    max_context: int | None = None  # most positions a context holds (a restarting layout's)
     audio: AudioProgress | None = None  # audio streams only
     conditioning: StreamConditioning | None = None  # a stateful model's, from the request
     model_state: StreamState | None = None  # made by the runner at the stream's first step
@@ -105,6 +113,18 @@ class Sequence:
         self.token_rows.append(row)
         if self.seen_ids is not None:
             _mark_seen(self.seen_ids, row)
+
+    def begin_context(self, rows: list[list[int]]) -> None:
+        """Make ``rows`` the prompt of a fresh context (a restarting layout's next one: the
+        KV cache manager has released the old context's pages). Rows sent on in outputs count
+        from the new context."""
+        if not rows:
+            raise ValueError("a context needs at least one prompt row")
+        self.token_rows = [list(row) for row in rows]
+        self.num_prompt_tokens = len(rows)
+        self.seen_ids = None
+        if self.audio is not None:
+            self.audio.rows_sent = 0
 
     def seen_mask(self, vocab_size: int) -> torch.Tensor:
         """Which ids each codebook has seen so far (prompt included), as ``[K, V]`` bool."""

@@ -1,15 +1,13 @@
 """What the engine process's loop (:mod:`cadenza.ipc.engine_side.engine_loop`) needs from an
-engine: the batching engine, the naive baseline and Bark's engine implement it, and the loop reads
-nothing else (idle probes go through :func:`cadenza.engine.realtime.probe.probe_engine`, which
-hands them to an engine that is :class:`SelfProbing`)."""
+engine: the batching engine and the naive baseline implement it, and the loop reads nothing else
+(idle probes go through :func:`cadenza.engine.realtime.probe.probe_engine`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from cadenza.contract.engine_info import EngineInfo
-from cadenza.contract.engine_stats import EngineStats, ProbeResult, StepReport
+from cadenza.contract.engine_stats import EngineStats, StepReport
 from cadenza.contract.request import StreamOutput, SynthesisRequest
 
 
@@ -45,14 +43,4 @@ class ServingEngine(Protocol):
 
     def take_report(self) -> StepReport:
         """Every step and delivered chunk since the last call (and forget them)."""
-        ...
-
-
-@runtime_checkable
-class SelfProbing(Protocol):
-    """An engine that runs its own idle probes (Bark's: its steps are not the batching
-    engine's); :func:`cadenza.engine.realtime.probe.probe_engine` hands a probe to it."""
-
-    def probe(self, batch: int, max_ms: float, interrupted: Callable[[], bool]) -> ProbeResult:
-        """As :func:`~cadenza.engine.realtime.probe.probe_engine` promises."""
         ...

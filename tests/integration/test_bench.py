@@ -80,7 +80,7 @@ def test_the_bark_run_compares_batched_streams_with_transformers() -> None:
         audio = {row[name]["audio_s"] for name in ("cadenza", "transformers_one_by_one")}
         assert len(audio) == 1 and audio.pop() > 0  # the same audio length both ways
         assert row["speedup_vs_one_by_one"] > 0
-        assert set(row["cadenza"]["stage_seconds"]) == {"semantic", "coarse", "fine", "codec"}
+        assert row["cadenza"]["first_audio_s_median"] > 0
 
 
 def test_bark_shapes_belong_to_bark() -> None:

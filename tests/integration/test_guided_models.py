@@ -4,7 +4,10 @@ speech with ``guidance_scale`` over HTTP and WebSocket (``speak.guidance_scale``
 model's own 44.1 kHz when asked, equals ``transformers``' Dia + the DAC decode, as ``cadenza
 generate --guidance-scale`` does; MusicGen's music lasts exactly ``max_duration_s`` and equals
 ``transformers``' guided greedy generate, over HTTP and by ``cadenza generate``; a model that
-lacks a sampling field refuses it by name."""
+lacks a sampling field refuses it by name. A voice cloned from a clip and its transcript (Dia's
+audio prompt) equals ``transformers``' over WebSocket (the microphone as a conversation turn)
+and by ``cadenza generate --voice-audio --voice-text``; a clip ``cadenza generate`` cannot
+use is refused with the reason."""
 
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ import numpy as np
 import pytest
 
 from cadenza.client.sdk import StreamError, connect
+from cadenza.edge.media.resampler import resample
+from cadenza.edge.media.wav import float_to_s16le, s16le_to_float
 from tests.integration.server import serving
 from tests.support.dia_checkpoints import reference_dia_generate, tiny_dia_checkpoint
 from tests.support.float32_compute import FLOAT32_COMPUTE
@@ -42,6 +47,28 @@ def dia(tmp_path_factory):
         directory, [TEXT], guidance_scale=3.0, max_new_tokens=FRAMES + 16
     )
     return directory, np.clip(audio, -1.0, 1.0)
+
+
+TRANSCRIPT = "[S1] This is how I sound."
+MICROPHONE_RATE = 48000
+
+
+@pytest.fixture(scope="module")
+def voice(dia):
+    """A voice to clone: 16-bit PCM at 48 kHz (about 16 frames once at 44.1 kHz), and
+    transformers' new speech after it (the clip as the edge resamples it) and its
+    transcript."""
+    noise = np.random.default_rng(5).standard_normal(9000).astype(np.float32) * 0.1
+    pcm = float_to_s16le(noise)
+    clip = resample(s16le_to_float(pcm), MICROPHONE_RATE, RATE)
+    [(_, audio)] = reference_dia_generate(
+        dia[0],
+        [f"{TRANSCRIPT} {TEXT}"],
+        guidance_scale=3.0,
+        max_new_tokens=FRAMES + 16,
+        audio_prompt=[clip],
+    )
+    return pcm, np.clip(audio, -1.0, 1.0)
 
 
 MUSIC = "calm piano with soft drums"
@@ -122,6 +149,37 @@ def test_websocket_guided_speech_equals_transformers_at_the_models_rate(server, 
     np.testing.assert_allclose(got / 32768.0, dia[1], atol=S16)
 
 
+def test_websocket_conversation_clones_the_microphones_voice_as_transformers_does(
+    server, voice
+) -> None:
+    pcm, expected = voice
+
+    async def speak() -> np.ndarray:
+        url = server.url.replace("http", "ws") + "/v1/stream"
+        async with connect(url) as session:
+            await session.send_microphone(pcm, sample_rate=MICROPHONE_RATE)
+            chunks = [
+                np.frombuffer(chunk.data, dtype="<i2")
+                async for chunk in session.speak(
+                    TEXT,
+                    model="dia-tiny",
+                    sample_rate=RATE,
+                    max_duration_s=duration(FRAMES),
+                    temperature=0.0,
+                    guidance_scale=3.0,
+                    conversation=True,
+                    use_audio_prompt=True,
+                    user_voice="default",
+                    user_text=TRANSCRIPT,
+                )
+            ]
+            return np.concatenate(chunks)
+
+    got = asyncio.run(speak())
+    assert got.shape == expected.shape  # the new speech only
+    np.testing.assert_allclose(got / 32768.0, expected, atol=S16)
+
+
 def test_websocket_pcm_without_a_rate_comes_at_the_highest_offered(server) -> None:
     async def speak() -> int:
         url = server.url.replace("http", "ws") + "/v1/stream"
@@ -176,25 +234,30 @@ def test_http_music_lasts_its_duration_and_equals_transformers(server, musicgen)
     np.testing.assert_allclose(got, musicgen[1], atol=S16)
 
 
-def generate(tmp_path, *args: str) -> tuple[np.ndarray, int]:
-    """``cadenza generate`` in float32 compute (the reference's): the WAV's samples and rate."""
+def run_generate(tmp_path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``cadenza generate`` in float32 compute (the reference's), greedy, into
+    ``tmp_path / "out.wav"``."""
     settings = tmp_path / "float32.toml"
     settings.write_text(
         "[cpu]\n" + "".join(f'{key} = "{value}"\n' for key, value in FLOAT32_COMPUTE.items())
     )
     out = tmp_path / "out.wav"
-    result = subprocess.run(
+    return subprocess.run(
         [
             sys.executable, "-m", "cadenza", "generate", *args, "--temperature", "0",
-            "--guidance-scale", "3.0", "--out", str(out), "--device", "cpu",
-            "--config", str(settings),
+            "--out", str(out), "--device", "cpu", "--config", str(settings),
         ],
         capture_output=True,
         text=True,
         timeout=300,
     )  # fmt: skip
+
+
+def generate(tmp_path, *args: str) -> tuple[np.ndarray, int]:
+    """:func:`run_generate` guided at 3: the WAV's samples and rate."""
+    result = run_generate(tmp_path, *args, "--guidance-scale", "3.0")
     assert result.returncode == 0, result.stderr
-    with wave.open(io.BytesIO(out.read_bytes())) as reader:
+    with wave.open(io.BytesIO((tmp_path / "out.wav").read_bytes())) as reader:
         samples = np.frombuffer(reader.readframes(reader.getnframes()), dtype="<i2")
         return samples / 32768.0, reader.getframerate()
 
@@ -213,3 +276,46 @@ def test_generate_makes_music_as_transformers_does(tmp_path, musicgen) -> None:
     )
     assert rate == MUSIC_RATE
     np.testing.assert_allclose(got, musicgen[1], atol=S16)
+
+
+def write_wav(path, pcm: bytes, rate: int) -> str:
+    with wave.open(str(path), "wb") as writer:
+        writer.setnchannels(1)
+        writer.setsampwidth(2)
+        writer.setframerate(rate)
+        writer.writeframes(pcm)
+    return str(path)
+
+
+def test_generate_clones_a_voice_from_a_wav_and_its_transcript(tmp_path, dia, voice) -> None:
+    pcm, expected = voice
+    clip = write_wav(tmp_path / "voice.wav", pcm, MICROPHONE_RATE)  # resampled to 44.1 kHz
+    got, rate = generate(
+        tmp_path,
+        *("--model", str(dia[0]), "--text", TEXT, "--max-duration-s", str(duration(FRAMES))),
+        *("--voice-audio", clip, "--voice-text", TRANSCRIPT),
+    )
+    assert rate == RATE
+    np.testing.assert_allclose(got, expected, atol=S16)
+
+
+def test_generate_refuses_a_clip_it_cannot_use_with_the_reason(tmp_path, dia, voice) -> None:
+    pcm = voice[0]
+    clip = write_wav(tmp_path / "voice.wav", pcm, 48000)
+    odd_rate = write_wav(tmp_path / "odd.wav", pcm, 11025)
+    dia_flags = ("--model", str(dia[0]), "--text", TEXT, "--max-duration-s", "0.1")
+    cases = [
+        ((*dia_flags, "--voice-audio", clip), "context turn 0 has no transcript"),
+        (
+            (*dia_flags, "--voice-audio", odd_rate, "--voice-text", TRANSCRIPT),
+            "is at 11025 Hz; the model's codec takes 44100 Hz",
+        ),
+        (
+            ("--model", "cadenza-tiny", "--text", "hi", "--voice-audio", clip),
+            "takes no conversation context, so no voice clip",
+        ),
+    ]
+    for args, message in cases:
+        result = run_generate(tmp_path, *args)
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr

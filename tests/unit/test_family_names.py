@@ -16,14 +16,11 @@ from cadenza.engine.models.registry import BUILT_IN_MODELS, FAMILIES
 ROOT = Path(__file__).resolve().parents[2]
 FAMILIES_PACKAGE = ROOT / "cadenza" / "engine" / "models"
 
-FAMILY_NAMES = frozenset({*(family.name for family in FAMILIES), *BUILT_IN_MODELS, "bark"})
-"""The registry's families and built-in models, and Bark (on its own engine, not in the table)."""
+FAMILY_NAMES = frozenset({*(family.name for family in FAMILIES), *BUILT_IN_MODELS})
+"""The registry's families and built-in models."""
 
 ALLOWED: dict[tuple[str, str], str] = {
-    # (file, the comparison's source): why it may name a family for now.
-    ("cadenza/cli/bench.py", 'args.target == "bark"'): (
-        "cadenza bench bark drives Bark's own engine; it goes when Bark runs on the batching engine"
-    ),
+    # (file, the comparison's source): why it may name a family, when one must.
 }
 
 

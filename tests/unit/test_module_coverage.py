@@ -47,25 +47,25 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "cadenza/bench/snac_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/cli/generate.py": ("tests/integration/test_cli.py", "a command, run as one"),
     "cadenza/bench/bark_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
-    "cadenza/engine/models/bark/bark_offline.py": (
-        "tests/integration/test_cli.py",
-        "cadenza generate's Bark path, run as the command against transformers",
-    ),
-    "cadenza/engine/models/bark/bark_calibration.py": (
-        "tests/unit/engine/bark/test_bark_engine.py",
-        "the engine's calibration, measured on the engine it calibrates",
-    ),
-    "cadenza/engine/models/bark/bark_recognition.py": (
-        "tests/unit/engine/bark/test_bark_checkpoint.py",
-        "what tells a Bark checkpoint apart, beside its loader",
-    ),
-    "cadenza/engine/models/bark/bark_request.py": (
-        "tests/unit/engine/bark/test_bark_batch.py",
-        "the batch's requests and results, checked with the batch",
-    ),
-    "cadenza/engine/models/bark/random_bark.py": (
-        "tests/unit/engine/bark/test_bark_batch.py",
+    "cadenza/bench/random_bark.py": (
+        "tests/unit/engine/bark/test_bark_model.py",
         "the checkpoints every Bark test loads, and transformers loads them too",
+    ),
+    "cadenza/engine/models/bark/bark_family.py": (
+        "tests/unit/engine/bark/test_bark_checkpoint.py",
+        "Bark's registry record, loaded through the registry beside its loader",
+    ),
+    "cadenza/engine/models/bark/bark_gpt.py": (
+        "tests/unit/engine/bark/test_bark_model.py",
+        "the stages' weights, run by the engine's step and checked against transformers",
+    ),
+    "cadenza/engine/models/bark/bark_stream.py": (
+        "tests/unit/engine/bark/test_bark_model.py",
+        "a stream's progress through the stages, checked through the streams it carries",
+    ),
+    "cadenza/engine/models/bark/bark_layout.py": (
+        "tests/unit/engine/bark/test_bark_model.py",
+        "Bark's layout, checked frame by frame against transformers through the engine",
     ),
     "cadenza/cli/options.py": ("tests/unit/test_old_keys.py", "the flags, and the old flag"),
     "cadenza/cli/serve.py": ("tests/integration/test_cli.py", "a command, run as one"),

@@ -200,14 +200,21 @@ class CapacityModel:
 
     def _nominal_step_ms(self, streams: int) -> float:
         """The predicted step of ``streams`` nominal streams, remembered per calibration and
-        nominal stream: every placement asks, many times over in a storm of arrivals."""
+        nominal stream: every placement asks, many times over in a storm of arrivals. A
+        model whose contexts restart (Bark's coarse windows) also prefills its streams'
+        share of those prompts in every step."""
         assert self.step_model is not None
         if self._nominal_steps_of != self.config.nominal_stream_s:
             self._nominal_steps_ms, self._nominal_steps_of = [], self.config.nominal_stream_s
         steps_ms = self._nominal_steps_ms
+        shape = self.info.shape
+        rows_per_step = shape.context_rows_per_frame / shape.steps_per_frame
+        # Such a row reads half a context on average.
+        row_ms = self.step_model.prefill_ms(1, (shape.max_context_tokens or 0) // 2)
         while len(steps_ms) < streams:
             count = len(steps_ms) + 1
-            steps_ms.append(self.step_model.predict_ms(count, self.nominal_contexts(count)))
+            step_ms = self.step_model.predict_ms(count, self.nominal_contexts(count))
+            steps_ms.append(step_ms + count * rows_per_step * row_ms)
         return steps_ms[streams - 1]
 
     def stream_cost(self, text: str, audio_s: float, prompt_audio_s: float = 0.0) -> StreamCost:

@@ -50,6 +50,13 @@ class StreamResampler:
         return _concat(self._resampler.resample(None))
 
 
+def resample(audio: np.ndarray, in_rate: int, out_rate: int) -> np.ndarray:
+    """A whole signal (float32 mono at ``in_rate``) at ``out_rate``: one converter, flushed.
+    Raises :class:`ResampleError` for a rate it does not take."""
+    resampler = StreamResampler(in_rate, out_rate)
+    return np.concatenate([resampler.process(audio), resampler.flush()])
+
+
 def _concat(frames: list[av.AudioFrame]) -> np.ndarray:
     if not frames:
         return np.zeros(0, np.float32)

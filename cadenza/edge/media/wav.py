@@ -1,4 +1,5 @@
-"""PCM and WAV for streaming responses (numpy only, so the edge can use it).
+"""PCM and WAV for streaming responses, and WAV files read (numpy and the standard library
+only, so the edge can use it).
 
 A streamed WAV cannot know its length up front, so :func:`streaming_wav_header` declares the
 largest sizes a RIFF file can hold (``0xFFFFFFFF`` minus the header); players and decoders
@@ -7,7 +8,9 @@ largest sizes a RIFF file can hold (``0xFFFFFFFF`` minus the header); players an
 
 from __future__ import annotations
 
+import io
 import struct
+import wave
 
 import numpy as np
 
@@ -51,3 +54,29 @@ def wav_file_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
     header[4:8] = struct.pack("<I", 36 + len(data))
     header[40:44] = struct.pack("<I", len(data))
     return bytes(header) + data
+
+
+def read_wav(data: bytes) -> tuple[np.ndarray, int]:
+    """A PCM WAV file's samples as float32 mono in [-1, 1) (channels averaged) and its sample
+    rate. Raises ``ValueError`` for anything but integer PCM of 8, 16, 24 or 32 bits."""
+    try:
+        with wave.open(io.BytesIO(data)) as reader:
+            width, channels = reader.getsampwidth(), reader.getnchannels()
+            rate = reader.getframerate()
+            raw = reader.readframes(reader.getnframes())
+    except (wave.Error, EOFError) as exc:
+        raise ValueError(f"not a PCM WAV file ({exc})") from exc
+    if width not in (1, 2, 3, 4):
+        raise ValueError(f"a WAV of {8 * width}-bit samples; PCM of 8, 16, 24 or 32 bits only")
+    if width == 1:  # unsigned
+        samples = (np.frombuffer(raw, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
+    elif width == 3:
+        bytes3 = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 3).astype(np.int32)
+        values = bytes3[:, 0] | (bytes3[:, 1] << 8) | (bytes3[:, 2] << 16)
+        values = np.where(values >= 1 << 23, values - (1 << 24), values)
+        samples = values.astype(np.float32) / float(1 << 23)
+    else:
+        samples = np.frombuffer(raw, dtype=f"<i{width}").astype(np.float32) / 2.0 ** (8 * width - 1)
+    if channels > 1:
+        samples = samples.reshape(-1, channels).mean(axis=1, dtype=np.float32)
+    return samples, rate

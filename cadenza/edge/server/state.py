@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from cadenza.config import CadenzaConfig
 from cadenza.contract.engine_info import EngineInfo
+from cadenza.contract.errors import EngineError
 from cadenza.edge.admission.api_keys import ApiKeys, bearer_token
 from cadenza.edge.admission.guard import TextGuard
 from cadenza.edge.admission.session_reservations import Reservation, SessionReservations
@@ -72,6 +73,16 @@ class EdgeState:
                 param="model",
             )
         return service
+
+    def native_rate(self, model: str | None, default: EngineInfo) -> int:
+        """The sample rate of ``model``'s codec (``default``'s for ``None``, and for a model
+        that cannot be asked now: opening its utterance then says why)."""
+        if model is None:
+            return default.sample_rate
+        try:
+            return self.service(model).info().sample_rate
+        except (EdgeError, EngineError):
+            return default.sample_rate
 
     # -- room for a new session ------------------------------------------------------------
 

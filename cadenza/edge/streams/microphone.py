@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from cadenza.edge.media.opus import OpusError, OpusPacketDecoder
-from cadenza.edge.media.resampler import ResampleError, StreamResampler
+from cadenza.edge.media.resampler import ResampleError, resample
 from cadenza.edge.media.wav import s16le_to_float
 from cadenza.edge.streams.protocol import ProtocolError
 
@@ -56,8 +56,7 @@ class MicrophoneBuffer:
         audio = np.concatenate(self._pieces)[-self.max_samples :]
         self._pieces, self._samples = [], 0
         try:
-            resampler = StreamResampler(self.sample_rate, sample_rate)
+            resampled = resample(audio, self.sample_rate, sample_rate)
         except ResampleError as exc:
             raise ProtocolError("invalid_audio", str(exc)) from exc
-        resampled = np.concatenate([resampler.process(audio), resampler.flush()])
         return resampled.astype("<f4").tobytes()

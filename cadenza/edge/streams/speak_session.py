@@ -29,7 +29,8 @@ microphone audio, the model's answer) join the conversation only once the answer
 its end, so a refused, failed or cancelled ``speak`` leaves the conversation as it was (its
 microphone audio is used up: send it again to retry).
 Transport-specific checks of a ``speak`` (the formats and rates each one offers) come in as
-``check_speak``.
+``check_speak``; the codec rate of the model a ``speak`` names (what its microphone audio is
+resampled to) as ``codec_rate``.
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ class _ConversationTurn:
     model: str
     speak: Speak
     user_audio: bytes | None
+    user_sample_rate: int  # the codec's rate, which user_audio is at
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,7 @@ class SpeakSession:
         self,
         *,
         check_speak: SpeakCheck,
-        codec_sample_rate: int,
+        codec_rate: SpeakCheck,
         max_prompt_audio_s: float,
         binary_audio: bool,
         idle_timeout_s: float | None = None,
@@ -175,7 +177,7 @@ class SpeakSession:
         ``max_message_chars``: the most text one ``speak`` or ``text`` message carries;
         ``max_text_stream_chars``: the most one text stream receives in all."""
         self.check_speak = check_speak
-        self.codec_sample_rate = codec_sample_rate
+        self.codec_rate = codec_rate
         self.max_prompt_audio_s = max_prompt_audio_s
         self.binary_audio = binary_audio
         self.idle_limit_s = idle_timeout_s
@@ -258,7 +260,7 @@ class SpeakSession:
         if turn.user_audio is not None and speak.user_voice is not None:
             self.conversation.add_user_turn(
                 turn.model, speak.user_voice, speak.user_text, turn.user_audio,
-                self.codec_sample_rate,
+                turn.user_sample_rate,
             )  # fmt: skip
         text = speak.first_text if said.text is None else said.text
         self.conversation.add_model_turn(turn.model, speak.voice, text, codes, frame_rate)
@@ -291,12 +293,13 @@ class SpeakSession:
                 self._text = _TextInFlight(stream_id, len(speak.first_text))
             if speak.conversation:
                 return self._converse(speak, stream_id, sample_rate)
-            prompt = self._take_prompt() if speak.use_audio_prompt else None
+            codec_rate = self.codec_rate(speak)
+            prompt = self._take_prompt(codec_rate) if speak.use_audio_prompt else None
         except ProtocolError as exc:
             self._text = None
             return [Send(protocol.error_message(exc.code, exc.message, stream_id))]
         self.active_stream_id = stream_id
-        return [StartUtterance(stream_id, speak, sample_rate, prompt, self.codec_sample_rate)]
+        return [StartUtterance(stream_id, speak, sample_rate, prompt, codec_rate)]
 
     def _feed(self, message: Text | Flush | TextEnd) -> list[Event]:
         """A text stream's ``text``, ``flush`` or ``text_end``; an ``error`` (the stream goes
@@ -354,20 +357,19 @@ class SpeakSession:
                 f"{self.conversation.model or 'the default'!r}; send reset_conversation first",
             )
         context = self.conversation.turns
+        codec_rate = self.codec_rate(speak)
         user_audio = None
         if speak.use_audio_prompt:
             if speak.user_voice is None:
                 raise ProtocolError(
                     "invalid_message", "user_voice: the speaker id of the microphone audio"
                 )
-            user_audio = self._take_prompt()
+            user_audio = self._take_prompt(codec_rate)
             user = ContextTurn(voice=speak.user_voice, text=speak.user_text, audio=user_audio)
             context = (*context, user)
         self.active_stream_id = stream_id
-        self._turn = _ConversationTurn(stream_id, model, speak, user_audio)
-        start = StartUtterance(
-            stream_id, speak, sample_rate, None, self.codec_sample_rate, context=context
-        )
+        self._turn = _ConversationTurn(stream_id, model, speak, user_audio, codec_rate)
+        start = StartUtterance(stream_id, speak, sample_rate, None, codec_rate, context=context)
         return [start]
 
     def _conversation_message(self) -> str:
@@ -377,10 +379,10 @@ class SpeakSession:
             audio_s=round(self.conversation.audio_s, 2),
         )
 
-    def _take_prompt(self) -> bytes:
+    def _take_prompt(self, codec_rate: int) -> bytes:
         if self.microphone is None:
             raise ProtocolError("no_prompt_audio", "no microphone audio has been received")
-        return self.microphone.take(self.codec_sample_rate)
+        return self.microphone.take(codec_rate)
 
     def _stop(self) -> list[Event]:
         stream_id = self.active_stream_id

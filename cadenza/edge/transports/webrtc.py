@@ -82,7 +82,7 @@ class WebRTCSession:
         self.track = PacedAudioTrack(self.buffer)
         self.session = SpeakSession(
             check_speak=check_webrtc_speak,
-            codec_sample_rate=info.sample_rate,
+            codec_rate=lambda speak: state.native_rate(speak.model, info),
             max_prompt_audio_s=state.config.limits.max_prompt_audio_s,
             max_context_s=state.config.limits.max_context_s,
             binary_audio=False,

@@ -125,25 +125,15 @@ class WebSocketEndpoint:
         finally:
             self._release_reservation()
 
-    def _native_rate(self, speak: protocol.Speak, default: EngineInfo) -> int:
-        """The sample rate of the model ``speak`` names (the default's when it names none,
-        or one that cannot be asked now: opening the utterance then says why)."""
-        if speak.model is None:
-            return default.sample_rate
-        try:
-            return self.state.service(speak.model).info().sample_rate
-        except (EdgeError, EngineError):
-            return default.sample_rate
-
     async def _serve(self, info: EngineInfo) -> None:
         await self.websocket.accept()
         if not await self._authenticate():
             return
         session = SpeakSession(
             check_speak=lambda speak: protocol.resolve_sample_rate(
-                speak, self._native_rate(speak, info)
+                speak, self.state.native_rate(speak.model, info)
             ),
-            codec_sample_rate=info.sample_rate,
+            codec_rate=lambda speak: self.state.native_rate(speak.model, info),
             max_prompt_audio_s=self.state.config.limits.max_prompt_audio_s,
             max_context_s=self.state.config.limits.max_context_s,
             binary_audio=True,

@@ -43,7 +43,10 @@ class KVCacheManager:
     def reservation(self, seq: Sequence) -> int:
         """Pages ``seq`` may need in all: its tokens so far plus what it may still generate."""
         remaining_steps = max(seq.max_new_steps - seq.num_generated, 0)
-        return pages_for_tokens(seq.num_tokens + remaining_steps, self.page_size)
+        tokens = seq.num_tokens + remaining_steps
+        if seq.max_context is not None:  # a restarting layout's contexts never grow past it
+            tokens = min(tokens, seq.max_context)
+        return pages_for_tokens(tokens, self.page_size)
 
     def try_admit(self, seq: Sequence) -> bool:
         """Give a waiting ``seq`` its cached prefix and its reservation, if the pool allows.
@@ -107,6 +110,18 @@ class KVCacheManager:
             page_hash = hash_page(parent, rows, seq.extra_keys)
             seq.page_hashes.append(page_hash)
             self.pool.cache(seq.page_table[index], page_hash)
+
+    def release_context(self, seq: Sequence) -> None:
+        """Give back ``seq``'s pages but keep its reservation: its next context (a fresh
+        prompt from position 0) takes pages again within it. Pages published to the prefix
+        cache stay cached."""
+        before = self._unallocated(seq)
+        self.pool.release(reversed(seq.page_table))
+        seq.page_table = []
+        seq.page_hashes = []
+        seq.prefix_pages = 0
+        seq.num_computed_tokens = 0
+        self.outstanding_pages += self._unallocated(seq) - before
 
     def free(self, seq: Sequence) -> None:
         """Release ``seq``'s pages (tail first, so tails are evicted first) and reservation."""

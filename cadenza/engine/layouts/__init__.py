@@ -14,5 +14,7 @@ layout                   module                          spoken by
 =======================  ==============================  =====================================
 
 A layout says which ids each step may sample and which are forced, when a sequence is done and
-which codec frames are complete; the scheduler applies what it says.
+which codec frames are complete; the scheduler applies what it says. A family may bring its own
+layout (Bark's, in its package); one whose streams run through contexts that each start afresh
+is a ``ContextRestarts`` (``token_layout``), and the scheduler restarts them.
 """

@@ -13,6 +13,19 @@ What fills the places outside the frames is the model's convention: before the f
 (``.``) a start id (MusicGen's pad, Dia's BOS); at the end frame an end id where the model marks
 it (Dia's EOS, in every codebook as its delay comes), and the pad id after. Frame ``f`` is
 complete after step ``f + max(delays)``.
+
+A stream may continue audio its prompt holds (Dia's audio prompt, a voice to clone): the prompt
+is the pattern's rows over those frames (:meth:`DelayPattern.rows_over`), and since a late
+codebook's last frames are not in those rows, the stream's first steps emit them where the
+start id would stand (``lead_in``). With ``delays = 0, 1, 2``, prompt frames ``p0 p1`` and new
+frames ``f0 f1``::
+
+             prompt rows | the stream's steps
+    step      0    1     |  0    1    2    3
+    cb 0     p0   p1     | f0   f1  pad  pad
+    cb 1      .   p0     | p1   f0   f1  pad
+    cb 2      .    .     | p0   p1   f0   f1
+
 :class:`DelayPattern` is pure arithmetic; :class:`DelayPatternLayout` applies it to engine
 sequences.
 """
@@ -33,7 +46,7 @@ from cadenza.engine.sequence import Sequence
 @dataclass(frozen=True)
 class DelayPattern:
     """``delays``: each codebook's delay in steps (default ``0 .. num_codebooks - 1``);
-    ``start_id``: the id forced before a codebook's first frame (``None``: not forced);
+    ``start_id``: the id forced before a codebook's first frame (``None``: the pad id);
     ``end_id``: the id forced at the end frame (``None``: the pad id); ``pad_id``: after it."""
 
     num_codebooks: int
@@ -51,21 +64,29 @@ class DelayPattern:
 
     max_delay: int = field(init=False, default=0)  # the longest delay: steps after a frame
 
-    def forced_ids(self, step: int, end_frame: int | None) -> list[int | None]:
+    def forced_ids(
+        self,
+        step: int,
+        end_frame: int | None,
+        lead_in: RowSequence[RowSequence[int]] = (),
+    ) -> list[int | None]:
         """Per codebook, the id step ``step`` must emit, or ``None`` where the model chooses.
 
         ``end_frame`` is the number of frames of the utterance once known (EOS seen or the length
-        limit reached), else ``None``.
+        limit reached), else ``None``. ``lead_in``: the frames the stream continues (its
+        prompt's audio, ``[frames][codebooks]``; see the module docstring): before its first
+        frame a codebook emits their last ones, the start id only before those.
         """
         if end_frame is None and step >= self.max_delay:  # the steady state: nothing forced
             return [None] * self.num_codebooks
         forced: list[int | None] = []
-        start_id = self.pad_id if self.start_id is None else self.start_id
+        start_id = self.start
         end_id = self.pad_id if self.end_id is None else self.end_id
-        for delay in self.delays:
+        for k, delay in enumerate(self.delays):
             frame = step - delay
             if frame < 0:
-                forced.append(start_id)
+                earlier = len(lead_in) + frame
+                forced.append(lead_in[earlier][k] if earlier >= 0 else start_id)
             elif end_frame is not None and frame == end_frame:
                 forced.append(end_id)
             elif end_frame is not None and frame > end_frame:
@@ -73,6 +94,21 @@ class DelayPattern:
             else:
                 forced.append(None)
         return forced
+
+    @property
+    def start(self) -> int:
+        """The id before a codebook's first frame."""
+        return self.pad_id if self.start_id is None else self.start_id
+
+    def rows_over(self, frames: RowSequence[RowSequence[int]]) -> list[list[int]]:
+        """The rows of the first ``len(frames)`` steps over ``frames`` (``[frames][codebooks]``):
+        step ``s`` holds codebook ``k`` of frame ``s - delays[k]``, the start id before the
+        first. A prompt of audio is these rows; the rest of each late codebook comes as the
+        ``lead_in`` of :meth:`forced_ids`."""
+        return [
+            [frames[s - d][k] if s >= d else self.start for k, d in enumerate(self.delays)]
+            for s in range(len(frames))
+        ]
 
     def frames_complete(self, num_steps: int) -> int:
         """Frames whose every codebook has been emitted after ``num_steps`` steps."""
@@ -90,6 +126,10 @@ class DelayPattern:
 class DelayPatternLayout:
     """The ``parallel+delay`` token layout (see the module docstring) for the engine.
 
+    A stream that continues audio (a stateful model's context frames,
+    :attr:`StreamConditioning.context_frames
+    <cadenza.engine.models.stream_state.StreamConditioning.context_frames>`, the end of its
+    prompt) has their late codebooks forced in its first steps (the ``lead_in``).
     Codebook 0 may emit ``eos_id``: the frame count is then the step at which it did. Otherwise
     the sequence ends after ``seq.target_frames`` frames (where the pattern has an end id,
     codebook 0 is forced to it there). Either way the ``max(delays)`` steps after the last frame
@@ -125,7 +165,8 @@ class DelayPatternLayout:
     def constraints(self, seq: Sequence) -> tuple[int, list[int | None] | None]:
         if seq.end_frame is None and seq.num_generated >= self.tail_steps:
             return 0, None  # the steady state: nothing forced
-        forced = self.pattern.forced_ids(seq.num_generated, seq.end_frame)
+        lead_in = () if seq.conditioning is None else seq.conditioning.context_frames
+        forced = self.pattern.forced_ids(seq.num_generated, seq.end_frame, lead_in)
         return 0, forced if any(f is not None for f in forced) else None
 
     def on_row(self, seq: Sequence, row: list[int]) -> RowOutcome:

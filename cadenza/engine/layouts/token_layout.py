@@ -13,7 +13,7 @@ make a frame) and ``parallel+delay`` (:mod:`~cadenza.engine.layouts.delay_patter
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -52,6 +52,26 @@ class TokenLayout(Protocol):
 
     def frame_codes(self, seq: Sequence, start: int, end: int) -> list[list[int]]:
         """Codes of frames ``start .. end-1``, each a list of ``K`` codebook indices."""
+        ...
+
+
+@runtime_checkable
+class ContextRestarts(Protocol):
+    """A layout whose streams run through several contexts, each a fresh prompt from position 0
+    (Bark: the semantic tokens, then each coarse window, a prompt of its own). After each row
+    the scheduler asks :meth:`next_context`; rows it returns replace the sequence's rows and
+    KV (its pages go back to the pool, its reservation stays), and the new prompt is
+    prefilled like any other. ``max_context``: the most positions any context of a stream
+    holds, which is what a stream reserves and admission prices; ``context_rows_per_frame``:
+    the prompt rows its later contexts prefill per frame of audio, a stream's steady work
+    beside its decode steps, which admission prices too."""
+
+    max_context: int
+    context_rows_per_frame: float
+
+    def next_context(self, seq: Sequence) -> list[list[int]] | None:
+        """After :meth:`TokenLayout.on_row` (the sequence goes on): the prompt of the
+        sequence's next context, or ``None`` to continue this one."""
         ...
 
 

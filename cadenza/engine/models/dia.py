@@ -18,6 +18,19 @@ pattern (:class:`~cadenza.engine.layouts.delay_pattern.DelayPattern`: codebook `
 makes the frames: before its first frame a codebook holds the start id (BOS), as the
 processor's delayed prompt has it.
 
+A voice is cloned from a clip and its transcript (Dia's audio prompt): ``transformers`` reads
+the transcript followed by the text in the encoder and starts the decoder after the clip's DAC
+frames, delayed (``DiaProcessor(text=transcript + text, audio=clip)``). Here the clip comes as
+conversation turns (:attr:`takes_context`: their transcripts, then the text, joined by spaces,
+are the encoder's text; their frames, in order, the clip) or as a speech prompt alone (the text
+then begins with its transcript, as ``transformers`` takes it). The prompt is the BOS row and
+the delay pattern's rows over the clip's frames; a late codebook's last clip frames are not in
+those rows, and the stream's first ``max(delay_pattern)`` steps emit them where BOS would stand
+(the layout's lead-in from :attr:`StreamConditioning.context_frames`), as the processor's
+delay mask forces them. The stream's frames, and so its audio, are the new speech only: the
+DAC decodes the generated frames alone, as ``DiaProcessor.batch_decode(...,
+audio_prompt_len=...)`` does.
+
 Parameter names follow ``DiaForConditionalGeneration`` (``model.encoder.layers.0...``,
 ``model.decoder.layers.0.cross_attention...``, ``logits_dense``), so a checkpoint's tensors
 load one to one (:mod:`~cadenza.engine.models.dia_checkpoint`).
@@ -26,6 +39,7 @@ load one to one (:mod:`~cadenza.engine.models.dia_checkpoint`).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -38,7 +52,7 @@ from cadenza.engine.layouts.delay_pattern import DelayPattern, DelayPatternLayou
 from cadenza.engine.models.cross_attention import CrossKV, attend_streams
 from cadenza.engine.models.guidance_branches import attend_both_branches
 from cadenza.engine.models.llama import RMSNorm, RotaryEmbedding, apply_rotary
-from cadenza.engine.models.model import AudioTokenModel
+from cadenza.engine.models.model import AudioTokenModel, PromptTurn
 from cadenza.engine.models.stream_state import StepStreams, StreamConditioning, StreamState
 from cadenza.kernels.attention_backends import AttentionBackend, attention_backend_for
 from cadenza.kernels.attention_context import AttentionContext
@@ -56,6 +70,15 @@ def dia_text_ids(text: str) -> list[int]:
         else:
             ids.extend(piece.encode("utf-8"))
     return ids
+
+
+def dia_encoder_text(text: str, transcripts: Sequence[str] = ()) -> str:
+    """What Dia's encoder reads for ``text`` after clips with these ``transcripts``: the
+    transcripts, then the text, stripped and joined by single spaces (``text`` as it is when
+    there are none)."""
+    if not transcripts:
+        return text
+    return " ".join(part.strip() for part in (*transcripts, text))
 
 
 @dataclass(frozen=True)
@@ -287,6 +310,7 @@ class DiaModel(AudioTokenModel):
 
     family = "dia"
     keeps_stream_state = True
+    takes_context = True  # a voice to clone: clips and their transcripts
     sampling_fields = frozenset({"guidance_scale"})
 
     def __init__(self, spec: DiaSpec, codec_name: str | None = None) -> None:
@@ -295,7 +319,7 @@ class DiaModel(AudioTokenModel):
         d = spec.decoder
         self.model = DiaEncoderDecoder(spec)
         self.logits_dense = nn.Linear(d.hidden_size, spec.num_channels * d.vocab_size, bias=False)
-        pattern = DelayPattern(
+        self.pattern = pattern = DelayPattern(
             spec.num_channels,
             spec.pad_id,
             delays=spec.delay_pattern,
@@ -327,15 +351,41 @@ class DiaModel(AudioTokenModel):
     def build_prompt(
         self, text: str, voice: str, prompt_codes: list[list[int]] | None = None
     ) -> list[list[int]]:
-        """The decoder's first row (BOS in every channel); the text goes to the encoder."""
-        if prompt_codes:
-            raise ValueError("Dia takes no speech prompt here; its text carries the speakers")
-        return [[self.spec.bos_id] * self.spec.num_channels]
+        """The decoder's first row (BOS in every channel), then a speech prompt's frames in
+        the delay pattern (a clip whose transcript begins ``text``, as ``transformers`` takes
+        an audio prompt); the text goes to the encoder."""
+        return self._prompt_rows(prompt_codes or [])
+
+    def build_prompt_with_context(
+        self, text: str, voice: str, context: list[PromptTurn]
+    ) -> list[list[int]]:
+        """The turns' clips as Dia's audio prompt (see the module docstring): each turn needs
+        its audio and its transcript, and the transcripts with the text must fit the encoder."""
+        for index, (_, transcript, frames) in enumerate(context):
+            if not frames:
+                raise ValueError(
+                    f"context turn {index} has no audio; Dia's context is clips to continue"
+                )
+            if not transcript.strip():
+                raise ValueError(
+                    f"context turn {index} has no transcript; Dia clones a voice from a clip "
+                    "and the text it says"
+                )
+        transcripts = [transcript for _, transcript, _ in context]
+        self._text_ids(dia_encoder_text(text, transcripts), "the transcripts and the text")
+        return self._prompt_rows([frame for _, _, frames in context for frame in frames])
+
+    def _prompt_rows(self, frames: list[list[int]]) -> list[list[int]]:
+        channels = self.spec.num_channels
+        if any(len(frame) != channels for frame in frames):
+            raise ValueError(f"Dia's audio prompt takes frames of {channels} DAC codes")
+        return [[self.spec.bos_id] * channels, *self.pattern.rows_over(frames)]
 
     def prefix_conditioning(self, conditioning: StreamConditioning) -> str:
         # An unguided stream's second branch is not the unconditional one: never shared.
         scale = self._guidance_scale(conditioning.sampling)
-        return f"voice={conditioning.voice}\ntext={conditioning.text}\nguidance={scale}"
+        text = dia_encoder_text(conditioning.text, conditioning.context_texts)
+        return f"voice={conditioning.voice}\ntext={text}\nguidance={scale}"
 
     def check_request(self, text: str, sampling: SamplingParams) -> None:
         self._text_ids(text)
@@ -356,7 +406,8 @@ class DiaModel(AudioTokenModel):
         sampling = conditioning.sampling
         scale = self._guidance_scale(sampling)
         guided = scale is not None
-        ids = torch.tensor([self._text_ids(conditioning.text)], device=self.device)
+        text = dia_encoder_text(conditioning.text, conditioning.context_texts)
+        ids = torch.tensor([self._text_ids(text)], device=self.device)
         if guided:
             ids = torch.cat([ids, torch.zeros_like(ids)])
         encoded = self.model.encoder(ids)
@@ -375,13 +426,13 @@ class DiaModel(AudioTokenModel):
         top_k = sampling.top_k or None
         return DiaStreamState(cond, uncond, scale, top_k, nbytes)
 
-    def _text_ids(self, text: str) -> list[int]:
+    def _text_ids(self, text: str, what: str = "the text") -> list[int]:
         ids = dia_text_ids(text)
         if not ids:
             raise ValueError("Dia needs some text to speak")
         limit = self.spec.encoder.max_positions
         if len(ids) > limit:
-            raise ValueError(f"the text is {len(ids)} bytes; Dia's encoder reads at most {limit}")
+            raise ValueError(f"{what}: {len(ids)} bytes; Dia's encoder reads at most {limit}")
         return ids
 
     # -- the step -----------------------------------------------------------------------------

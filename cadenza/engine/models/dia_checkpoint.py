@@ -154,4 +154,5 @@ FAMILY = ModelFamily(
     paged_backbone=paged_shape,
     fused_cpu_step=False,
     stream_state=state_bytes_per_stream,
+    takes_context=True,
 )

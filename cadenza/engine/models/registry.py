@@ -28,6 +28,7 @@ from cadenza.engine.models import (
     musicgen_checkpoint,
     orpheus,
 )
+from cadenza.engine.models.bark import bark_family
 from cadenza.engine.models.cadenza_tiny import MODEL_NAME as CADENZA_TINY
 from cadenza.engine.models.cadenza_tiny import CadenzaTinyModel, CadenzaTinySpec
 from cadenza.engine.models.checkpoint import CheckpointError as CheckpointError
@@ -44,6 +45,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
     llama_checkpoint.FAMILY,
     dia_checkpoint.FAMILY,
     musicgen_checkpoint.FAMILY,
+    bark_family.FAMILY,
 )
 """Asked in order; the first that recognises a checkpoint loads it."""
 
@@ -88,11 +90,6 @@ def family_of(directory: Path) -> ModelFamily:
         if family.recognises(directory, config):
             return family
     names = ", ".join(family.name for family in FAMILIES)
-    if config.get("model_type") == "bark":
-        raise CheckpointError(
-            f"{directory}: a Bark checkpoint runs on its own engine (cadenza serve, cadenza "
-            f"generate; cadenza.engine.models.bark.bark_engine), not this one (families: {names})"
-        )
     raise CheckpointError(
         f"{directory}: model_type {config.get('model_type')!r} is not supported (families: {names})"
     )

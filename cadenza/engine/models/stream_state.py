@@ -29,11 +29,19 @@ class StreamState(Protocol):
 
 @dataclass(frozen=True)
 class StreamConditioning:
-    """What a stream asks a stateful model to condition on: its text, voice and sampling."""
+    """What a stream asks a stateful model to condition on: its text, voice and sampling, and
+    what its prompt holds before the text (a model that takes context, such as Dia cloning a
+    voice): ``context_texts``, the conversation turns' transcripts, oldest first (an encoder
+    reads them ahead of the text); ``context_frames``, the audio of the turns and of the
+    speech prompt, in the order the prompt holds it, as codec frames (``[frames][codebooks]``;
+    a delay pattern's late codebooks still emit the last ones after the prompt). Both empty
+    without context or speech prompt."""
 
     text: str
     voice: str
     sampling: SamplingParams
+    context_texts: tuple[str, ...] = ()
+    context_frames: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -335,12 +335,45 @@ def _percentile(values: list[float], share: float) -> float:
     return ordered[min(int(share * len(ordered)), len(ordered) - 1)]
 
 
+def _measure_prefill_in_chunks(engine: Engine, slowest: dict[tuple[int, int], float]) -> None:
+    """Where prompts of every length have the same rows (Bark pads its text to a fixed
+    prompt), one prompt prefilled in chunks of a quarter, a half and all of it: each chunk a
+    point of ``slowest`` (rows, positions before them), twice, keeping the slower."""
+    scheduler = engine.scheduler
+    budget = scheduler.max_num_batched_tokens
+    request = synthetic_request(engine, SHORT_PROMPT_CHARS, "calibration")
+    rows = min(engine.info.shape.max_prompt_tokens(request.text), budget)
+    try:
+        for chunk in (max(rows // 4, 1), max(rows // 2, 1), rows) * 2:
+            request = synthetic_request(engine, SHORT_PROMPT_CHARS, "calibration")
+            scheduler.max_num_batched_tokens = chunk
+            try:
+                engine.add_request(request)
+                for _ in range(-(-rows // chunk)):  # the prompt's chunks, one a step
+                    engine.step()
+                steps = [s for s in engine.take_report().steps if s.decodes == 0]
+            finally:
+                engine.abort_request(request.request_id)
+                engine.step()
+                engine.take_report()
+            before = 0  # the prompt's rows prefilled by the steps so far
+            for step in steps:
+                key = (step.tokens, before)
+                ms = 1000.0 * step.seconds
+                slowest[key] = max(ms, slowest.get(key, ms))
+                before += step.tokens
+    finally:
+        scheduler.max_num_batched_tokens = budget
+
+
 def _measure_prefill(engine: Engine) -> tuple[float, float] | None:
     """What a prompt row costs, from single prompts of ``_PREFILL_PROMPT_CHARS`` prefilled
-    alone in one step each (twice, keeping the slower): ``ms = fixed + per_row * rows +
-    per_position * positions read``, fitted by non-negative least squares; returns
-    ``(per_row, per_position)``, or ``None`` where fewer than three lengths fit one step."""
+    alone in one step each (twice, keeping the slower; where every text gives the same rows,
+    one prompt in chunks instead): ``ms = fixed + per_row * rows + per_position * positions
+    read``, fitted by non-negative least squares; returns ``(per_row, per_position)``, or
+    ``None`` where fewer than three lengths fit one step."""
     slowest: dict[tuple[int, int], float] = {}  # (rows, positions before them) -> ms
+    fitted_lengths: set[int] = set()  # the prompt lengths measured in one step
     for chars in _PREFILL_PROMPT_CHARS * 2:
         if chars > engine.config.limits.max_input_chars or not synthetic_streams_fit(
             engine, 1, chars
@@ -365,6 +398,9 @@ def _measure_prefill(engine: Engine) -> tuple[float, float] | None:
             key = (step.tokens, step.context_tokens - step.tokens)
             ms = 1000.0 * step.seconds
             slowest[key] = max(ms, slowest.get(key, ms))
+            fitted_lengths.add(chars)
+    if len(fitted_lengths) >= 2 and len({rows for rows, _ in slowest}) == 1:
+        _measure_prefill_in_chunks(engine, slowest)  # texts of every length, the same rows
     if len({rows for rows, _ in slowest}) < 3:
         return None
     keys = sorted(slowest)

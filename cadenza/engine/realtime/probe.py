@@ -22,7 +22,7 @@ from cadenza.engine.realtime.synthetic_streams import (
     synthetic_request,
     synthetic_streams_fit,
 )
-from cadenza.engine.serving_engine import SelfProbing, ServingEngine
+from cadenza.engine.serving_engine import ServingEngine
 
 
 def probe_engine(
@@ -31,11 +31,8 @@ def probe_engine(
     """Probe ``engine`` with up to ``batch`` synthetic streams (fewer where the KV pages or
     ``max_num_seqs`` hold fewer). The caller sends out what the engine reported before (it
     takes the report here, to keep the probe's steps apart). A batching
-    :class:`~cadenza.engine.engine.Engine` with a calibrated step model is probed here, an
-    engine that is :class:`~cadenza.engine.serving_engine.SelfProbing` (Bark's) probes itself;
-    any other (the naive baseline) answers ``unsupported``."""
-    if isinstance(engine, SelfProbing):
-        return engine.probe(batch, max_ms, interrupted)
+    :class:`~cadenza.engine.engine.Engine` with a calibrated step model is probed here; any
+    other (the naive baseline) answers ``unsupported``."""
     if not isinstance(engine, Engine) or engine.policy is None or engine.policy.step_model is None:
         return ProbeResult(StepReport(), 0, "unsupported")
     if engine.has_unfinished_requests():

@@ -47,12 +47,17 @@ def synthetic_request(engine: Engine, prompt_chars: int, purpose: str) -> Synthe
 def synthetic_streams_fit(engine: Engine, batch: int, prompt_chars: int) -> bool:
     """Whether ``batch`` synthetic streams fit in the KV cache and the engine's limits (the
     streams it runs at once: fewer than ``engine.max_num_seqs`` where a model's per-stream
-    state leaves room for fewer)."""
+    state leaves room for fewer), with a text of ``prompt_chars`` the model takes (Bark reads
+    at most 256 tokens at once)."""
     if batch > min(engine.config.engine.max_pending_requests, engine.scheduler.max_num_seqs):
         return False
     if prompt_chars > engine.config.limits.max_input_chars:
         return False
     request = synthetic_request(engine, prompt_chars, "fit")
+    try:
+        engine.model.check_request(request.text, request.sampling)
+    except ValueError:
+        return False
     info = engine.info
     assert request.max_duration_s is not None
     frames = frames_for_duration(request.max_duration_s, info.frame_rate)

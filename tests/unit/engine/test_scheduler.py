@@ -544,3 +544,39 @@ def test_random_scripts_keep_every_invariant(ops, num_pages, budget, max_seqs, r
     scheduler.check_integrity()
     assert scheduler.kv.pool.num_free_pages == num_pages
     assert scheduler.kv.outstanding_pages == 0
+
+
+class _RestartingLayout(PlainLayout):
+    """Every third row ends a context: the next one's prompt is five fresh rows."""
+
+    max_context = 10
+    context_rows_per_frame = 0.0
+
+    def next_context(self, seq: Sequence) -> list[list[int]] | None:
+        if seq.num_generated < 3:
+            return None
+        return [[200 + seq.num_preemptions + i] for i in range(5)]
+
+
+def test_a_restarting_layout_s_context_starts_over_in_fresh_pages_within_its_reservation() -> None:
+    scheduler = make_scheduler(layout=_RestartingLayout(), budget=6)
+    seq = make_seq("a", prompt_len=6, max_new_steps=100)
+    seq.max_context = _RestartingLayout.max_context
+    scheduler.add(seq)
+    reserved = None
+    contexts = 0
+    for _ in range(30):
+        step(scheduler)
+        if reserved is None:
+            reserved = seq.reserved_pages
+            assert reserved == -(-10 // PAGE)  # the context's pages, not 6 + 100 tokens'
+        if seq.num_prompt_tokens == 5 and seq.num_computed_tokens == 0:
+            contexts += 1
+            assert seq.page_table == [] and seq.page_hashes == []
+            assert seq.token_rows == [[200 + i] for i in range(5)]
+        assert seq.reserved_pages == reserved
+        scheduler.check_integrity()
+    assert contexts >= 3 and seq.status is SequenceStatus.RUNNING
+    scheduler.finish(seq, FinishReason.CANCELLED)
+    scheduler.check_integrity()
+    assert scheduler.kv.pool.num_free_pages == 32

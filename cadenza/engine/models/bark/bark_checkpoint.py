@@ -2,26 +2,22 @@
 ``config.json`` with ``model_type: "bark"`` and the semantic, coarse, fine and codec
 sub-configs, the weights (``semantic.*``, ``coarse_acoustics.*``, ``fine_acoustics.*``,
 ``codec_model.*``) in safetensors, ``generation_config.json``, the BERT tokenizer's files and
-the voice presets (:mod:`~cadenza.engine.models.bark.bark_voices`). The codec's weight norm may
-be under either of its names (the published files hold the legacy ones, see
-:mod:`~cadenza.codecs.weight_norm`)."""
+the voice presets (:mod:`~cadenza.engine.models.bark.bark_voices`). The codec inside is loaded
+as a codec (:mod:`~cadenza.codecs.embedded_encodec`): the model names its directory as its
+codec, as a MusicGen does."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file
-from transformers import AutoTokenizer, EncodecConfig, EncodecModel
+from transformers import AutoTokenizer
 
-from cadenza.codecs.encodec import EncodecCodec
-from cadenza.codecs.weight_norm import fold_weight_norm, parametrized_weight_norm_names
 from cadenza.engine.models.bark.bark_constants import BarkConstants, bark_constants
 from cadenza.engine.models.bark.bark_gpt import BarkCausalGPT, BarkFineGPT, GPTShape
-from cadenza.engine.models.bark.bark_recognition import recognises
 from cadenza.engine.models.bark.bark_voices import VoicePreset, load_voice_presets
 from cadenza.engine.models.checkpoint import CheckpointError, read_json
 
@@ -30,12 +26,11 @@ _STAGES = ("semantic_config", "coarse_acoustics_config", "fine_acoustics_config"
 
 @dataclass
 class BarkCheckpoint:
-    """A loaded Bark: the three stages, the codec, the tokenizer, voices and constants."""
+    """A loaded Bark: the three stages, the tokenizer, voices and constants."""
 
     semantic: BarkCausalGPT
     coarse: BarkCausalGPT
     fine: BarkFineGPT
-    codec: EncodecCodec
     tokenizer: Any
     voices: dict[str, VoicePreset]
     constants: BarkConstants
@@ -76,7 +71,7 @@ def load_bark(directory: Path, device: torch.device, dtype: torch.dtype) -> Bark
     """The checkpoint in ``directory`` with its weights loaded, in eval mode. Raises
     :class:`CheckpointError` naming what is missing or invalid."""
     config = read_json(directory / "config.json")
-    if not recognises(directory, config):
+    if config.get("model_type") != "bark":
         raise CheckpointError(f"{directory}: not a Bark checkpoint (model_type bark)")
     absent = [key for key in _STAGES if not isinstance(config.get(key), dict)]
     if absent:
@@ -104,7 +99,6 @@ def load_bark(directory: Path, device: torch.device, dtype: torch.dtype) -> Bark
     _load_into(semantic, _stage_weights(weights, "semantic."), "semantic")
     _load_into(coarse, _stage_weights(weights, "coarse_acoustics."), "coarse")
     _load_into(fine, _fine_weights(weights, n_total - n_given), "fine")
-    codec = _load_codec(config["codec_config"], _stage_weights(weights, "codec_model."), constants)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(directory))
     except (OSError, ValueError) as error:
@@ -114,27 +108,4 @@ def load_bark(directory: Path, device: torch.device, dtype: torch.dtype) -> Bark
     )
     for module in (semantic, coarse, fine):
         module.to(device=device, dtype=dtype).eval()
-    codec.model.to(device)
-    return BarkCheckpoint(
-        semantic, coarse, fine, codec, tokenizer, voices, constants, name=directory.name
-    )
-
-
-def _load_codec(
-    config: dict[str, Any], weights: dict[str, torch.Tensor], constants: BarkConstants
-) -> EncodecCodec:
-    codec_config = {key: value for key, value in config.items() if key != "model_type"}
-    model: Any = EncodecModel(EncodecConfig(**codec_config))
-    try:
-        # The published checkpoints store the codec's weight norm under the legacy names.
-        weights = parametrized_weight_norm_names(weights)
-    except ValueError as error:
-        raise CheckpointError(f"codec: {error}") from error
-    missing = sorted(set(model.state_dict()) - set(weights))
-    if missing:
-        raise CheckpointError(f"codec: weights missing: {', '.join(missing[:5])}")
-    model.load_state_dict(weights, strict=False)
-    fold_weight_norm(model)
-    frame_rate = model.config.sampling_rate / math.prod(model.config.upsampling_ratios)
-    bandwidth = constants.n_fine_codebooks * frame_rate * math.log2(constants.codebook_size) / 1000
-    return EncodecCodec(model.float().eval(), bandwidth)
+    return BarkCheckpoint(semantic, coarse, fine, tokenizer, voices, constants, name=directory.name)

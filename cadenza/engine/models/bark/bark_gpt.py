@@ -1,16 +1,11 @@
 """Bark's transformer stages in the ``transformers`` weight layout: a causal GPT (the semantic
-and the coarse stage: learned positions, fused QKV, pre-LayerNorm blocks, exact GELU) over a
-dense per-stream KV cache, and the non-causal fine GPT with one embedding per codebook.
-
-The causal stage runs a batch of streams at once, each at its own position: a step is either
-one new token for each of ``S`` streams or one prompt chunk of one stream (chunked prefill),
-both through :meth:`BarkCausalGPT.forward`. Each stream's keys and values live in a slot of
-:class:`StageKV`, written in place, read back up to the longest stream and masked per stream.
+and the coarse stage: learned positions, fused QKV, pre-LayerNorm blocks, exact GELU), whose
+step over the engine's paged KV is :class:`~cadenza.engine.models.bark.bark_model.BarkModel`'s,
+and the non-causal fine GPT with one embedding per codebook, run whole over a window.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -81,7 +76,7 @@ class _MLP(nn.Module):
         return self.out_proj(F.gelu(self.in_proj(x)))
 
 
-class _Block(nn.Module):
+class GPTBlock(nn.Module):
     layernorm_1: nn.LayerNorm
     attn: _Attention
     layernorm_2: nn.LayerNorm
@@ -94,46 +89,13 @@ class _Block(nn.Module):
         self.layernorm_2 = nn.LayerNorm(shape.hidden_size, bias=layer_norm_bias)
         self.mlp = _MLP(shape)
 
+    def attention_input(self, x: torch.Tensor) -> torch.Tensor:
+        """Fused queries, keys and values ``[N, 3H]`` of ``x [N, H]``."""
+        return cast(torch.Tensor, self.attn.att_proj(self.layernorm_1(x)))
 
-class StageKV:
-    """Dense keys and values of one causal stage: ``slots`` streams of up to ``capacity``
-    positions each. Slots are handed out and back by number; the pool grows when full."""
-
-    def __init__(self, shape: GPTShape, capacity: int, device: torch.device, dtype: torch.dtype):
-        self.shape = shape
-        self.capacity = capacity
-        self.device = device
-        self.dtype = dtype
-        self.keys = self._empty(0)
-        self.values = self._empty(0)
-        self._free: list[int] = []
-
-    def _empty(self, slots: int) -> torch.Tensor:
-        s = self.shape
-        size = (s.num_layers, slots, s.num_heads, self.capacity, s.head_dim)
-        return torch.zeros(size, device=self.device, dtype=self.dtype)
-
-    @property
-    def num_slots(self) -> int:
-        return int(self.keys.shape[1])
-
-    def take(self) -> int:
-        """A free slot (its old contents are overwritten before they are read)."""
-        if not self._free:
-            grown = max(1, self.num_slots)
-            self._free.extend(range(self.num_slots, self.num_slots + grown))
-            self.keys = torch.cat([self.keys, self._empty(grown)], dim=1)
-            self.values = torch.cat([self.values, self._empty(grown)], dim=1)
-        return self._free.pop(0)
-
-    def give_back(self, slot: int) -> None:
-        if slot in self._free or not 0 <= slot < self.num_slots:
-            raise ValueError(f"slot {slot} is not in use")
-        self._free.append(slot)
-
-    @property
-    def slots_in_use(self) -> int:
-        return self.num_slots - len(self._free)
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The MLP's residual branch of ``x``."""
+        return cast(torch.Tensor, self.mlp(self.layernorm_2(x)))
 
 
 class BarkCausalGPT(nn.Module):
@@ -145,42 +107,13 @@ class BarkCausalGPT(nn.Module):
         self.input_embeds_layer = nn.Embedding(shape.input_vocab_size, shape.hidden_size)
         self.position_embeds_layer = nn.Embedding(shape.block_size, shape.hidden_size)
         self.layers = nn.ModuleList(
-            [_Block(shape, layer_norm_bias=shape.bias) for _ in range(shape.num_layers)]
+            [GPTBlock(shape, layer_norm_bias=shape.bias) for _ in range(shape.num_layers)]
         )
         self.layernorm_final = nn.LayerNorm(shape.hidden_size, bias=shape.bias)
         self.lm_head = nn.Linear(shape.hidden_size, shape.output_vocab_size, bias=False)
 
-    def forward(
-        self, embeds: torch.Tensor, slots: torch.Tensor, past: torch.Tensor, kv: StageKV
-    ) -> torch.Tensor:
-        """Run ``embeds [S, T, H]`` (token embeddings, positions not yet added) for streams in
-        KV ``slots [S]`` that have ``past [S]`` positions cached; stores their keys and values
-        and returns the logits ``[S, V]`` of each stream's last new position."""
-        t = embeds.shape[1]
-        steps = torch.arange(t, device=embeds.device)
-        positions = past[:, None] + steps[None, :]  # [S, T]
-        if int(positions.max()) >= min(self.shape.block_size, kv.capacity):
-            raise ValueError(f"position {int(positions.max())} is past the stage's window")
-        hidden = embeds + self.position_embeds_layer(positions)
-        length = int(positions.max()) + 1
-        keys_at = torch.arange(length, device=embeds.device)
-        mask = keys_at[None, None, :] <= positions[:, :, None]  # [S, T, L]
-        scale = 1.0 / math.sqrt(self.shape.head_dim)
-        for index, layer in enumerate(self.layers):
-            block = cast(_Block, layer)
-            attn = block.attn
-            q, k, v = attn.qkv(block.layernorm_1(hidden))
-            kv.keys[index][slots[:, None], :, positions] = k.transpose(1, 2)
-            kv.values[index][slots[:, None], :, positions] = v.transpose(1, 2)
-            keys = kv.keys[index][slots, :, :length]
-            values = kv.values[index][slots, :, :length]
-            out = F.scaled_dot_product_attention(
-                q, keys, values, attn_mask=mask[:, None], scale=scale
-            )
-            hidden = hidden + attn.merge(out)
-            hidden = hidden + block.mlp(block.layernorm_2(hidden))
-        last = self.layernorm_final(hidden[:, -1])
-        return self.lm_head(last).float()
+    def blocks(self) -> list[GPTBlock]:
+        return [cast(GPTBlock, layer) for layer in self.layers]
 
 
 class BarkFineGPT(nn.Module):
@@ -196,7 +129,7 @@ class BarkFineGPT(nn.Module):
         )
         self.position_embeds_layer = nn.Embedding(shape.block_size, shape.hidden_size)
         self.layers = nn.ModuleList(
-            [_Block(shape, layer_norm_bias=True) for _ in range(shape.num_layers)]
+            [GPTBlock(shape, layer_norm_bias=True) for _ in range(shape.num_layers)]
         )
         self.layernorm_final = nn.LayerNorm(shape.hidden_size)
         self.lm_heads = nn.ModuleList(
@@ -216,7 +149,7 @@ class BarkFineGPT(nn.Module):
         positions = torch.arange(codes.shape[1], device=codes.device)
         hidden = embeds + self.position_embeds_layer(positions)[None]
         for layer in self.layers:
-            block = cast(_Block, layer)
+            block = cast(GPTBlock, layer)
             attn = block.attn
             q, k, v = attn.qkv(block.layernorm_1(hidden))
             hidden = hidden + attn.merge(F.scaled_dot_product_attention(q, k, v))

@@ -511,3 +511,20 @@ def test_without_measured_waves_no_wave_limit_applies() -> None:
     assert model.wave_limit() is None
     crowd = Load(10, 0, 823, 66, tuple(RunningStream(0.0, 66, 823) for _ in range(10)))
     assert model.wave_wait_s(crowd) == 0.0
+
+
+def test_a_model_whose_contexts_restart_is_claimed_with_their_prompts_prefilled() -> None:
+    """Bark prefills each coarse window's prompt afresh: the rows a stream prefills per frame
+    are part of every step its streams take, beside their decodes."""
+    base = _costly(True)
+    shape = replace(base.info.shape, max_context_tokens=1024, context_rows_per_frame=30.0)
+    restarting = CapacityModel(
+        replace(base.info, shape=shape), AdmissionConfig(unmeasured_factor=1.0)
+    )
+    assert restarting.realtime_limit() < base.realtime_limit()
+    rows_per_step = 30.0 / shape.steps_per_frame
+    row_ms = base.step_model.prefill_ms(1, 512)  # type: ignore[union-attr]
+    added = restarting._nominal_step_ms(3) - base._nominal_step_ms(3)
+    assert added == pytest.approx(3 * rows_per_step * row_ms)
+    # A stream holds one context's pages at most, however long it speaks.
+    assert shape.pages(300, 100_000) == -(-1024 // shape.page_size)

@@ -38,10 +38,15 @@ def resolve(speak: Speak) -> int:
     return protocol.resolve_sample_rate(speak, CODEC_RATE)
 
 
+def resolve_codec(speak: Speak) -> int:
+    """The codec rate of the model a speak names: 44.1 kHz for "dia", else CODEC_RATE."""
+    return 44100 if speak.model == "dia" else CODEC_RATE
+
+
 def new_session(binary_audio: bool = True, idle_timeout_s: float | None = IDLE_S) -> SpeakSession:
     return SpeakSession(
         check_speak=resolve,
-        codec_sample_rate=CODEC_RATE,
+        codec_rate=resolve_codec,
         max_prompt_audio_s=5.0,
         binary_audio=binary_audio,
         idle_timeout_s=idle_timeout_s,
@@ -237,7 +242,7 @@ def test_a_check_speak_protocol_error_is_reported_with_the_stream_id() -> None:
         raise ProtocolError("invalid_message", f"no {speak.format} here")
 
     session = SpeakSession(
-        check_speak=refuse, codec_sample_rate=CODEC_RATE, max_prompt_audio_s=5, binary_audio=True
+        check_speak=refuse, codec_rate=resolve_codec, max_prompt_audio_s=5, binary_audio=True
     )
     error = single_error(session.receive_text(speak()))
     assert error == {
@@ -317,6 +322,23 @@ def test_the_prompt_is_resampled_to_the_codec_rate_and_consumed() -> None:
     session.utterance_ended(utterance.stream_id)
     error = single_error(session.receive_text(speak(use_audio_prompt=True)))
     assert error["code"] == "no_prompt_audio"
+
+
+def test_the_microphone_audio_goes_at_the_codec_rate_of_the_model_the_speak_names() -> None:
+    session = new_session()
+    session.receive_text(text(type="audio_in", sample_rate=16000))
+    session.receive_bytes(pcm(1.0, 16000))
+    utterance = start(session, speak(use_audio_prompt=True, model="dia"))
+    assert utterance.prompt_sample_rate == 44100 and utterance.prompt_audio is not None
+    assert abs(len(utterance.prompt_audio) // 4 - 44100) <= 64
+    session.utterance_ended(utterance.stream_id)
+    session.receive_bytes(pcm(0.5, 16000))
+    fields = {"conversation": True, "use_audio_prompt": True, "user_voice": "default"}
+    answer = start(session, speak(model="dia", user_text="[S1] Hi.", **fields))
+    assert answer.prompt_sample_rate == 44100
+    [turn] = answer.context
+    assert turn.text == "[S1] Hi." and turn.audio is not None
+    assert abs(len(turn.audio) // 4 - 22050) <= 64
 
 
 def test_a_speak_without_use_audio_prompt_leaves_the_microphone_audio() -> None:
@@ -614,7 +636,7 @@ def test_malformed_text_messages_are_invalid_and_the_stream_goes_on(fields) -> N
 def test_too_much_text_in_a_message_or_in_all_is_text_too_long() -> None:
     session = SpeakSession(
         check_speak=resolve,
-        codec_sample_rate=CODEC_RATE,
+        codec_rate=resolve_codec,
         max_prompt_audio_s=5.0,
         binary_audio=True,
         max_message_chars=10,

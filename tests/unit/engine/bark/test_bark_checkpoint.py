@@ -10,10 +10,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from cadenza.codecs.codec import CodecError
+from cadenza.codecs.registry import load_codec
 from cadenza.engine.models.bark.bark_checkpoint import load_bark
-from cadenza.engine.models.bark.bark_recognition import recognises
 from cadenza.engine.models.checkpoint import CheckpointError
-from cadenza.engine.models.registry import family_of
+from cadenza.engine.models.registry import family_of, load_checkpoint
 from tests.unit.engine.bark.bark_checkpoints import SHORT_VOICE, VOICE, build_tiny_bark
 
 
@@ -32,17 +33,20 @@ def _copy(saved: Path, tmp_path: Path) -> Path:
 
 def test_a_checkpoint_loads_with_its_voices_tokenizer_and_codec(saved: Path) -> None:
     bark = load_bark(saved, torch.device("cpu"), torch.float32)
-    assert recognises(saved, json.loads((saved / "config.json").read_text()))
     assert sorted(bark.voices) == sorted([VOICE, SHORT_VOICE])
     assert bark.voices[VOICE].fine.shape == (8, 450)
-    assert bark.codec.num_codebooks == 8 and bark.codec.sample_rate == 24_000
     assert bark.text_ids("hello world") == [104, 105]  # after BERT's 100 reserved and 4 special
     assert bark.constants.text_pad_token == 129_595
+    codec = load_codec(str(saved))  # the EnCodec inside, as the model names it
+    assert codec.num_codebooks == 8 and codec.sample_rate == 24_000
 
 
-def test_the_batching_engine_s_families_send_bark_to_its_own_engine(saved: Path) -> None:
-    with pytest.raises(CheckpointError, match="Bark checkpoint runs on its own engine"):
-        family_of(saved)
+def test_the_registry_loads_bark_as_one_more_family(saved: Path) -> None:
+    assert family_of(saved).name == "bark"
+    model = load_checkpoint(saved, torch.device("cpu"), torch.float32)
+    assert model.family == "bark" and model.codec_name == str(saved)
+    assert model.voices == ("default", SHORT_VOICE, VOICE)
+    assert model.sampling_fields == frozenset({"fine_temperature"}) and model.segments_text
 
 
 def test_missing_sections_weights_and_tokenizer_are_named(saved: Path, tmp_path: Path) -> None:
@@ -72,8 +76,8 @@ def test_a_codec_weight_named_both_ways_is_refused(saved: Path, tmp_path: Path) 
     name = "codec_model.encoder.layers.0.conv.parametrizations.weight.original0"
     tensors["codec_model.encoder.layers.0.conv.weight_g"] = tensors[name].clone()
     save_file(tensors, weights)
-    with pytest.raises(CheckpointError, match=r"codec: weight norm named both ways"):
-        load_bark(directory, torch.device("cpu"), torch.float32)
+    with pytest.raises(CodecError, match=r"weight norm named both ways"):
+        load_codec(str(directory))
 
 
 def test_garbage_generation_config_is_named(saved: Path, tmp_path: Path) -> None:

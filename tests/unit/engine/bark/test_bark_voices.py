@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cadenza.bench.random_bark import save_voice
 from cadenza.engine.models.bark.bark_voices import VoicePresetError, load_voice_presets
-from cadenza.engine.models.bark.random_bark import save_voice
 
 
 def _load(directory: Path) -> dict[str, object]:

@@ -76,9 +76,16 @@ def save_voice(directory: Path, name: str, seed: int, frames: int, semantic: int
     index_path.write_text(json.dumps(index))
 
 
-def save_random_bark(directory: Path, shape: str = "bark-tiny", seed: int = 0) -> Any:
+def save_random_bark(
+    directory: Path,
+    shape: str = "bark-tiny",
+    seed: int = 0,
+    windows: dict[str, dict[str, int]] | None = None,
+) -> Any:
     """Save a random Bark of ``shape`` (:data:`SHAPES`) with the voice ``v2/en_speaker_6``
-    (450 frames) to ``directory``; the ``transformers`` ``BarkModel`` it saved."""
+    (450 frames) to ``directory``; the ``transformers`` ``BarkModel`` it saved. ``windows``:
+    generation settings other than the published ones, by section (``coarse_acoustics_config``:
+    ``max_coarse_history``, ...), which both sides then read from ``generation_config.json``."""
     from transformers import BarkModel, GenerationConfig
     from transformers.models.bark import generation_configuration_bark
 
@@ -97,10 +104,14 @@ def save_random_bark(directory: Path, shape: str = "bark-tiny", seed: int = 0) -
                 buffer.copy_(torch.randn(buffer.shape, generator=generator))
     # BarkGenerationConfig cannot be saved; a plain one carrying the stages' sections is what
     # BarkModel.generate reads.
+    changed = windows or {}
     model.generation_config = plain(
-        semantic_config=stages.BarkSemanticGenerationConfig().to_diff_dict(),
-        coarse_acoustics_config=stages.BarkCoarseGenerationConfig().to_diff_dict(),
-        fine_acoustics_config=stages.BarkFineGenerationConfig().to_diff_dict(),
+        semantic_config=stages.BarkSemanticGenerationConfig().to_diff_dict()
+        | changed.get("semantic_config", {}),
+        coarse_acoustics_config=stages.BarkCoarseGenerationConfig().to_diff_dict()
+        | changed.get("coarse_acoustics_config", {}),
+        fine_acoustics_config=stages.BarkFineGenerationConfig().to_diff_dict()
+        | changed.get("fine_acoustics_config", {}),
         codebook_size=1024,
         sample_rate=24_000,
     )
