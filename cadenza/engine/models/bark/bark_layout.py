@@ -18,13 +18,13 @@ the stream first runs); it never writes to the sequence itself.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 
 from cadenza.contract.request import FinishReason
 from cadenza.engine.layouts.token_layout import RowOutcome
 from cadenza.engine.models.bark.bark_constants import BarkConstants
+from cadenza.engine.models.bark.bark_gpt import BarkFineGPT
 from cadenza.engine.models.bark.bark_stream import BarkStage, BarkStreamState, bark_state
 from cadenza.engine.models.bark.bark_windows import (
     coarse_allowed,
@@ -35,9 +35,6 @@ from cadenza.engine.models.bark.bark_windows import (
     fine_windows,
 )
 from cadenza.engine.sequence import Sequence
-
-if TYPE_CHECKING:
-    from cadenza.engine.models.bark.bark_model import BarkModel
 
 SEMANTIC, COARSE = 0, 1
 """A row's second id: the stage that reads it (forced by :meth:`BarkLayout.constraints`)."""
@@ -65,9 +62,13 @@ class BarkLayout:
     steps_per_frame = 3
     tail_steps = 0
 
-    def __init__(self, model: BarkModel) -> None:
-        c = model.constants
-        self.model = model
+    def __init__(
+        self, constants: BarkConstants, vocab_size: int, coarse_vocab: int, fine: BarkFineGPT
+    ) -> None:
+        """``vocab_size``: the logits' width; ``coarse_vocab``: the coarse stage's output ids;
+        ``fine``: the fine stage, run on the streams' windows."""
+        c = constants
+        self.fine = fine
         self.constants = c
         self.codebooks_per_frame = c.n_fine_codebooks
         coarse_prompt = c.max_coarse_input_length + 1 + c.max_coarse_history
@@ -77,8 +78,7 @@ class BarkLayout:
         )
         # Every window of sliding_window_len coarse tokens (half as many frames) is prefilled.
         self.context_rows_per_frame = coarse_prompt * c.n_coarse_codebooks / c.sliding_window_len
-        coarse_vocab = model.coarse.shape.output_vocab_size
-        masks = torch.zeros(3, 2, model.vocab_size, dtype=torch.bool)
+        masks = torch.zeros(3, 2, vocab_size, dtype=torch.bool)
         masks[SEMANTIC_MASK, 0, : c.semantic_end_token + 1] = True
         masks[SEMANTIC_MASK, 1, SEMANTIC] = True
         for mask, step in ((COARSE_FIRST_MASK, 0), (COARSE_SECOND_MASK, 1)):
@@ -176,15 +176,16 @@ class BarkLayout:
     @torch.inference_mode()
     def _run_fine_windows(self, state: BarkStreamState, generator: torch.Generator) -> None:
         """Run every fine window whose coarse codes are in; the frames now final."""
-        c, fine, model = self.constants, state.fine, self.model
+        c, fine = self.constants, state.fine
         assert fine is not None
+        device = next(self.fine.parameters()).device
         width = c.max_fine_input_length
         while state.fine_window < len(fine.windows) and fine.ready(state.fine_window, width):
             start, fill_start = fine.windows[state.fine_window]
             fill = fill_start - start
-            inputs = fine.buffer[start : start + width][None].to(model.device)
+            inputs = fine.buffer[start : start + width][None].to(device)
             for codebook in range(c.n_coarse_codebooks, c.n_fine_codebooks):
-                logits = model.fine(inputs, codebook)[0, fill:, : c.codebook_size]
+                logits = self.fine(inputs, codebook)[0, fill:, : c.codebook_size]
                 inputs[0, fill:, codebook] = _pick_rows(logits, state.fine_temperature, generator)
             fine.buffer[start + fill : start + width] = inputs[0, fill:].cpu()
             state.fine_window += 1

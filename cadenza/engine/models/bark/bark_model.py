@@ -82,7 +82,9 @@ class BarkModel(AudioTokenModel):
         self.codec_name = codec_name
         self.vocab_size = max(semantic.output_vocab_size, coarse.output_vocab_size)
         self.kv_spec = KVSpec(semantic.num_layers, semantic.num_heads, semantic.head_dim)
-        self.layout = BarkLayout(self)
+        self.layout = BarkLayout(
+            bark.constants, self.vocab_size, coarse.output_vocab_size, bark.fine
+        )
         self._backends: dict[str, AttentionBackend] = {}
 
     @property
