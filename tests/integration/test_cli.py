@@ -148,14 +148,20 @@ def test_generate_speaks_a_bark_checkpoint_as_transformers_does(tmp_path):
     import torch
     from transformers import BarkProcessor
 
+    from tests.support.float32_compute import FLOAT32_COMPUTE
     from tests.unit.engine.bark.bark_checkpoints import VOICE, build_tiny_bark
 
     checkpoint = tmp_path / "bark"
     reference = build_tiny_bark(checkpoint)
     out = tmp_path / "bark.wav"
+    settings = tmp_path / "float32.toml"  # products and codec in float32, as transformers runs
+    settings.write_text(
+        "[cpu]\n" + "".join(f'{key} = "{value}"\n' for key, value in FLOAT32_COMPUTE.items())
+    )
     result = _cadenza(
         "generate", "--model", str(checkpoint), "--voice", VOICE, "--text", "hello world",
         "--max-duration-s", "0.4", "--temperature", "0", "--out", str(out),
+        "--config", str(settings),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     with wave.open(io.BytesIO(out.read_bytes())) as reader:
