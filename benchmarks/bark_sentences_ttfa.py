@@ -1,12 +1,15 @@
-"""Bark's first audio for a text of three sentences: spoken as one generation (the source tree
-``--before``, a commit before Bark spoke long text sentence by sentence) against sentence by
-sentence (this tree), the two servers one after the other, ``--rounds`` times alternated.
+"""Bark's first audio for a text of three sentences on two source trees, the two servers one
+after the other, ``--rounds`` times alternated: ``--before`` (an older commit) and this tree,
+which speaks a long text sentence by sentence. ``--before-speaks whole``: the older tree speaks
+the text as one generation (a commit before sentence by sentence); ``sentences``: it too
+speaks it sentence by sentence (comparing engines).
 
 A random Bark never ends a sentence by itself, so each generation runs to its
-``max_duration_s``: the one-generation server gets ``3 x --sentence-s`` for the whole text and
-the sentence-by-sentence server ``--sentence-s`` per sentence, the same audio in all, as a real
-Bark speaking each sentence in that time would. Reported per server: the time from ``speak``
-to the first audio frame over WebSocket (median and each run), and the whole stream's time.
+``max_duration_s``: a server speaking the text as one generation gets ``3 x --sentence-s`` for
+the whole text, one speaking it sentence by sentence ``--sentence-s`` per sentence, the same
+audio in all, as a real Bark speaking each sentence in that time would. Reported per server:
+the time from ``speak`` to the first audio frame over WebSocket (median and each run), and the
+whole stream's time.
 
     git worktree add /tmp/before 4b338c5
     .venv/bin/python benchmarks/bark_sentences_ttfa.py --before /tmp/before --rounds 3
@@ -103,6 +106,7 @@ def main() -> int:
     parser.add_argument("--before", type=Path, required=True, help="the older source tree")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sentence-s", type=float, default=2.0)
+    parser.add_argument("--before-speaks", choices=["whole", "sentences"], default="whole")
     parser.add_argument("--shape", default="bark-tiny", choices=["bark-small", "bark-tiny"])
     parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="bark-ttfa-")))
     args = parser.parse_args()
@@ -111,13 +115,15 @@ def main() -> int:
     if not (model / "config.json").exists():
         save_random_bark(model, args.shape)
     here = Path(__file__).resolve().parents[1]
-    runs: dict[str, list[dict[str, float]]] = {"one_generation": [], "sentence_by_sentence": []}
+    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    before_s = args.sentence_s * (3 if args.before_speaks == "whole" else 1)
     for _ in range(args.rounds):
-        runs["one_generation"].append(measure(args.before, model, 3 * args.sentence_s, args.out))
-        runs["sentence_by_sentence"].append(measure(here, model, args.sentence_s, args.out))
+        runs["before"].append(measure(args.before, model, before_s, args.out))
+        runs["after"].append(measure(here, model, args.sentence_s, args.out))
         print(json.dumps({way: values[-1] for way, values in runs.items()}), flush=True)
     summary: dict[str, Any] = {
         "shape": args.shape,
+        "before_speaks": args.before_speaks,
         "audio_s": 3 * args.sentence_s,
         "text": TEXT,
     }

@@ -107,6 +107,7 @@ class CapacityModel:
         self.config = admission
         self.clock = clock
         self.step_model = None if info.calibration is None else info.calibration.model
+        self.restart_ms_per_stream = self._restart_ms_per_stream()
         self.estimator = RealtimeFactorEstimator(info, admission, clock, core_sharers, remembered)
         self.correction = 1.0
         self.kv_pages_free = info.kv_pages_total
@@ -207,15 +208,35 @@ class CapacityModel:
         if self._nominal_steps_of != self.config.nominal_stream_s:
             self._nominal_steps_ms, self._nominal_steps_of = [], self.config.nominal_stream_s
         steps_ms = self._nominal_steps_ms
-        shape = self.info.shape
-        rows_per_step = shape.context_rows_per_frame / shape.steps_per_frame
-        # Such a row reads half a context on average.
-        row_ms = self.step_model.prefill_ms(1, (shape.max_context_tokens or 0) // 2)
         while len(steps_ms) < streams:
             count = len(steps_ms) + 1
-            step_ms = self.step_model.predict_ms(count, self.nominal_contexts(count))
-            steps_ms.append(step_ms + count * rows_per_step * row_ms)
+            steps_ms.append(self._step_ms(count, self.nominal_contexts(count)))
         return steps_ms[streams - 1]
+
+    def _restart_ms_per_stream(self) -> float:
+        """What each stream adds to every step by prefilling its contexts' prompts, for a
+        model whose contexts restart (Bark's coarse windows: the rows per frame spread over a
+        frame's steps, each row reading half a context on average); 0 for every other."""
+        shape = self.info.shape
+        if self.step_model is None or shape.context_rows_per_frame <= 0:
+            return 0.0
+        row_ms = self.step_model.prefill_ms(1, (shape.max_context_tokens or 0) // 2)
+        return shape.context_rows_per_frame / shape.steps_per_frame * row_ms
+
+    def _step_ms(self, streams: int, context: int) -> float:
+        """The predicted step of ``streams`` decoding streams attending ``context`` positions
+        in all, with their contexts' prompts (:meth:`_restart_ms_per_stream`)."""
+        assert self.step_model is not None
+        return self.step_model.predict_ms(streams, context) + streams * self.restart_ms_per_stream
+
+    def _max_batch(self, budget_ms: float, context_per_stream: int, limit: int) -> int:
+        """The most streams (up to ``limit``) at ``context_per_stream`` whose step fits."""
+        best = 0
+        while (
+            best < limit and self._step_ms(best + 1, (best + 1) * context_per_stream) <= budget_ms
+        ):
+            best += 1
+        return best
 
     def stream_cost(self, text: str, audio_s: float, prompt_audio_s: float = 0.0) -> StreamCost:
         """What a request holds at most: the pages the engine will reserve for it (exactly
@@ -244,7 +265,7 @@ class CapacityModel:
         budget = self.step_budget_ms / (self.realtime_factor() if factor is None else factor)
         if context_per_stream is None:
             return self._max_streams_within(budget, limit)
-        return self.step_model.max_batch(budget, context_per_stream, limit)
+        return self._max_batch(budget, context_per_stream, limit)
 
     def realtime_bound(self, context_per_stream: int | None = None) -> int:
         """Decoding streams whose *calibrated* step fits one whole step period: no headroom,
@@ -258,7 +279,7 @@ class CapacityModel:
         period_ms = 1000.0 * self.plan.step_period_s
         if context_per_stream is None:
             return self._max_streams_within(period_ms, _BOUND_LIMIT)
-        return self.step_model.max_batch(period_ms, context_per_stream, _BOUND_LIMIT)
+        return self._max_batch(period_ms, context_per_stream, _BOUND_LIMIT)
 
     def bounds(self) -> dict[str, float] | None:
         """This replica's share of the machine's bounds, none of them admission's own figure
@@ -380,7 +401,7 @@ class CapacityModel:
                 min(s.final_context, s.prompt_tokens + lead + int((s.age_s + moment) * rate))
                 for _, s in alive
             )
-            if self.step_model.predict_ms(len(alive), context) > budget:
+            if self._step_ms(len(alive), context) > budget:
                 return False
         return True
 
@@ -507,7 +528,7 @@ class CapacityModel:
         context = sum(self._context_in(s, 0.0) for s in decoding)
         if self.info.decodes_padded:
             context = len(decoding) * max(self._context_in(s, 0.0) for s in decoding)
-        step_ms = factor * self.step_model.predict_ms(len(decoding), context)
+        step_ms = factor * self._step_ms(len(decoding), context)
         spare_ms = max(self.step_budget_ms - step_ms, 0.0)
         return spare_ms / (1000.0 * self.plan.step_period_s)
 
@@ -515,7 +536,7 @@ class CapacityModel:
         """What producing a first chunk takes: its steps, each as long as ``streams`` nominal
         streams' step at ``factor``, at most the step budget."""
         assert self.step_model is not None
-        step_ms = factor * self.step_model.predict_ms(streams, streams * self.short_context_tokens)
+        step_ms = factor * self._step_ms(streams, streams * self.short_context_tokens)
         return self.plan.first_chunk_steps * min(step_ms, self.step_budget_ms) / 1000.0
 
     # -- what /v1/capacity shows ----------------------------------------------------------------
@@ -527,7 +548,7 @@ class CapacityModel:
         if self.step_model is None:
             return 0.0
         streams = max(active, 1)
-        predicted = self.step_model.predict_ms(streams, self.nominal_contexts(streams))
+        predicted = self._step_ms(streams, self.nominal_contexts(streams))
         return predicted * self.realtime_factor()
 
     def rtf_headroom(self, active: int) -> float:

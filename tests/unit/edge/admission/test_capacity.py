@@ -524,7 +524,11 @@ def test_a_model_whose_contexts_restart_is_claimed_with_their_prompts_prefilled(
     assert restarting.realtime_limit() < base.realtime_limit()
     rows_per_step = 30.0 / shape.steps_per_frame
     row_ms = base.step_model.prefill_ms(1, 512)  # type: ignore[union-attr]
+    assert restarting.restart_ms_per_stream == pytest.approx(rows_per_step * row_ms)
     added = restarting._nominal_step_ms(3) - base._nominal_step_ms(3)
     assert added == pytest.approx(3 * rows_per_step * row_ms)
+    # Every judgement of real time counts them: explicit contexts, the admission gate.
+    assert restarting.realtime_limit(400) < base.realtime_limit(400)
+    assert restarting.realtime_bound(400) < base.realtime_bound(400)
     # A stream holds one context's pages at most, however long it speaks.
     assert shape.pages(300, 100_000) == -(-1024 // shape.page_size)
