@@ -67,7 +67,7 @@ class StepTimeModel:
     per_token_ms: float
     per_kilocontext_ms: float  # per 1,000 attended KV positions
     decode_points: tuple[tuple[int, int, float], ...] = ()
-    prefill_ms_per_token: float = 0.0  # measured prompt rows (0: unknown, per_token_ms)
+    prefill_ms_per_token: float = 0.0  # measured prompt rows (both 0: unknown, per_token_ms)
     prefill_ms_per_row_position: float = 0.0  # a prompt row's attention, per position read
 
     def prefill_ms(self, tokens: int, context_before: int = 0) -> float:
@@ -76,7 +76,8 @@ class StepTimeModel:
         nor the codec, so it costs far less than a decoding stream; its attention reads every
         position up to its own)."""
         rows = max(tokens, 0)
-        per_token = self.prefill_ms_per_token or self.per_token_ms
+        measured = self.prefill_ms_per_token > 0 or self.prefill_ms_per_row_position > 0
+        per_token = self.prefill_ms_per_token if measured else self.per_token_ms
         positions = rows * (max(context_before, 0) + (rows + 1) / 2.0)
         return per_token * rows + self.prefill_ms_per_row_position * positions
 
