@@ -51,7 +51,8 @@ import numpy as np
 import torch
 
 from cadenza.contract.calibration import Calibration, StepRepeat
-from cadenza.contract.request import FinishReason, StreamOutput
+from cadenza.contract.engine_stats import StepRecord
+from cadenza.contract.request import FinishReason, StreamOutput, SynthesisRequest
 from cadenza.contract.step_time_model import (
     StepSample,
     StepTimeModel,
@@ -335,6 +336,19 @@ def _percentile(values: list[float], share: float) -> float:
     return ordered[min(int(share * len(ordered)), len(ordered) - 1)]
 
 
+def _prefill_steps(engine: Engine, request: SynthesisRequest, steps: int) -> list[StepRecord]:
+    """The steps that only prefilled, of ``steps`` run with ``request`` alone (then dropped)."""
+    try:
+        engine.add_request(request)
+        for _ in range(steps):
+            engine.step()
+        return [step for step in engine.take_report().steps if step.decodes == 0]
+    finally:
+        engine.abort_request(request.request_id)
+        engine.step()
+        engine.take_report()
+
+
 def _measure_prefill_in_chunks(engine: Engine, slowest: dict[tuple[int, int], float]) -> None:
     """Where prompts of every length have the same rows (Bark pads its text to a fixed
     prompt), one prompt prefilled in chunks of an eighth, a quarter and a half of it: each
@@ -348,17 +362,9 @@ def _measure_prefill_in_chunks(engine: Engine, slowest: dict[tuple[int, int], fl
     times: dict[tuple[int, int], list[float]] = {}
     try:
         for chunk in (max(rows // 8, 1), max(rows // 4, 1), max(rows // 2, 1)) * 3:
-            request = synthetic_request(engine, SHORT_PROMPT_CHARS, "calibration")
             scheduler.max_num_batched_tokens = chunk
-            try:
-                engine.add_request(request)
-                for _ in range(-(-rows // chunk)):  # the prompt's chunks, one a step
-                    engine.step()
-                steps = [s for s in engine.take_report().steps if s.decodes == 0]
-            finally:
-                engine.abort_request(request.request_id)
-                engine.step()
-                engine.take_report()
+            request = synthetic_request(engine, SHORT_PROMPT_CHARS, "calibration")
+            steps = _prefill_steps(engine, request, -(-rows // chunk))  # a chunk a step
             before = steps[0].tokens if steps else 0  # the rows prefilled so far
             for step in steps[1:]:
                 times.setdefault((step.tokens, before), []).append(1000.0 * step.seconds)
@@ -385,14 +391,7 @@ def _measure_prefill(engine: Engine) -> tuple[float, float] | None:
         rows_at_most = engine.info.shape.max_prompt_tokens(request.text)
         if rows_at_most > engine.config.engine.max_num_batched_tokens:
             continue  # more than one step's rows
-        try:
-            engine.add_request(request)
-            engine.step()
-            steps = [s for s in engine.take_report().steps if s.decodes == 0]
-        finally:
-            engine.abort_request(request.request_id)
-            engine.step()
-            engine.take_report()
+        steps = _prefill_steps(engine, request, 1)
         # The whole prompt in one step (its context: every row); a shared prefix may come
         # from the prefix cache, and the step's rows then start after it.
         if len(steps) == 1 and 0 < steps[0].tokens <= steps[0].context_tokens:
