@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import shutil
 import socket
 import statistics
@@ -111,7 +112,11 @@ def main() -> None:
         url="http://127.0.0.1:1", duration_s=args.duration, text_lengths=TextLengths(40, 120)
     )
     runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
-    envs = {"off": {}, "on": {"CADENZA_LIMITS__REDIS_URL": f"redis://127.0.0.1:{redis_port}/0"}}
+    on = {
+        "CADENZA_LIMITS__REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+        "CADENZA_AUTH__TOKEN_SECRET": secrets.token_urlsafe(48),  # checkpoints are sealed
+    }
+    envs: dict[str, dict[str, str]] = {"off": {}, "on": on}
     try:
         with tempfile.TemporaryDirectory(prefix="cadenza-checkpoints-") as scratch:
             cache = Path(scratch) / "cache"

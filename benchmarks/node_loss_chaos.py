@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import random
+import secrets
 import shutil
 import signal
 import subprocess
@@ -128,7 +129,10 @@ def main() -> None:
          "--appendonly", "no"],
         stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    env = {"CADENZA_LIMITS__REDIS_URL": f"redis://127.0.0.1:{redis_port}/0"}
+    env = {
+        "CADENZA_LIMITS__REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+        "CADENZA_AUTH__TOKEN_SECRET": secrets.token_urlsafe(48),  # the same on both nodes
+    }
     load = LoadOptions(
         url="http://127.0.0.1:1",
         duration_s=args.duration,

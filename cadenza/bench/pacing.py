@@ -1,7 +1,9 @@
 """``cadenza bench pacing``: WebRTC peers speak at once against a running server; the server
 reports, per peer, the p99 of how late each 20 ms frame left its paced track and the playout
 underruns its jitter buffer saw. Measures the edge's pacing under load (the engine shares the
-machine, as in production)."""
+machine, as in production). Every peer is the same client to the server: with more than
+``server.max_pending_webrtc_offers_per_client`` (4) peers, start the server with that limit
+raised, or the peers past it are refused with ``too_many_offers``."""
 
 from __future__ import annotations
 

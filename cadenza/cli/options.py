@@ -63,8 +63,11 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
             "port": getattr(args, "port", None),
             "node_id": getattr(args, "node_id", None),
             "agent_port": getattr(args, "agent_port", None),
-            "api_keys_file": getattr(args, "api_keys_file", None),
             "drain_timeout_s": getattr(args, "drain_timeout_s", None),
+        },
+        "auth": {
+            "api_keys_file": getattr(args, "api_keys_file", None),
+            "admin_keys_file": getattr(args, "admin_keys_file", None),
         },
         "limits": {"redis_url": getattr(args, "redis_url", None)},
         "model": {

@@ -29,7 +29,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--redis-url",
         help="share the per-client rate limits across the fleet in Redis (redis://HOST:PORT/DB)",
     )
-    serve.add_argument("--api-keys-file", help="accepted API keys, one per line (or sha256:<hex>)")
+    serve.add_argument(
+        "--api-keys-file", help="stream keys, one per line (or sha256:<hex>): auth.api_keys_file"
+    )
+    serve.add_argument(
+        "--admin-keys-file",
+        help="admin keys (same format), the only keys /admin/* takes: auth.admin_keys_file",
+    )
     serve.add_argument(
         "--engine",
         choices=["cadenza", "naive"],
@@ -69,8 +75,8 @@ def run(config: CadenzaConfig, _: argparse.Namespace) -> int:
     node = _register_on_host(config)
     import uvicorn
 
-    from cadenza.edge.admission.api_keys import ApiKeyFileError
     from cadenza.edge.admission.guard import GuardError
+    from cadenza.edge.auth.api_keys import ApiKeyFileError
     from cadenza.edge.server.app import create_app
     from cadenza.edge.server.draining_server import DrainingServer
     from cadenza.edge.transports.http_protocol import timed_h11_protocol
@@ -90,8 +96,9 @@ def run(config: CadenzaConfig, _: argparse.Namespace) -> int:
         log_level=config.server.log_level,
         timeout_graceful_shutdown=5,
         ws_max_size=config.server.ws_max_message_bytes,
-        proxy_headers=True,  # X-Forwarded-For, from the proxies named here only
-        forwarded_allow_ips=config.server.forwarded_allow_ips,
+        # X-Forwarded-For is read by the app itself, which keeps the socket peer first
+        # (cadenza/edge/server/socket_peer.py).
+        proxy_headers=False,
         # Audio does not compress: per-message deflate of PCM and Opus frames cost a third of
         # the edge's CPU under load for a few percent fewer bytes
         # (docs/journal/2026-12-02-engine-edge-and-admission-on-two-cores.md).

@@ -94,6 +94,18 @@ TLS
     With a certificate (one PEM file holding the certificate chain and its key), the
     listening port speaks HTTPS: ``bind ... ssl crt PEM``; nodes are reached in plain HTTP
     on the private network. Clients speak HTTP/1.1 (no ALPN is offered), as the nodes do.
+    ``ssl-min-ver TLSv1.2`` on the bind refuses TLS 1.0 and 1.1 (HAProxy 2.6 already
+    defaults to it; written out so that the file says so whatever the build's default).
+    Every answer, HAProxy's own refusals included (``http-after-response``, manual 4.2,
+    unlike ``http-response``, which only sees the nodes' answers), carries
+    ``Strict-Transport-Security: max-age=63072000`` (two years, no ``includeSubDomains``:
+    the operator's other names are not this door's to promise): a browser that saw it once
+    never speaks plain HTTP to this name again. ``redirect_http`` adds a plain listener (the
+    command's default: port 80 on the ``--listen`` host) whose every answer is a ``301`` to
+    the same path over HTTPS; it has no backend, so nothing sent to it, ``/admin`` included,
+    reaches a node. Its ``Host`` is rewritten first (``replace-header``): the client's port,
+    if any, becomes the TLS port (left out where it is 443), then ``redirect scheme https``
+    builds the location from it.
 """
 
 from __future__ import annotations
@@ -125,20 +137,25 @@ TIMEOUTS = {  # name -> HAProxy duration; the module docstring says why each
     "check": "2s",
 }
 _SAFE_PATH = re.compile(r"[^\s\"'#\\]+")
+MIN_TLS_VERSION = "TLSv1.2"
+HSTS = "max-age=63072000"  # two years
+HTTPS_PORT = 443
 
 
 @dataclass(frozen=True)
 class FrontDoor:
     """What the front door is: it listens on ``listen`` (HTTPS with ``tls_cert_pem``, a PEM
     file of certificate and key as HAProxy reads it), spreads streams over ``nodes`` by
-    ``balance``, and serves its stats page on ``stats`` when given. Raises ``ValueError``,
-    naming the flag, for a configuration HAProxy could not run."""
+    ``balance``, serves its stats page on ``stats`` when given, and with TLS answers plain
+    HTTP on ``redirect_http`` with a redirect to HTTPS (``None``: no plain listener). Raises
+    ``ValueError``, naming the flag, for a configuration HAProxy could not run."""
 
     listen: Address
     nodes: tuple[Node, ...]
     stats: Address | None = None
     tls_cert_pem: str | None = None
     balance: Balance = "leastconn"
+    redirect_http: Address | None = None
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -155,6 +172,17 @@ class FrontDoor:
                 f"--tls-cert {self.tls_cert_pem!r}: give a path without spaces, quotes, '#' "
                 "or backslashes"
             )
+        if self.redirect_http is not None:
+            if self.tls_cert_pem is None:
+                raise ValueError(
+                    f"--redirect-http {str(self.redirect_http)!r}: redirects to HTTPS need "
+                    "--tls-cert"
+                )
+            if self.redirect_http in (self.listen, self.stats):
+                raise ValueError(
+                    f"--redirect-http {str(self.redirect_http)!r}: the same address as "
+                    f"{'--listen' if self.redirect_http == self.listen else '--stats'}"
+                )
         if self.balance not in BALANCE_ALGORITHMS:
             raise ValueError(
                 f"--balance {self.balance!r}: expected one of {', '.join(BALANCE_ALGORITHMS)}"
@@ -164,7 +192,9 @@ class FrontDoor:
 def render_haproxy_config(front_door: FrontDoor) -> str:
     """The complete ``haproxy.cfg`` for ``front_door`` (``haproxy -c -f`` accepts it)."""
     tls = front_door.tls_cert_pem is not None
-    bind = f"bind {front_door.listen}" + (f" ssl crt {front_door.tls_cert_pem}" if tls else "")
+    bind = f"bind {front_door.listen}"
+    if tls:
+        bind += f" ssl crt {front_door.tls_cert_pem} ssl-min-ver {MIN_TLS_VERSION}"
     sections = [
         [
             "# The front door of a cadenza cluster, rendered by `cadenza haproxy-config`",
@@ -184,6 +214,11 @@ def render_haproxy_config(front_door: FrontDoor) -> str:
         [
             "frontend cadenza",
             f"    {bind}",
+            *(
+                [f'    http-after-response set-header Strict-Transport-Security "{HSTS}"']
+                if tls
+                else []
+            ),
             "    http-request del-header X-Forwarded-For",
             "    option forwardfor",
             f"    http-request set-header X-Forwarded-Proto {'https' if tls else 'http'}",
@@ -207,6 +242,17 @@ def render_haproxy_config(front_door: FrontDoor) -> str:
             ),
         ],
     ]
+    if front_door.redirect_http is not None:
+        port = front_door.listen.port
+        host = r"\1" if port == HTTPS_PORT else rf"\1:{port}"
+        sections.append(
+            [
+                "frontend cadenza_http",
+                f"    bind {front_door.redirect_http}",
+                rf"    http-request replace-header Host ^(.*?)(:[0-9]+)?$ {host}",
+                "    http-request redirect scheme https code 301",
+            ]
+        )
     if front_door.stats is not None:
         sections.append(
             [

@@ -4,6 +4,7 @@
 section            keys                                                    module
 =================  ======================================================  ====================
 ``server``         where the edge listens, its timeouts, drain             ``server.py``
+``auth``           keys, admin keys, client tokens, origins, hosts         ``auth.py``
 ``model``          model, codec, device, dtypes, seed, torch threads       ``model.py``
 ``[[models]]``     several models per server                               ``model.py``
 ``supervision``    mode, startup/heartbeat timeouts, replicas, the host's  ``supervision.py``
@@ -31,6 +32,7 @@ the engine process as JSON.
 """
 
 from cadenza.config.admission import AdmissionConfig
+from cadenza.config.auth import AuthConfig
 from cadenza.config.calibration import CalibrationConfig
 from cadenza.config.cpu import CpuConfig
 from cadenza.config.engine import EngineConfig
@@ -50,6 +52,7 @@ __all__ = [
     "ENV_NESTED_DELIMITER",
     "ENV_PREFIX",
     "AdmissionConfig",
+    "AuthConfig",
     "CadenzaConfig",
     "CalibrationConfig",
     "ConfigError",

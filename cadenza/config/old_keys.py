@@ -3,6 +3,7 @@
 Until this release every engine-process setting sat in ``[engine]``, with chunk sizes and the
 calibration's length counted in 75 Hz frames. Those keys now live with their owners
 (``supervision``, ``realtime``, ``cpu``, ``calibration``) and durations are milliseconds.
+``server.api_keys_file`` moved to ``[auth]`` with the other keys of who may connect.
 An old key still works: :func:`move_old_keys` reads it as its new key, converting 75 Hz
 frames to milliseconds (``n`` frames are ``n × 1000 / 75`` ms, which a 75 Hz codec counts as
 ``n`` frames again; ``resume_replay_frames``, which counted the codec's own frames, is read
@@ -71,6 +72,7 @@ OLD_KEYS: dict[str, OldKey] = {
         OldKey("engine.calibration_attempts", "calibration.attempts"),
         OldKey("engine.calibration_tolerance", "calibration.tolerance"),
         OldKey("engine.calibration_cache_dir", "calibration.cache_dir"),
+        OldKey("server.api_keys_file", "auth.api_keys_file"),
     )
 }
 
@@ -101,15 +103,28 @@ def move_old_keys(
     ``moved`` collects, for each new key filled from an old one, how ``origin`` spelled the
     old key (validation errors name it). Raises :class:`ConfigError` for an old frame count
     that is not a number."""
-    engine = values.get("engine")
-    if not isinstance(engine, dict) or not any(f"engine.{k}" in OLD_KEYS for k in engine):
+    sections = [
+        name
+        for name, section in values.items()
+        if isinstance(section, dict) and any(f"{name}.{k}" in OLD_KEYS for k in section)
+    ]
+    if not sections:
         return values
     result = {name: dict(v) if isinstance(v, dict) else v for name, v in values.items()}
-    for name in list(engine):
-        old_key = OLD_KEYS.get(f"engine.{name}")
+    for section_name in sections:
+        _move_section(result, section_name, origin, moved)
+    return result
+
+
+def _move_section(
+    result: dict[str, Any], section_name: str, origin: Origin, moved: dict[str, str] | None
+) -> None:
+    """Move the old keys of ``result[section_name]`` to their new keys, in place."""
+    for name in list(result[section_name]):
+        old_key = OLD_KEYS.get(f"{section_name}.{name}")
         if old_key is None:
             continue
-        value = result["engine"].pop(name)
+        value = result[section_name].pop(name)
         old, new = spelled(old_key.old, origin), spelled(old_key.new, origin)
         section, key = old_key.new.split(".")
         target = result.setdefault(section, {})
@@ -136,9 +151,8 @@ def move_old_keys(
         target[key] = value
         if moved is not None:
             moved[old_key.new] = _given_as(old_key, origin)
-    if not result["engine"]:
-        del result["engine"]
-    return result
+    if not result[section_name]:
+        del result[section_name]
 
 
 def _given_as(old_key: OldKey, origin: Origin) -> str:

@@ -46,9 +46,6 @@ class ServerConfig(Section):
         "the garbage collector's walks (gc.freeze): a full collection otherwise stalls every "
         "stream of the process for 50-250 ms (cadenza/gc_pauses.py)",
     )
-    api_keys_file: str | None = Field(
-        None, description="file of accepted API keys (one per line, or sha256:<hex>); unset: open"
-    )
     max_queued_chunks: int = Field(
         256, ge=1, description="audio chunks one stream may have waiting for its client"
     )
@@ -82,12 +79,34 @@ class ServerConfig(Section):
     max_pending_webrtc_offers: int = Field(
         32, ge=1, description="WebRTC peers waiting to connect at once; more offers get 503"
     )
+    max_pending_webrtc_offers_per_client: int = Field(
+        4,
+        ge=1,
+        description="WebRTC peers one credential (an API key, a client token, an address on "
+        "an open server) may have waiting to connect at once; more of its offers get 429 "
+        "too_many_offers, so that one client cannot hold every pending place",
+    )
+    webrtc_idle_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="close a connected WebRTC peer that sends no control message and plays "
+        "nothing for this long (as ws_idle_timeout_s does a WebSocket)",
+    )
     webrtc_ice_servers: list[IceServer] = Field(
         default_factory=list,
         max_length=8,
         description="STUN/TURN servers for WebRTC, used by the server's peers and handed to the "
-        'browser page (JSON: [{"urls": ["turn:HOST:3478"], "username": ..., "credential": ...}]); '
-        "empty: host candidates only",
+        'browser page (JSON: [{"urls": ["turn:HOST:3478"], "username": ..., "credential": ...}], '
+        'or {"urls": [...], "secret": ...} with the relay\'s use-auth-secret for credentials that '
+        "expire); empty: host candidates only",
+    )
+    turn_credential_ttl_s: int = Field(
+        3600,
+        ge=60,
+        le=86400,
+        description="how long the TURN credentials computed from a webrtc_ice_servers secret "
+        "stay valid: a relayed session cannot outlive them by more than its allocation's "
+        "lifetime (the relay refuses refreshes after), and a leaked one relays until then",
     )
     forwarded_allow_ips: list[str] = Field(
         default_factory=lambda: ["127.0.0.1"],
@@ -119,7 +138,11 @@ class ServerConfig(Section):
         return entries
 
     ws_max_message_bytes: int = Field(
-        65536, ge=1024, description="largest WebSocket message a client may send"
+        65536,
+        ge=1024,
+        description="largest message a client may send on a WebSocket (a larger one closes it "
+        "with 1009) or on a WebRTC control channel (a larger one is refused with "
+        "message_too_large)",
     )
     drain_timeout_s: float = Field(
         30.0,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cadenza.config.admission import AdmissionConfig
+from cadenza.config.auth import AuthConfig
 from cadenza.config.calibration import CalibrationConfig
 from cadenza.config.cpu import CpuConfig
 from cadenza.config.engine import EngineConfig
@@ -26,6 +27,7 @@ class CadenzaConfig(BaseModel):
     section                 owner
     ======================  =================================================================
     ``server``              the edge process: sockets, timeouts, drain
+    ``auth``                keys, client tokens, browser origins, trusted hosts
     ``model``, ``models``   what is served, on which device, in which dtype
     ``supervision``         the edge's engine processes: replicas, restarts, resumed streams
     ``engine``              the engine: kind, batch, KV cache
@@ -41,6 +43,7 @@ class CadenzaConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     server: ServerConfig = ServerConfig()
+    auth: AuthConfig = AuthConfig()
     model: ModelConfig = ModelConfig()
     supervision: SupervisionConfig = SupervisionConfig()
     engine: EngineConfig = EngineConfig()
@@ -64,6 +67,18 @@ class CadenzaConfig(BaseModel):
         if len(set(names)) != len(names):
             raise ValueError(f"model names must be unique, got {names}")
         return models
+
+    def without_secrets(self) -> CadenzaConfig:
+        """The tree less what only the edge may hold (``[auth]``: key files and the token
+        secret; ``limits.redis_url``, which may carry a password; the ICE servers, which may
+        carry TURN credentials): what an engine process is handed."""
+        return self.model_copy(
+            update={
+                "auth": AuthConfig(),
+                "limits": self.limits.model_copy(update={"redis_url": None}),
+                "server": self.server.model_copy(update={"webrtc_ice_servers": []}),
+            }
+        )
 
     def served_models(self) -> list[CadenzaConfig]:
         """One configuration per served model (its ``[model]`` section filled from its

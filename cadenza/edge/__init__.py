@@ -15,11 +15,17 @@ sub-package         what it holds
                     conversations, microphone audio, checkpoints and resumes, one JSON policy,
                     one error type (:class:`EdgeError`)
 ``replicas/``       engine replicas and their supervision
-``admission/``      keys, validation, guard, rate limits, capacity, queues, the gate
+``admission/``      validation, guard, rate limits, capacity, queues, the gate
+``auth/``           who is calling: stream and admin keys, client tokens, origins, failed
+                    attempts (docs/security.md)
 ``media/``          PyAV: containers, Opus packets, resampling, tempo, WAV
 ==================  ==========================================================================
 
 Rules every transport shares, each in one place:
+
+* **One judge of credentials.** ``auth/authenticator.py`` turns what a client presents (a
+  key, a client token, nothing on an open server) into a ``Principal``, the only thing a
+  transport hands admission about who is asking; admission applies its scope.
 
 * **One admission lease.** ``streams/admission_sequence.py`` and ``streams/lease.py`` are the
   only places a stream is admitted and ended: the same refusal order, the same costs (a guard

@@ -1,5 +1,6 @@
 """With a key file, HTTP, WebSocket and WebRTC refuse missing and wrong keys and accept the
-right one (header, or a first ``hello`` message for browsers)."""
+right one (header, or a first ``hello`` message for browsers); admin routes take only admin
+keys, or on a server without them only an unforwarded loopback peer."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.integration.server import serving
 
 KEY = "test-key-123"
 OTHER = "hashed-key-456"
+ADMIN = "admin-key-789"
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +26,12 @@ def server(tmp_path_factory):
     directory = tmp_path_factory.mktemp("keys")
     keys = directory / "keys.txt"
     keys.write_text(f"# keys\n{KEY}\nsha256:{hashlib.sha256(OTHER.encode()).hexdigest()}\n")
-    env = {"CADENZA_SERVER__API_KEYS_FILE": str(keys)}
+    admin_keys = directory / "admin-keys.txt"
+    admin_keys.write_text(f"{ADMIN}\n")
+    env = {
+        "CADENZA_AUTH__API_KEYS_FILE": str(keys),
+        "CADENZA_AUTH__ADMIN_KEYS_FILE": str(admin_keys),
+    }
     with serving(directory / "server.log", env) as running:
         yield running
 
@@ -149,13 +156,26 @@ def test_the_guard_refuses_on_every_transport(guarded_server):
     assert decisions == [False, True, False]  # one audit line per decision
 
 
-def test_admin_routes_need_a_key(server):
+def test_admin_routes_need_an_admin_key(server):
     for key in (None, "wrong"):
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         response = httpx.get(f"{server.url}/admin/replicas", headers=headers, timeout=10)
         assert response.status_code == 401
         assert response.json()["error"]["code"] == "invalid_api_key"
-    headers = {"Authorization": f"Bearer {KEY}"}
+    for key in (KEY, OTHER):  # a stream key, even from this host's loopback interface
+        headers = {"Authorization": f"Bearer {key}"}
+        response = httpx.post(f"{server.url}/admin/drain", headers=headers, timeout=10)
+        assert response.status_code == 403 and response.json()["error"]["code"] == "forbidden"
+    headers = {"Authorization": f"Bearer {ADMIN}"}
     listed = httpx.get(f"{server.url}/admin/replicas", headers=headers, timeout=10).json()
     (replica,) = listed["models"]["cadenza-tiny"]
     assert replica["status"] == "ready" and replica["pid"] > 0
+    assert _speech(server, ADMIN).status_code == 200  # an admin key streams too
+
+
+def test_without_admin_keys_a_forwarded_request_is_not_local(limited_server):
+    url = f"{limited_server.url}/admin/replicas"
+    assert httpx.get(url, timeout=10).status_code == 200  # this host's loopback interface
+    for header in ("X-Forwarded-For", "Forwarded", "X-Real-IP"):
+        forged = httpx.get(url, headers={header: "127.0.0.1"}, timeout=10)
+        assert forged.status_code == 403 and forged.json()["error"]["code"] == "forbidden"

@@ -1,14 +1,19 @@
 """A stream survives the loss of its whole node: two real nodes behind a real HAProxy, stream
-checkpoints in a real Redis. An SDK stream through the front door has its node SIGKILLed
-(edge and engines, the process group) mid-utterance; the SDK reconnects through the door,
-resumes on the other node, and the audio it yields equals the uninterrupted stream's, sample
-for sample (greedy, and seeded sampling)."""
+checkpoints in a real Redis (behind a password). An SDK stream through the front door has its
+node SIGKILLed (edge and engines, the process group) mid-utterance; the SDK reconnects through
+the door, resumes on the other node, and the audio it yields equals the uninterrupted
+stream's, sample for sample (greedy, and seeded sampling). A stream whose node still serves it
+is not taken by a resume of its token and plays on; its client, once its connection dropped,
+resumes at once. Neither the Redis password nor the token secret is on a process's command
+line or in a log."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -17,7 +22,8 @@ import websockets
 from cadenza.client.sdk import connect
 from cadenza.client.webrtc import WebRTCPeer
 from cadenza.cluster.haproxy_config import render_haproxy_config
-from tests.support.fleet import Fleet
+from cadenza.edge.streams import protocol
+from tests.support.fleet import TOKEN_SECRET, Fleet
 from tests.support.haproxy_process import running_haproxy
 from tests.support.ports import free_port
 from tests.support.redis_process import running_redis
@@ -25,12 +31,13 @@ from tests.support.redis_process import running_redis
 pytestmark = pytest.mark.timeout(300)
 
 TEXT = "x" * 84  # six seconds of audio
+REDIS_PASSWORD = "the-fleets-redis-password"
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     directory = tmp_path_factory.mktemp("node-loss")
-    with running_redis(directory) as redis:
+    with running_redis(directory, password=REDIS_PASSWORD) as redis:
         fleet = Fleet(directory, redis.url)
         try:
             port = free_port()
@@ -81,7 +88,7 @@ def test_a_webrtc_utterance_completes_on_the_other_node_when_its_node_dies(fleet
     nodes, url, _ = fleet
     door = url.replace("ws://", "http://").removesuffix("/v1/stream")
 
-    async def main() -> tuple[dict, int, str]:
+    async def main() -> tuple[dict[str, Any], int, str]:
         peer = WebRTCPeer(door)
         try:
             await peer.connect()
@@ -116,7 +123,7 @@ def test_a_webrtc_utterance_completes_on_the_other_node_when_its_node_dies(fleet
 def test_a_token_no_stream_has_is_refused_and_the_session_goes_on(fleet, resume, code) -> None:
     _, url, _ = fleet
 
-    async def main() -> dict:
+    async def main() -> dict[str, Any]:
         async with websockets.connect(url) as raw:
             await raw.recv()  # ready
             await raw.send(json.dumps({"type": "resume", **resume}))
@@ -133,5 +140,107 @@ def test_nothing_of_a_finished_stream_is_left_in_redis(fleet) -> None:
     _, url, redis_server = fleet
     asyncio.run(_speak(url, temperature=0.0))
     time.sleep(0.3)  # the delete is sent as the stream ends, not waited for
-    left = redis.Redis(port=redis_server.port).keys("cadenza:stream:*:head")
-    assert left == []
+    client = redis.Redis(port=redis_server.port, password=redis_server.password)
+    assert client.keys("cadenza:stream:*:head") == []
+    assert client.keys("cadenza:stream:*:live") == []
+
+
+async def _started(raw, **speak) -> dict[str, Any]:
+    """``speak`` sent on ``raw`` (after its ``ready``); its ``started``."""
+    await raw.recv()  # ready
+    await raw.send(json.dumps({"type": "speak", "text": TEXT, "format": "pcm", **speak}))
+    while True:
+        message = await raw.recv()
+        if isinstance(message, str) and json.loads(message)["type"] == "started":
+            return json.loads(message)
+
+
+async def _pcm_until(raw, limit: int | None = None):
+    """The PCM ``raw`` receives until ``done`` or ``error`` (its last message) or until
+    ``limit`` bytes; and that last message (``None`` at the limit)."""
+    audio = b""
+    while limit is None or len(audio) < limit:
+        message = await raw.recv()
+        if isinstance(message, bytes):
+            audio += protocol.decode_audio_frame(message).payload
+        elif json.loads(message)["type"] in ("done", "error"):
+            return audio, json.loads(message)
+    return audio, None
+
+
+def test_a_resume_of_a_stream_that_still_plays_is_refused_and_it_plays_on(fleet) -> None:
+    """A leaked token: its stream's node still serves it (a WebRTC track plays in real time,
+    so for as long as its audio lasts), so a resume of it is refused, and the stream plays on
+    to its end where it was."""
+    _, url, _ = fleet
+    door = url.replace("ws://", "http://").removesuffix("/v1/stream")
+
+    async def main() -> tuple[dict[str, Any], dict[str, Any], int]:
+        peer = WebRTCPeer(door)
+        try:
+            await peer.connect()
+            speaking = asyncio.create_task(peer.speak({"type": "speak", "text": "x" * 140}))
+            token = None
+            while (token is None or peer.result.loud_samples() < 24000) and not speaking.done():
+                started = [e for e in peer.result.events if e["type"] == "started"]
+                token = started[0].get("resume_token") if started else None
+                await asyncio.sleep(0.05)
+            assert token is not None
+            async with websockets.connect(url) as thief:
+                await thief.recv()  # ready
+                await thief.send(json.dumps({"type": "resume", "token": token, "samples_heard": 0}))
+                refusal = json.loads(await thief.recv())
+            assert not speaking.done()  # still playing after the refusal
+            done = await speaking
+            return refusal, done, peer.resumes
+        finally:
+            await peer.close()
+
+    refusal, done, resumes = asyncio.run(main())
+    assert refusal["type"] == "error" and refusal["code"] == "resume_live", refusal
+    assert done["type"] == "done" and resumes == 0, done
+
+
+def test_a_client_whose_connection_dropped_resumes_at_once(fleet) -> None:
+    """The node sees the connection go and lets the stream go with it: the client, back
+    through the door, resumes without waiting for anything to expire."""
+    _, url, _ = fleet
+    reference, _, _ = asyncio.run(_speak(url, temperature=0.0))
+
+    async def main() -> tuple[bytes, dict[str, Any], float, bytes, dict[str, Any] | None]:
+        async with websockets.connect(url, max_size=None) as first:
+            started = await _started(first, temperature=0.0)
+            heard, _ = await _pcm_until(first, limit=2 * 24000)  # a second of audio
+        dropped_at = time.monotonic()
+        async with websockets.connect(url, max_size=None) as again:
+            await again.recv()  # ready
+            resume = {
+                "type": "resume",
+                "token": started["resume_token"],
+                "samples_heard": len(heard) // 2,
+            }
+            await again.send(json.dumps(resume))
+            resumed = json.loads(await again.recv())
+            waited = time.monotonic() - dropped_at
+            rest, last = await _pcm_until(again)
+        return heard, resumed, waited, rest, last
+
+    heard, resumed, waited, rest, last = asyncio.run(main())
+    assert resumed["type"] == "started" and resumed.get("resumed") is True, resumed
+    assert waited < 2.0  # no live marker to wait out (it lives 3 s)
+    assert last is not None and last["type"] == "done", last
+    assert heard + rest == reference
+
+
+def test_no_secret_is_on_a_command_line_or_in_a_log(fleet) -> None:
+    nodes, _, redis_server = fleet
+    assert REDIS_PASSWORD in redis_server.url  # the nodes were given it
+    engines = [pid for node in nodes.nodes.values() for pid in node.engine_pids()]
+    assert engines
+    for pid in engines:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        assert REDIS_PASSWORD.encode() not in command
+        assert TOKEN_SECRET.encode() not in command
+    for node_log in nodes.directory.glob("node-*.log"):
+        text = node_log.read_text(errors="replace")
+        assert REDIS_PASSWORD not in text and TOKEN_SECRET not in text, node_log

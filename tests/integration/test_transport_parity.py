@@ -35,7 +35,7 @@ def server(tmp_path_factory):
     (directory / "keys.txt").write_text("\n".join(KEYS.values()) + "\n")
     (directory / "phrases.txt").write_text(FORBIDDEN + "\n")
     env = {
-        "CADENZA_SERVER__API_KEYS_FILE": str(directory / "keys.txt"),
+        "CADENZA_AUTH__API_KEYS_FILE": str(directory / "keys.txt"),
         "CADENZA_GUARD__POLICY": "phrase_list",
         "CADENZA_GUARD__PHRASES_FILE": str(directory / "phrases.txt"),
         "CADENZA_LIMITS__REQUESTS_PER_MINUTE": str(REQUESTS_PER_MINUTE),

@@ -16,16 +16,21 @@ from tests.integration.server import RunningServer
 from tests.support.ports import free_port
 
 DETERMINISTIC = {"CADENZA_CALIBRATION__MODE": "off", "CADENZA_ADMISSION__SLACK_CLOSE_MS": "-1e9"}
+TOKEN_SECRET = "the fleet's token secret: every node the same"  # seals checkpoints (32+ chars)
 
 
 class Fleet:
-    """Nodes ``a`` and ``b``, sharing the Redis at ``redis_url`` (stream checkpoints), each in
-    its own process group and restartable on its ports; :meth:`door` is the front door's
-    configuration for them."""
+    """Nodes ``a`` and ``b``, sharing the Redis at ``redis_url`` and :data:`TOKEN_SECRET`
+    (stream checkpoints), each in its own process group and restartable on its ports;
+    :meth:`door` is the front door's configuration for them."""
 
     def __init__(self, directory: Path, redis_url: str) -> None:
         self.directory = directory
-        self.env = {**DETERMINISTIC, "CADENZA_LIMITS__REDIS_URL": redis_url}
+        self.env = {
+            **DETERMINISTIC,
+            "CADENZA_LIMITS__REDIS_URL": redis_url,
+            "CADENZA_AUTH__TOKEN_SECRET": TOKEN_SECRET,
+        }
         self.ports = {name: (free_port(), free_port()) for name in ("a", "b")}
         self.nodes: dict[str, RunningServer] = {}
         self.runs = 0

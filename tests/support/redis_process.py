@@ -1,5 +1,6 @@
 """Redis for a test: ``redis-server`` on a free loopback port, nothing persisted (no RDB
-snapshots, no append-only file), ready once it answers ``PING``, stopped at the end.
+snapshots, no append-only file), optionally behind a password, ready once it answers ``PING``,
+stopped at the end.
 
 Skips the test when ``redis-server`` is missing (``make infra`` installs it). The fixture
 ``redis_server`` gives a running one per test; a module that shares one uses
@@ -25,27 +26,37 @@ from tests.support.ports import free_port
 class RedisServer:
     port: int
     process: BackgroundProcess
+    password: str | None = None  # what AUTH takes (requirepass); None: none needed
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        user = "" if self.password is None else f":{self.password}@"
+        return f"redis://{user}127.0.0.1:{self.port}/0"
 
     def ping(self, timeout_s: float = 1.0) -> bool:
         """True when the server answers ``PING`` with ``+PONG`` (RESP, no client library)."""
+        auth = b"" if self.password is None else f"AUTH {self.password}\r\n".encode()
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=timeout_s) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(64).startswith(b"+PONG")
-        except OSError:
+                sock.sendall(auth + b"PING\r\n")
+                answer = b""
+                while answer.count(b"\r\n") < (2 if auth else 1):
+                    received = sock.recv(64)
+                    if not received:
+                        break
+                    answer += received
+                return answer.split(b"\r\n")[-2].startswith(b"+PONG")
+        except (OSError, IndexError):
             return False
 
 
 @contextmanager
 def running_redis(
-    directory: Path, timeout_s: float = 10.0, port: int | None = None
+    directory: Path, timeout_s: float = 10.0, port: int | None = None, password: str | None = None
 ) -> Iterator[RedisServer]:
     """A ready Redis until the block ends (on ``port``, e.g. a stopped one's to bring it back
-    where its clients look; default a free one); its log is ``directory/redis-PORT.log``."""
+    where its clients look; default a free one; ``password``: clients must give it, and its
+    ``url`` carries it); its log is ``directory/redis-PORT.log``."""
     port = port or free_port()
     argv = [
         require_binary("redis-server", "redis-server"),
@@ -54,11 +65,12 @@ def running_redis(
         "--save", "",
         "--appendonly", "no",
         "--dir", str(directory),
+        *(() if password is None else ("--requirepass", password)),
     ]  # fmt: skip
     process = BackgroundProcess(argv, directory / f"redis-{port}.log")
     try:
         process.wait_listening([port], timeout_s)
-        server = RedisServer(port, process)
+        server = RedisServer(port, process, password)
         deadline = time.monotonic() + timeout_s
         while not server.ping():
             if time.monotonic() > deadline:

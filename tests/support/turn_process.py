@@ -1,6 +1,8 @@
-"""A real TURN relay (Debian's ``coturn``) on loopback, for a test: long-term credentials
-``cadenza``/``relay-secret`` in realm ``cadenza``, relaying between loopback peers, UDP only.
-``make test`` installs it; tests skip with the reason where it is missing."""
+"""A real TURN relay (Debian's ``coturn``) on loopback, for a test: credentials that expire,
+checked against the shared secret ``SECRET`` (``use-auth-secret`` with ``static-auth-secret``,
+the scheme cadenza/edge/transports/turn_credentials.py computes) in realm ``cadenza``, relaying
+between loopback peers, UDP only. ``make test`` installs it; tests skip with the reason where
+it is missing."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-USER, PASSWORD = "cadenza", "relay-secret"
+SECRET = "relay-secret-shared-with-cadenza"
 
 
 def _free_udp_port() -> int:
@@ -33,8 +35,8 @@ class TurnRelay:
         command = [
             binary, "-n", "--no-cli", "--no-tls", "--no-dtls", "--allow-loopback-peers",
             "--listening-ip=127.0.0.1", "--relay-ip=127.0.0.1", f"--listening-port={self.port}",
-            f"--min-port={relay_low}", f"--max-port={relay_low + 200}", "--lt-cred-mech",
-            f"--user={USER}:{PASSWORD}", "--realm=cadenza", f"--log-file={self.log_path}",
+            f"--min-port={relay_low}", f"--max-port={relay_low + 200}", "--use-auth-secret",
+            f"--static-auth-secret={SECRET}", "--realm=cadenza", f"--log-file={self.log_path}",
             "--simple-log", "--no-stdout-log", "--verbose",
             f"--pidfile={workdir / 'turnserver.pid'}",
         ]  # fmt: skip
@@ -60,10 +62,12 @@ class TurnRelay:
                     continue
         raise RuntimeError(f"turnserver did not start on port {self.port}")
 
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
     def allocations(self) -> int:
         """Relay allocations the server logged as made (what a relayed peer needs)."""
-        log = self.log_path.read_text() if self.log_path.exists() else ""
-        return log.count("ALLOCATE processed, success")
+        return self.log().count("ALLOCATE processed, success")
 
     def stop(self) -> None:
         if self.process.poll() is None:

@@ -8,6 +8,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
+    "cadenza/edge/server/client_token_route.py": (
+        "tests/integration/test_client_tokens.py",
+        "a route, driven against a real server with the tokens it mints",
+    ),
+    "cadenza/edge/server/socket_peer.py": (
+        "tests/integration/test_client_tokens.py",
+        "what the admin routes judge by, checked through a real server and a forged header",
+    ),
     # module: (covering test module, why there is no test of its own)
     "cadenza/bench/codec_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/bench/engine_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),

@@ -42,13 +42,25 @@ def _warnings(caplog) -> list[str]:
 
 def test_every_previous_key_is_still_in_engine_or_read_as_its_new_key() -> None:
     kept = set(EngineConfig.model_fields)
-    moved = {key.removeprefix("engine.") for key in OLD_KEYS}
+    moved = {key.removeprefix("engine.") for key in OLD_KEYS if key.startswith("engine.")}
     assert kept | moved == PREVIOUS_ENGINE_KEYS and not kept & moved
     for old_key in OLD_KEYS.values():
         section, name = old_key.new.split(".")
         section_type = CadenzaConfig.model_fields[section].annotation
         assert name in section_type.model_fields  # type: ignore[union-attr]
         assert old_key.frames_to_ms == old_key.old.endswith(("_frames", "_steps"))
+
+
+def test_the_api_key_file_moved_to_auth_with_a_warning(monkeypatch, caplog, tmp_path) -> None:
+    monkeypatch.setenv("CADENZA_SERVER__API_KEYS_FILE", str(tmp_path / "keys"))
+    config = load_config()
+    assert config.auth.api_keys_file == str(tmp_path / "keys")
+    assert any("CADENZA_AUTH__API_KEYS_FILE" in line for line in _warnings(caplog))
+    file = tmp_path / "cadenza.toml"
+    file.write_text('[server]\napi_keys_file = "old"\nport = 9000\n[auth]\napi_keys_file = "new"\n')
+    monkeypatch.delenv("CADENZA_SERVER__API_KEYS_FILE")
+    config = load_config(config_file=file)
+    assert config.auth.api_keys_file == "new" and config.server.port == 9000
 
 
 def test_an_old_variable_is_read_as_its_new_key_with_a_warning(monkeypatch, caplog) -> None:

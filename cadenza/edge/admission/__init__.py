@@ -1,6 +1,7 @@
-"""Admission policy, in the edge process: who may use the server and when a stream may start.
+"""Admission policy, in the edge process: when a stream may start (who may ask is
+:mod:`cadenza.edge.auth`'s).
 
-``api_keys`` (who), ``validation`` (what is acceptable), ``guard`` (an input-text policy),
+``validation`` (what is acceptable), ``guard`` (an input-text policy),
 ``rate_limit`` (how much per client) and ``shared_rate_limit`` (the same buckets, the fleet's,
 in Redis), ``capacity`` (how many real-time streams an engine replica holds, from its measured
 memory and step time; ``realtime_factor``: how much slower than calibrated its steps run live;

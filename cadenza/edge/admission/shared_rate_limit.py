@@ -14,7 +14,8 @@ While Redis cannot be reached (refused, timed out, an error), ``limits.redis_fai
 ``"open"`` (the default) admits by this node's own buckets, ``"closed"`` refuses new streams
 with 503 ``quota_unavailable`` and ``Retry-After``. The outage is logged once, counted
 (``cadenza_quota_redis_failures_total``; ``cadenza_quota_shared`` is 0 meanwhile), Redis is
-tried again after :data:`RETRY_AFTER_S`, and sharing resumes by itself when it answers.
+tried again after :data:`~cadenza.edge.admission.redis_outage.RETRY_AFTER_S`, and sharing
+resumes by itself when it answers (:mod:`~cadenza.edge.admission.redis_outage`).
 """
 
 from __future__ import annotations
@@ -36,12 +37,12 @@ from cadenza.edge.admission.rate_limit import (
     RateLimited,
     RateLimiter,
 )
+from cadenza.edge.admission.redis_outage import RETRY_AFTER_S, RedisOutage
 from cadenza.edge.server.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 0.25  # one admission's round trip (and a connection's set-up) at most
-RETRY_AFTER_S = 1.0  # after a failure, this node's buckets (or refusals) for this long
 
 # KEYS: the request bucket, the audio bucket. ARGV: requests per minute, audio seconds per
 # minute (0: that bucket is off), the audio cost, the request cost (1 for a stream, 0 for more
@@ -118,32 +119,38 @@ class SharedRateLimiter:
         failure: Literal["open", "closed"] = "open",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.url = url
         self.local = local
         self.metrics = metrics
         self.failure = failure
-        self.clock = clock
+        self.outage = RedisOutage(
+            "rate limits",
+            url,
+            "admitting by this node's own buckets"
+            if failure == "open"
+            else "refusing new streams (limits.redis_failure = closed)",
+            metrics,
+            clock,
+            on_change=lambda sharing: metrics.quota_shared.set(int(sharing)),
+        )
         self.redis = aioredis.Redis.from_url(
             url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S
         )
         self._acquire = self.redis.register_script(_ACQUIRE)
         self._give_back = self.redis.register_script(_GIVE_BACK)
-        self._down_since: float | None = None
-        self._retry_at = 0.0
         self._pending: set[asyncio.Task[None]] = set()
         metrics.quota_shared.set(1)
 
     @property
     def sharing(self) -> bool:
         """Whether the last round trip reached Redis."""
-        return self._down_since is None
+        return self.outage.sharing
 
     async def acquire(self, client: str, audio_s: float, requests: int = 1) -> Grant:
         """Charge the fleet's buckets (see the module docstring for the failure modes)."""
         local = self.local
         if local.requests_per_minute == 0 and local.audio_seconds_per_minute == 0:
             return Grant(client, audio_s, shared=True)  # no limits: nothing to share
-        if self.clock() >= self._retry_at:
+        if self.outage.may_try():
             try:
                 answer = await asyncio.wait_for(
                     self._acquire(
@@ -158,9 +165,9 @@ class SharedRateLimiter:
                     TIMEOUT_S * 2,
                 )
             except (RedisError, OSError, TimeoutError) as exc:
-                self._failed(exc)
+                self.outage.failed(exc)
             else:
-                self._reached()
+                self.outage.reached()
                 if int(answer[0]) == 1:
                     return Grant(client, audio_s, shared=True)
                 reason = answer[1].decode() if isinstance(answer[1], bytes) else str(answer[1])
@@ -204,34 +211,11 @@ class SharedRateLimiter:
                     self._give_back(keys=bucket_keys(client), args=args), TIMEOUT_S * 2
                 )
             except (RedisError, OSError, TimeoutError) as exc:
-                self._failed(exc)  # lost: the client's bucket refills on its own
+                self.outage.failed(exc)  # lost: the client's bucket refills on its own
 
         task = asyncio.get_running_loop().create_task(give_back())
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
-
-    def _failed(self, exc: BaseException) -> None:
-        self.metrics.quota_redis_failures.inc()
-        self._retry_at = self.clock() + RETRY_AFTER_S
-        if self._down_since is None:
-            self._down_since = self.clock()
-            self.metrics.quota_shared.set(0)
-            mode = (
-                "admitting by this node's own buckets"
-                if self.failure == "open"
-                else "refusing new streams (limits.redis_failure = closed)"
-            )
-            log.warning("rate limits: Redis at %s unreachable (%r); %s", self.url, exc, mode)
-
-    def _reached(self) -> None:
-        if self._down_since is not None:
-            log.info(
-                "rate limits: Redis at %s answers again after %.1f s; shared again",
-                self.url,
-                self.clock() - self._down_since,
-            )
-            self._down_since = None
-            self.metrics.quota_shared.set(1)
 
 
 def quotas_for(limits: LimitsConfig, metrics: Metrics) -> Quotas:

@@ -30,6 +30,7 @@ from cadenza.contract.messages import Probed, Stats
 from cadenza.contract.native_kernels import summary
 from cadenza.edge.admission.capacity import CapacityModel
 from cadenza.edge.admission.capacity_snapshot import CapacitySnapshot, ReplicaCapacity
+from cadenza.edge.admission.client_streams import ClientStreams
 from cadenza.edge.admission.factor_memory import FactorMemory, default_dir, measured_under_load
 from cadenza.edge.admission.gate import AdmissionGate
 from cadenza.edge.admission.guard import TextGuard
@@ -60,6 +61,7 @@ class ModelService:
         guard: TextGuard | None,
         lifecycle: Lifecycle,
         node_sharers: int = 1,
+        client_streams: ClientStreams | None = None,
     ) -> None:
         self.name = config.model.public_name
         self.node_sharers = node_sharers  # nodes on this host sharing its cores (1: its own)
@@ -67,6 +69,7 @@ class ModelService:
         self.metrics = metrics
         self.edge_metrics = edge_metrics
         self.rate_limiter = rate_limiter
+        self.client_streams = client_streams  # the node's open streams per holder
         self.guard = guard
         self.lifecycle = lifecycle
         self.replicas = [
@@ -105,6 +108,7 @@ class ModelService:
         guard: TextGuard | None,
         lifecycle: Lifecycle | None = None,
         node_sharers: int = 1,
+        client_streams: ClientStreams | None = None,
     ) -> ModelService:
         """Start the model's replicas, all at once, and wait until each is ready: they
         calibrate side by side, so each measures its steps while the others work, as they
@@ -112,7 +116,9 @@ class ModelService:
         host's sibling threads: one alone runs faster than either beside the other). Raises
         ``EngineUnavailable`` (after stopping every replica). ``node_sharers``: the nodes on
         this host whose engines run on this one's cores too (1: they are its own;
-        :class:`~cadenza.contract.cpu_replicas.NodeShare`)."""
+        :class:`~cadenza.contract.cpu_replicas.NodeShare`). ``client_streams``: the node's
+        count of open streams per holder, which every model it serves shares (default: the
+        model's own)."""
         metrics = ModelMetrics(edge_metrics, config.model.public_name)
         service = cls(
             config,
@@ -122,6 +128,7 @@ class ModelService:
             guard,
             lifecycle or Lifecycle(),
             node_sharers,
+            client_streams,
         )
         started = time.perf_counter()
         starts = [asyncio.ensure_future(replica.start()) for replica in service.replicas]
@@ -202,15 +209,15 @@ class ModelService:
         return sum(r.client.num_streams for r in self.replicas if r.client is not None)
 
     def readiness(self) -> dict[str, Any]:
-        """``/readyz`` for this model: ready while some replica is; each replica's state and,
-        for one that was lost or gave up, why; whether its calibration agreed with itself
-        (one that did not is served conservatively, and says why); and which native kernels
-        its engine loaded, for which instruction set, or why not."""
+        """``/readyz`` for this model: ready while some replica is; each replica's state;
+        whether its calibration agreed with itself (one that did not is served
+        conservatively, and says why); and which native kernels its engine loaded, for which
+        instruction set, or why not. ``/readyz`` is public: why a replica was lost (its
+        exception's text) is only in ``/admin/replicas``."""
         return {
             "status": "ready" if self.is_ready() else "not ready",
             "replicas": [
                 {"replica": r.index, "status": r.status}
-                | ({"error": r.last_error} if r.last_error else {})
                 | _calibration_state(r.info)
                 | _precision_state(r.info)
                 | native_kernels_state(r.info)
@@ -330,6 +337,7 @@ class ModelService:
                 self.edge_metrics,
                 lifecycle=self.lifecycle,
                 model_metrics=self.metrics,
+                client_streams=self.client_streams,
             )
         self.gate.set_replica(replica.index, capacity)
 

@@ -7,14 +7,17 @@ SIGTERM turned into a drain), ``admin`` (operator routes: drain, rolling restart
 ``metrics`` and ``model_metrics`` (Prometheus metrics, the engine's included, one model's
 view of them), ``agent_check`` and ``node_headroom`` (the free real-time headroom HAProxy
 weights the node by), ``node_identity`` (the node's name on responses and metrics) and
-``lazy_modules`` (the web stack's first-use imports, done at start). ``static/index.html`` is
+``lazy_modules`` (the web stack's first-use imports, done at start), ``browser_policy`` (the
+hosts, origins and CORS answers every request passes first, and the page's security headers).
+``static/index.html`` (with its ``app.js`` and ``app.css``) is
 the browser client served at ``/``: plain HTML/JS with no build step (a text box, Speak and
 Stop, an optional microphone whose speech interrupts playback, live time to first audio,
 underruns and buffer depth), tested in headless Chromium with Playwright (``tests/e2e/``).
 
 Health and readiness: ``/healthz`` is 200 while the process serves. ``/readyz`` is 200 while
 every served model has a ready replica and the server is not draining, else 503; its body lists
-each model's replicas with their state, last error, calibration, precision and native kernels.
+each model's replicas with their state, calibration, precision and native kernels (why a replica
+was lost is only in ``/admin/replicas``: ``/readyz`` is public).
 While no replica of a model is ready its stream requests get 503 ``engine_unavailable`` with
 ``Retry-After`` (5 s while restarting, 60 s once it gave up), and ``/v1/models`` still lists
 it.

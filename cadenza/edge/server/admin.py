@@ -1,7 +1,10 @@
 """Operator routes: drain the server, restart a model's replicas one at a time, list replicas.
 
-They need an API key when the server has a key file (any valid key), and come from the loopback
-interface when it has none: an open server must not let anyone on the network stop it.
+With admin keys (``auth.admin_keys_file``) they take only an admin key (403 for a stream key or
+a client token); without them, only requests on this host's loopback interface that no proxy
+forwarded, judged by the socket's own peer, never by ``X-Forwarded-For``
+(:mod:`cadenza.edge.server.socket_peer`). Every front-door configuration shipped denies
+``/admin`` from outside as well.
 
 * ``POST /admin/drain``: what SIGTERM does (see :mod:`cadenza.edge.server.lifecycle`): no new
   streams, ``/readyz`` 503, open streams run on for up to ``server.drain_timeout_s``, then the
@@ -24,14 +27,14 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from cadenza.edge.auth.api_keys import bearer_token
+from cadenza.edge.server.socket_peer import socket_peer, was_forwarded
 from cadenza.edge.server.state import EdgeState
 from cadenza.edge.streams.errors import EdgeError
 
 log = logging.getLogger(__name__)
 
 router = APIRouter()
-
-_LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 def exit_after_drain(request: Request) -> Callable[[], None] | None:
@@ -91,15 +94,11 @@ async def replicas(request: Request) -> dict[str, Any]:
 
 def _authorize(request: Request) -> EdgeState:
     state: EdgeState = request.app.state.edge
-    peer = request.client.host if request.client else None
-    if state.api_keys is not None:
-        state.authenticate(request.headers.get("authorization"), peer)
-    elif peer not in _LOOPBACK:
-        raise EdgeError(
-            403,
-            "admin routes of a server without API keys answer only on the loopback interface",
-            code="forbidden",
-        )
+    state.auth.administrator(
+        bearer_token(request.headers.get("authorization")),
+        socket_peer(request.scope),
+        was_forwarded(request.scope),
+    )
     return state
 
 

@@ -3,7 +3,9 @@
 ``create_app(config)`` builds the app; its lifespan starts every model's engine replicas (child
 processes unless ``supervision.mode = "inprocess"``), supervised, and on shutdown drains (see
 :mod:`cadenza.edge.server.lifecycle`) and stops them. Routes: health, readiness, metrics, capacity,
-the OpenAI speech API, the WebSocket stream, WebRTC signalling and the admin routes.
+the OpenAI speech API, the WebSocket stream, WebRTC signalling, the admin routes and the
+browser page (``/``, ``/static/*``). Every request passes
+:class:`~cadenza.edge.server.browser_policy.BrowserPolicy` first (hosts, origins, CORS).
 """
 
 from __future__ import annotations
@@ -18,24 +20,28 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cadenza.config import CadenzaConfig
 from cadenza.contract.errors import ENGINE_RETRY_AFTER_S
 from cadenza.contract.host_nodes import HostNode
-from cadenza.edge.admission.api_keys import ApiKeys
 from cadenza.edge.admission.guard import build_guard
+from cadenza.edge.admission.shared_client_streams import client_streams_for
 from cadenza.edge.admission.shared_rate_limit import SharedRateLimiter, quotas_for
+from cadenza.edge.auth.authenticator import Authenticator
 from cadenza.edge.replicas.model_service import ModelService
-from cadenza.edge.server import admin
+from cadenza.edge.server import admin, client_token_route
 from cadenza.edge.server.agent_check import AgentCheckServer, NodeState
+from cadenza.edge.server.browser_policy import BrowserPolicy
 from cadenza.edge.server.lazy_modules import import_lazy_modules
 from cadenza.edge.server.lifecycle import Lifecycle
 from cadenza.edge.server.metrics import Metrics
 from cadenza.edge.server.node_identity import NODE_HEADER, with_node_label
+from cadenza.edge.server.socket_peer import KeepSocketPeer
 from cadenza.edge.server.state import EdgeState
-from cadenza.edge.streams.checkpoints import CheckpointStore
+from cadenza.edge.streams.checkpoints import checkpoint_store
 from cadenza.edge.streams.errors import install_error_handlers
 from cadenza.edge.transports import speech_http, webrtc_offer, websocket
 from cadenza.loop_lag import LoopLagProbe
@@ -43,7 +49,8 @@ from cadenza.version import __version__
 
 log = logging.getLogger(__name__)
 
-_INDEX_HTML = Path(__file__).parent / "static" / "index.html"
+_STATIC = Path(__file__).parent / "static"
+_INDEX_HTML = _STATIC / "index.html"
 
 
 def create_app(config: CadenzaConfig, host_node: HostNode | None = None) -> FastAPI:
@@ -53,23 +60,15 @@ def create_app(config: CadenzaConfig, host_node: HostNode | None = None) -> Fast
     before it starts any engine (:meth:`HostNode.take_share`)."""
     metrics = Metrics()
     guard = build_guard(config.guard)
-    api_keys = None
-    if config.server.api_keys_file:
-        api_keys = ApiKeys.load(config.server.api_keys_file)
-    else:
+    auth = Authenticator.from_config(config.auth)
+    if auth.is_open:
         log.warning("no API key file: every client may use this server")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         rate_limiter = quotas_for(config.limits, metrics)
-        checkpoints = None
-        if config.limits.redis_url and config.server.checkpoint_ttl_s > 0:
-            checkpoints = CheckpointStore(
-                config.limits.redis_url,
-                config.server.checkpoint_ttl_s,
-                config.server.node_name,
-                metrics,
-            )
+        client_streams = client_streams_for(config.limits, metrics)
+        checkpoints = checkpoint_store(config, metrics)
         services: dict[str, ModelService] = {}
         lifecycle = Lifecycle()
         state: EdgeState | None = None
@@ -101,7 +100,13 @@ def create_app(config: CadenzaConfig, host_node: HostNode | None = None) -> Fast
                     if getattr(app.state, "stop_requested", False):
                         break
                     service = await ModelService.start(
-                        served, metrics, rate_limiter, guard, lifecycle, node_sharers=node_sharers
+                        served,
+                        metrics,
+                        rate_limiter,
+                        guard,
+                        lifecycle,
+                        node_sharers=node_sharers,
+                        client_streams=client_streams,
                     )
                     services[service.name] = service
                     _log_ready(service)
@@ -109,7 +114,7 @@ def create_app(config: CadenzaConfig, host_node: HostNode | None = None) -> Fast
                 config=config,
                 services=services,
                 metrics=metrics,
-                api_keys=api_keys,
+                auth=auth,
                 guard=guard,
                 lifecycle=lifecycle,
                 checkpoints=checkpoints,
@@ -130,6 +135,7 @@ def create_app(config: CadenzaConfig, host_node: HostNode | None = None) -> Fast
                     await service.close()
                 if isinstance(rate_limiter, SharedRateLimiter):
                     await rate_limiter.close()
+                await client_streams.aclose()
                 if checkpoints is not None:
                     await checkpoints.close()
                 loop_lag.cancel()
@@ -150,10 +156,16 @@ def create_app(config: CadenzaConfig, host_node: HostNode | None = None) -> Fast
     app.include_router(speech_http.router)
     app.include_router(websocket.router)
     app.include_router(webrtc_offer.router)
+    app.include_router(client_token_route.router)
     app.include_router(admin.router)
 
     app.add_middleware(_CountRequests, metrics=metrics)
     app.add_middleware(_NameTheNode, node=config.server.node_name)
+    app.add_middleware(KeepSocketPeer, trusted_proxies=config.server.forwarded_allow_ips)
+    app.add_middleware(BrowserPolicy, auth=config.auth)  # outermost: before anything else
+
+    # The page's script and style, which its Content-Security-Policy allows only as files.
+    app.mount("/static", StaticFiles(directory=_STATIC), name="static")
 
     @app.get("/", response_class=HTMLResponse)
     async def browser_client() -> HTMLResponse:

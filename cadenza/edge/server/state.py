@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING
 from cadenza.config import CadenzaConfig
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.errors import EngineError
-from cadenza.edge.admission.api_keys import ApiKeys, bearer_token
 from cadenza.edge.admission.guard import TextGuard
 from cadenza.edge.admission.session_reservations import Reservation, SessionReservations
+from cadenza.edge.auth.api_keys import bearer_token
+from cadenza.edge.auth.authenticator import Authenticator
+from cadenza.edge.auth.principal import Principal
 from cadenza.edge.replicas.model_service import ModelService
 from cadenza.edge.server.lifecycle import Lifecycle
 from cadenza.edge.server.metrics import Metrics
@@ -38,7 +40,7 @@ class EdgeState:
     config: CadenzaConfig
     services: dict[str, ModelService]
     metrics: Metrics
-    api_keys: ApiKeys | None = None  # None: the server is open
+    auth: Authenticator = field(default_factory=Authenticator)  # no keys: the server is open
     guard: TextGuard | None = None
     started_at: int = field(default_factory=lambda: int(time.time()))
     webrtc_sessions: set[WebRTCSession] = field(default_factory=set)
@@ -121,26 +123,14 @@ class EdgeState:
 
     # -- who is asking ----------------------------------------------------------------------
 
-    def client_identity(self, api_key: str | None, peer: str | None) -> str | None:
-        """The client's identity for rate limits: its key's id, or its address when the server
-        is open; ``None`` when a key is required and ``api_key`` is not a valid one."""
-        if self.api_keys is None:
-            return f"ip:{peer}"
-        key_id = self.api_keys.check(api_key)
-        return f"key:{key_id}" if key_id else None
-
-    def authenticate(self, authorization: str | None, peer: str | None) -> str:
-        """Check an ``Authorization: Bearer`` header; raises :class:`EdgeError` 401 unless the
-        key is valid or none is needed. Returns the client's identity."""
-        client = self.client_identity(bearer_token(authorization), peer)
-        if client is None:
-            raise EdgeError(
-                401,
-                "missing or invalid API key (send Authorization: Bearer <key>)",
-                code="invalid_api_key",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        return client
+    def authenticate(
+        self, authorization: str | None, peer: str | None, origin: str | None = None
+    ) -> Principal:
+        """Who sends this ``Authorization: Bearer`` header (a key or a client token) from
+        ``peer`` with ``Origin`` ``origin``; raises :class:`EdgeError` 401 unless the
+        credential is valid or none is needed (see
+        :class:`~cadenza.edge.auth.authenticator.Authenticator`)."""
+        return self.auth.principal(bearer_token(authorization), peer, origin)
 
     def engine_info(self, model: str | None = None) -> EngineInfo:
         """The model's identity (see :meth:`service`); :class:`EdgeError` 503 (with

@@ -7,8 +7,8 @@ WebSocket/WebRTC session rules), ``utterance_tasks`` (the utterances a session p
 each), ``protocol`` (the WebSocket protocol's messages), ``text_segmenter`` and ``text_stream``
 (text that arrives while it plays, cut into segments on one lease), ``conversation`` (the turns
 a conversational model hears), ``microphone`` (microphone audio for speech prompts),
-``checkpoints``, ``resume_token`` and ``stream_resume`` (streams kept in Redis and resumed on
-any node, docs/scaling.md), ``sampling_fields`` (the sampling extensions every speech request
-accepts), ``untrusted_json`` (one JSON policy for every surface) and ``errors``
-(:class:`EdgeError`, rendered by every transport).
+``checkpoints``, ``checkpoint_seal``, ``resume_token`` and ``stream_resume`` (streams kept in
+Redis, sealed, and resumed on any node, docs/scaling.md), ``sampling_fields`` (the sampling
+extensions every speech request accepts), ``untrusted_json`` (one JSON policy for every
+surface) and ``errors`` (:class:`EdgeError`, rendered by every transport).
 """

@@ -13,9 +13,10 @@ the stream, however that happens::
 
 The lease ends when the engine is done with the stream (its last output or its failure) or when
 the transport closes it first (a cancel, a client that left). Ending settles the audio-seconds
-bucket with the audio the engine produced, frees the slot and counts the stream, the same way
-on every transport; ``close`` after that is a no-op. A text stream's lease carries one request
-after another (:meth:`StreamLease.speak_next`) and ends with :meth:`StreamLease.finish`.
+bucket with the audio the engine produced, frees the slot, takes the stream out of its holder's
+open streams (``limits.max_streams_per_client``) and counts it, the same way on every
+transport; ``close`` after that is a no-op. A text stream's lease carries one request after
+another (:meth:`StreamLease.speak_next`) and ends with :meth:`StreamLease.finish`.
 
 A stream survives the loss of its engine replica: the lease keeps the rows each output carries
 and the codec frames its listener has had, and when the replica is lost it asks the gate for
@@ -44,6 +45,7 @@ from cadenza.contract.request import (
     SynthesisRequest,
 )
 from cadenza.contract.stream_length import request_duration_s
+from cadenza.edge.admission.client_streams import StreamSlot
 from cadenza.edge.admission.rate_limit import Grant, QuotasUnavailable, RateLimited
 from cadenza.edge.admission.ticket import AdmissionRefused, Ticket
 from cadenza.edge.streams.errors import EdgeError
@@ -61,7 +63,8 @@ _LOSS_NOTICE_S = 1.0  # how long a stream failed as unavailable waits for its en
 
 class StreamLease:
     """One admitted stream (see the module docstring). ``queued_s``: how long it waited for
-    its slot; ``audio_s``: seconds of audio the engine has produced for it so far."""
+    its slot; ``audio_s``: seconds of audio the engine has produced for it so far. ``slot``:
+    its place among its holder's open streams, given back when it ends."""
 
     def __init__(
         self,
@@ -71,6 +74,7 @@ class StreamLease:
         grant: Grant,
         ticket: Ticket,
         sample_rate: int,
+        slot: StreamSlot,
     ) -> None:
         self.admission = admission
         self.transport = transport
@@ -81,6 +85,7 @@ class StreamLease:
         self.ended = False
         self._grant = grant
         self._ticket = ticket
+        self._slot = slot
         self._started = time.perf_counter()
         self._first_audio = False
         self._rows: list[np.ndarray] = []  # what the engine generated, as its outputs carried
@@ -268,5 +273,6 @@ class StreamLease:
         admission.lifecycle.closed(self)
         admission.rate_limiter.settle(self._grant, self.audio_s)
         admission.gate.release(self._ticket)
+        admission.client_streams.release(self._slot)
         admission.metrics.streams_active.dec()
         admission.metrics.streams_finished.labels(reason=reason, transport=self.transport).inc()

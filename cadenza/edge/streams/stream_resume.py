@@ -4,14 +4,15 @@ and say where its audio goes on and how much of the continuation the client alre
 
 ::
 
-    claimed = await claim_and_admit(state, resume, client, "websocket", heard_rate)
+    claimed = await claim_and_admit(state, resume, principal, "websocket", heard_rate)
     resumed = claimed.resumed
     async for output in claimed.lease.outputs():
         output, resumed = resumed.pass_on(output, metrics)
         ...send output...
 
 A refusal raises :class:`EdgeError` with the documented code (``resume_not_found``,
-``resume_taken``, ``resume_forbidden``, ``resume_unavailable``, or admission's own); a claim
+``resume_taken``, ``resume_forbidden``, ``resume_live``, ``resume_invalid``,
+``resume_unavailable``, or admission's own); a claim
 that admission then refuses is put back, so the client may try again elsewhere. The outcome is
 counted in ``cadenza_node_resumes_total``.
 """
@@ -27,6 +28,7 @@ import numpy as np
 
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.request import StreamOutput
+from cadenza.edge.auth.principal import Principal
 from cadenza.edge.server.metrics import Metrics
 from cadenza.edge.streams.checkpoints import Boundary, ResumeRefused, StreamHead, resume_point
 from cadenza.edge.streams.errors import EdgeError
@@ -94,32 +96,36 @@ class Claimed:
 async def claim_and_admit(
     state: EdgeState,
     resume: Resume,
-    client: str,
+    principal: Principal,
     transport: Transport,
     heard_rate: int | None = None,
 ) -> Claimed:
-    """Claim the checkpoint ``resume`` names for ``client`` and admit its stream here.
+    """Claim the checkpoint ``resume`` names for ``principal`` (its stream must be the same
+    client's, and its model within a client token's scope) and admit its stream here.
     ``heard_rate``: the rate the client counts ``samples_heard`` at when it is not the
     stream's own (WebRTC: the track's 48 kHz). Raises :class:`EdgeError`."""
     store, resumes = state.checkpoints, state.metrics.node_resumes
     if store is None:
-        message = "this server keeps no stream checkpoints (limits.redis_url is not set)"
+        message = (
+            "this server keeps no stream checkpoints (limits.redis_url or auth.token_secret "
+            "is not set)"
+        )
         raise EdgeError(503, message, code="resume_unavailable")
     try:
-        checkpoint = await store.claim(resume.token, client)
+        checkpoint = await store.claim(resume.token, principal.client)
     except ResumeRefused as exc:
         resumes.labels(outcome="expired" if exc.code == "resume_not_found" else "refused").inc()
-        status = 503 if exc.code == "resume_unavailable" else 404
-        raise EdgeError(status, exc.message, code=exc.code) from exc
+        raise EdgeError(exc.status, exc.message, code=exc.code) from exc
     head = checkpoint.head
     try:
         service = state.service(head.model, transport=transport)
+        principal.check_model(service.name)
         info = service.info()
         unit, heard = _heard(resume, head, info.sample_rate, heard_rate)
         point, at, drop = resume_point(checkpoint, heard, unit)
         lease = await service.admission.resume(
             transport=transport,
-            client=client,
+            principal=principal,
             request=head.request,
             priority=head.priority,
             rows=checkpoint.rows,

@@ -4,7 +4,7 @@ arriving (or, for a model that speaks long text in segments, when its whole text
 one sentence: :func:`~cadenza.edge.streams.text_stream.sentence_by_sentence`), and its
 admission lease::
 
-    opened = await open_utterance(state, start, client, "websocket", on_queued=queued)
+    opened = await open_utterance(state, start, principal, "websocket", on_queued=queued)
     items = opened.lease.outputs() if opened.text is None else opened.text.play(...)
 
 A refusal raises :class:`EdgeError` (the model, admission's own)."""
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.edge.admission.ticket import QueuedCallback
+from cadenza.edge.auth.principal import Principal
 from cadenza.edge.streams.checkpoints import StreamHead, seeded
 from cadenza.edge.streams.lease import StreamLease, Transport
 from cadenza.edge.streams.speak_session import StartUtterance
@@ -40,14 +41,14 @@ class OpenedUtterance:
 async def open_utterance(
     state: EdgeState,
     start: StartUtterance,
-    client: str,
+    principal: Principal,
     transport: Transport,
     *,
     audio_format: str,
     on_queued: QueuedCallback | None = None,
     on_text_stream: Callable[[TextStream], None] | None = None,
 ) -> OpenedUtterance:
-    """Admit ``start`` for ``client``; its audio goes out as ``audio_format`` at
+    """Admit ``start`` for ``principal``; its audio goes out as ``audio_format`` at
     ``start.sample_rate``. With checkpoints, a whole text's stream gets a seed (see
     :func:`seeded`); a text stream is not checkpointed. ``on_text_stream``: called with a
     text stream as soon as it exists, before admission, so that text arriving while it waits
@@ -67,13 +68,18 @@ async def open_utterance(
         request = seeded(request)
     lease = await service.admission.open(
         transport=transport,
-        client=client,
+        principal=principal,
         request=request,
         priority=speak.priority,
         on_queued=on_queued,
         text_stream=text is not None,
     )
     head = StreamHead(
-        service.name, client, audio_format, start.sample_rate, lease.request, speak.priority
+        service.name,
+        principal.client,
+        audio_format,
+        start.sample_rate,
+        lease.request,
+        speak.priority,
     )
     return OpenedUtterance(info, lease, head, text)

@@ -23,10 +23,11 @@ from collections.abc import AsyncGenerator, Awaitable
 from typing import Annotated, Literal, TypeVar
 
 from fastapi import APIRouter, Request
-from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
 from cadenza.contract.request import StreamOutput, SynthesisRequest
+from cadenza.edge.auth.principal import Principal
 from cadenza.edge.media.containers import StreamEncoder, open_encoder
 from cadenza.edge.media.tempo import TempoChanger
 from cadenza.edge.server.state import EdgeState
@@ -34,8 +35,9 @@ from cadenza.edge.streams.errors import EdgeError
 from cadenza.edge.streams.lease import StreamLease
 from cadenza.edge.streams.sampling_fields import SamplingFields
 from cadenza.edge.streams.text_stream import audio_only, sentence_by_sentence
-from cadenza.edge.streams.untrusted_json import JsonRejected, dump_json, parse_json
+from cadenza.edge.streams.untrusted_json import dump_json
 from cadenza.edge.transports.http_io import StreamedBody, read_body
+from cadenza.edge.transports.json_body import parse_json_body
 
 MAX_BODY_BYTES = 64 * 1024
 DISCONNECT_POLL_S = 0.5
@@ -91,30 +93,21 @@ class SpeechRequest(SamplingFields):
 
 def parse_speech_request(raw: bytes) -> SpeechRequest:
     """A speech request body. Raises :class:`EdgeError` 400 ``invalid_json``,
-    ``unknown_field`` or ``invalid_value``."""
-    try:
-        payload = parse_json(raw)
-    except JsonRejected as exc:
-        raise EdgeError(400, f"request body: {exc}", code="invalid_json") from exc
-    if not isinstance(payload, dict):
-        raise EdgeError(400, "request body must be a JSON object", code="invalid_json")
-    try:
-        return SpeechRequest.model_validate(payload)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        param = ".".join(str(p) for p in first["loc"]) or None
-        message = f"{param}: {first['msg']}" if param else first["msg"]
-        code = "unknown_field" if first["type"] == "extra_forbidden" else "invalid_value"
-        raise EdgeError(400, message, code=code, param=param) from exc
+    ``unknown_field`` or ``invalid_value`` (:func:`parse_json_body`)."""
+    return parse_json_body(raw, SpeechRequest)
 
 
 @router.get("/v1/models")
 async def list_models(request: Request) -> dict[str, object]:
     state: EdgeState = request.app.state.edge
-    state.authenticate(request.headers.get("authorization"), _peer(request))
+    principal = _authenticate(state, request)
     # Every served model, whether or not its engines can take work right now (a model whose
     # engines are restarting is still this server's; streams to it get 503 meanwhile).
-    infos = [s.identity for s in state.services.values()]
+    infos = [
+        s.identity
+        for s in state.services.values()
+        if principal.models is None or s.identity.model_name in principal.models
+    ]
     return {
         "object": "list",
         "data": [
@@ -136,7 +129,7 @@ async def list_models(request: Request) -> dict[str, object]:
 async def create_speech(request: Request) -> StreamedBody:
     state: EdgeState = request.app.state.edge
     server = state.config.server
-    client = state.authenticate(request.headers.get("authorization"), _peer(request))
+    principal = _authenticate(state, request)
     raw = await read_body(
         request, max_bytes=MAX_BODY_BYTES, timeout_s=server.request_body_timeout_s
     )
@@ -158,13 +151,13 @@ async def create_speech(request: Request) -> StreamedBody:
         request,
         service.admission.open(
             transport="http",
-            client=client,
+            principal=principal,
             request=synthesis,
             priority=body.priority,
             text_stream=text is not None,
         ),
     )
-    outputs = lease.outputs() if text is None else audio_only(text.play(lease, client))
+    outputs = lease.outputs() if text is None else audio_only(text.play(lease, principal.client))
 
     async def end_stream() -> None:
         try:
@@ -246,5 +239,9 @@ async def _as_sse(audio: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, N
     yield f"data: {dump_json(done)}\n\n".encode()
 
 
-def _peer(request: Request) -> str | None:
-    return request.client.host if request.client else None
+def _authenticate(state: EdgeState, request: Request) -> Principal:
+    return state.authenticate(
+        request.headers.get("authorization"),
+        request.client.host if request.client else None,
+        request.headers.get("origin"),
+    )

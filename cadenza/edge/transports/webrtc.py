@@ -9,8 +9,16 @@ empties the jitter buffer at once and aborts the generation. An inbound micropho
 kept (its newest ``limits.max_prompt_audio_s``) and becomes the speech prompt of a ``speak``
 with ``use_audio_prompt``.
 
+A control message larger than ``server.ws_max_message_bytes`` is refused unread with an
+``error`` ``message_too_large`` (:func:`oversized`), and a binary one with
+``unexpected_binary``; the peer stays usable, as a WebSocket does after a bad message.
+
 Peers that never connect are closed after ``server.webrtc_connect_timeout_s``, with every task
-and socket they held; at most ``server.max_pending_webrtc_offers`` wait to connect at once.
+and socket they held; at most ``server.max_pending_webrtc_offers`` wait to connect at once
+(``server.max_pending_webrtc_offers_per_client`` of one credential). A connected peer that sends
+no control message while nothing plays for ``server.webrtc_idle_timeout_s`` is told
+``idle_timeout`` and closed, by the rule an idle WebSocket session is closed by
+(:meth:`SpeakSession.idle_timeout_s`).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from aiortc import RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from cadenza.contract.request import FinishReason
+from cadenza.edge.auth.principal import Principal
 from cadenza.edge.media.resampler import StreamResampler
 from cadenza.edge.server.state import EdgeState
 from cadenza.edge.streams import protocol
@@ -65,6 +74,15 @@ STATS_INTERVAL_S = 0.5
 PLAY_OUT_MARGIN_S = 2.0  # how much longer than its length a last utterance may take to play
 
 
+def oversized(message: str | bytes, limit_bytes: int) -> str | None:
+    """Why a control message is refused unread (``None``: it is not): its size, in bytes
+    as sent (UTF-8 for text), is over ``limit_bytes``."""
+    size = len(message if isinstance(message, bytes) else message.encode(errors="surrogatepass"))
+    if size <= limit_bytes:
+        return None
+    return f"a control message of {size} bytes; the limit is {limit_bytes}"
+
+
 def check_webrtc_speak(speak: Speak) -> int:
     """WebRTC audio is the track: Opus at 48 kHz; a ``speak`` can only ask for that."""
     if speak.format != "pcm" or speak.sample_rate not in (None, RTC_RATE):
@@ -73,11 +91,11 @@ def check_webrtc_speak(speak: Speak) -> int:
 
 
 class WebRTCSession:
-    def __init__(self, pc: RTCPeerConnection, state: EdgeState, client: str) -> None:
+    def __init__(self, pc: RTCPeerConnection, state: EdgeState, principal: Principal) -> None:
         info = state.default.require_ready()
         self.pc = pc
         self.state = state
-        self.client = client  # identity for rate limits
+        self.principal = principal  # who made the offer
         self.buffer = JitterBuffer(RTC_RATE, FRAME_MS, state.config.server.jitter_reserve_ms)
         self.track = PacedAudioTrack(self.buffer)
         self.session = SpeakSession(
@@ -86,6 +104,7 @@ class WebRTCSession:
             max_prompt_audio_s=state.config.limits.max_prompt_audio_s,
             max_context_s=state.config.limits.max_context_s,
             binary_audio=False,
+            idle_timeout_s=state.config.server.webrtc_idle_timeout_s,
             max_message_chars=state.config.limits.max_input_chars,
             max_text_stream_chars=state.config.text_stream.max_chars,
         )
@@ -99,6 +118,7 @@ class WebRTCSession:
         self._stream_id: int | None = None  # the utterance playing, for the stats' position
         self._heard_base = 0  # 48 kHz samples of it heard before it came to this node
         self._text_streams: dict[int, TextStream] = {}  # by stream id, while they play
+        self._active_at = time.monotonic()  # the last control message, or an utterance's end
 
     @property
     def pending(self) -> bool:
@@ -125,7 +145,10 @@ class WebRTCSession:
         @self.pc.on("connectionstatechange")
         async def on_state() -> None:
             if self.pc.connectionState == "connected":
-                self.connected = True
+                if not self.connected:
+                    self.connected = True
+                    self._active_at = time.monotonic()
+                    self._spawn(self._close_when_idle())
             elif self.pc.connectionState in ("failed", "closed"):
                 await self.close()
 
@@ -149,6 +172,11 @@ class WebRTCSession:
     # -- control messages -------------------------------------------------------------------
 
     def _enqueue(self, message: str | bytes) -> None:
+        self._active_at = time.monotonic()
+        too_large = oversized(message, self.state.config.server.ws_max_message_bytes)
+        if too_large is not None:
+            self._send(protocol.error_message("message_too_large", too_large))
+            return
         try:
             self._inbox.put_nowait(message)
         except asyncio.QueueFull:
@@ -192,6 +220,7 @@ class WebRTCSession:
             else:
                 await self._resume_utterance(start, said)
         finally:
+            self._active_at = time.monotonic()  # the idle clock starts when it ends
             for event in self.session.utterance_ended(start.stream_id, said):
                 if isinstance(event, Send):
                     self._send(event.text)
@@ -207,7 +236,7 @@ class WebRTCSession:
                 opened = await open_utterance(
                     self.state,
                     start,
-                    self.client,
+                    self.principal,
                     "webrtc",
                     audio_format="pcm",
                     on_queued=queued,
@@ -227,7 +256,7 @@ class WebRTCSession:
         kHz samples, as the ``stats`` messages' ``played_samples`` do)."""
         try:
             claimed = await claim_and_admit(
-                self.state, start.resume, self.client, "webrtc", heard_rate=RTC_RATE
+                self.state, start.resume, self.principal, "webrtc", heard_rate=RTC_RATE
             )
         except EdgeError as exc:
             message = protocol.error_message(exc.code, exc.message, start.stream_id)
@@ -270,7 +299,7 @@ class WebRTCSession:
             fields["text_stream"] = True
         self._send(protocol.server_message("started", **fields))
         try:
-            items = lease.outputs() if text is None else text.play(lease, self.client)
+            items = lease.outputs() if text is None else text.play(lease, self.principal.client)
             async with contextlib.aclosing(items) as outputs:
                 async for output in outputs:
                     if isinstance(output, SegmentStarted):
@@ -344,6 +373,22 @@ class WebRTCSession:
         if not self.connected:
             log.info("closing a WebRTC peer that did not connect in time")
             await self.close()
+
+    async def _close_when_idle(self) -> None:
+        """Tell a connected peer ``idle_timeout`` and close it once it has sent no control
+        message while nothing played for ``server.webrtc_idle_timeout_s`` (the session's
+        rule: no limit while an utterance plays)."""
+        while True:
+            limit = self.session.idle_timeout_s()
+            if limit is None:  # an utterance plays: look again after a whole limit at most
+                await asyncio.sleep(self.state.config.server.webrtc_idle_timeout_s)
+                continue
+            left = self._active_at + limit - time.monotonic()
+            if left <= 0:
+                log.info("closing a WebRTC peer idle for %.0f s", limit)
+                await self._execute(self.session.timed_out())
+                return
+            await asyncio.sleep(left)
 
     async def _report_stats(self) -> None:
         while True:

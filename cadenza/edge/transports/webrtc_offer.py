@@ -1,17 +1,21 @@
 """``POST /v1/webrtc/offer`` (a peer connection per offer, its answer back) and
 ``GET /v1/webrtc/config`` (the ICE servers a browser needs first).
 
-At most ``server.max_pending_webrtc_offers`` peers wait to connect at once; an offer that is
-not ``{"sdp": ..., "type": "offer"}`` or whose SDP aiortc cannot take is refused with 400.
+At most ``server.max_pending_webrtc_offers`` peers wait to connect at once, and at most
+``server.max_pending_webrtc_offers_per_client`` of one credential (:func:`check_pending_offers`),
+so that one client cannot hold every place; an offer that is not
+``{"sdp": ..., "type": "offer"}`` or whose SDP aiortc cannot take is refused with 400.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
 
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
 
+from cadenza.config import ServerConfig
 from cadenza.edge.server.state import EdgeState
 from cadenza.edge.streams.errors import EdgeError
 from cadenza.edge.streams.untrusted_json import JsonRejected, parse_json
@@ -45,29 +49,48 @@ def parse_offer(raw: bytes) -> RTCSessionDescription:
     return RTCSessionDescription(sdp=sdp, type="offer")
 
 
-@router.post("/v1/webrtc/offer")
-async def webrtc_offer(request: Request) -> dict[str, str]:
-    state: EdgeState = request.app.state.edge
-    server = state.config.server
-    client = state.authenticate(
-        request.headers.get("authorization"), request.client.host if request.client else None
-    )
-    state.lifecycle.check_open()  # 503 shutting_down while the server drains
-    state.engine_info()  # 503 while the engine is not ready
-    raw = await read_body(request, max_bytes=MAX_SDP_BYTES, timeout_s=server.request_body_timeout_s)
-    offer = parse_offer(raw)
-    if (
-        sum(session.pending for session in state.webrtc_sessions)
-        >= server.max_pending_webrtc_offers
-    ):
+def check_pending_offers(pending: Iterable[str], holder: str, server: ServerConfig) -> None:
+    """Whether ``holder`` may offer one more peer while the peers of ``pending`` (their
+    holders, one per peer waiting to connect) wait. Raises :class:`EdgeError`
+    ``too_many_offers``: 429 when the holder has ``server.max_pending_webrtc_offers_per_client``
+    waiting (its own doing), 503 when the server has ``server.max_pending_webrtc_offers``; both
+    with ``Retry-After`` the connect timeout, by which every pending peer has connected or
+    gone."""
+    waiting = list(pending)
+    per_client = server.max_pending_webrtc_offers_per_client
+    if sum(other == holder for other in waiting) >= per_client:
+        raise EdgeError(
+            429,
+            f"this client already has {per_client} WebRTC peer(s) waiting to connect",
+            code="too_many_offers",
+            retry_after_s=server.webrtc_connect_timeout_s,
+        )
+    if len(waiting) >= server.max_pending_webrtc_offers:
         raise EdgeError(
             503,
             f"{server.max_pending_webrtc_offers} WebRTC peers are already waiting to connect",
             code="too_many_offers",
             retry_after_s=server.webrtc_connect_timeout_s,
         )
+
+
+@router.post("/v1/webrtc/offer")
+async def webrtc_offer(request: Request) -> dict[str, str]:
+    state: EdgeState = request.app.state.edge
+    server = state.config.server
+    principal = state.authenticate(
+        request.headers.get("authorization"),
+        request.client.host if request.client else None,
+        request.headers.get("origin"),
+    )
+    state.lifecycle.check_open()  # 503 shutting_down while the server drains
+    state.engine_info()  # 503 while the engine is not ready
+    raw = await read_body(request, max_bytes=MAX_SDP_BYTES, timeout_s=server.request_body_timeout_s)
+    offer = parse_offer(raw)
+    pending = (session.principal.holder for session in state.webrtc_sessions if session.pending)
+    check_pending_offers(pending, principal.holder, server)
     pc = RTCPeerConnection(rtc_configuration(server))
-    session = WebRTCSession(pc, state, client)
+    session = WebRTCSession(pc, state, principal)
     session.attach()
     state.webrtc_sessions.add(session)
     try:
@@ -81,8 +104,17 @@ async def webrtc_offer(request: Request) -> dict[str, str]:
 
 
 @router.get("/v1/webrtc/config")
-async def webrtc_config(request: Request) -> dict[str, Any]:
+async def webrtc_config(request: Request) -> JSONResponse:
     """What a browser needs before its offer: the ICE servers (``RTCPeerConnection``'s
-    ``iceServers``), so that it relays through the same TURN server as the node."""
+    ``iceServers``), so that it relays through the same TURN server as the node. Takes the
+    same credential as an offer (401 without one where keys are on): a relay's credentials
+    are made for the caller (``principal.client``) and expire; they are not cached
+    (``Cache-Control: no-store``)."""
     state: EdgeState = request.app.state.edge
-    return {"ice_servers": browser_ice_servers(state.config.server)}
+    principal = state.authenticate(
+        request.headers.get("authorization"),
+        request.client.host if request.client else None,
+        request.headers.get("origin"),
+    )
+    ice_servers = browser_ice_servers(state.config.server, principal.client)
+    return JSONResponse({"ice_servers": ice_servers}, headers={"Cache-Control": "no-store"})

@@ -40,8 +40,9 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.errors import EngineError
 from cadenza.contract.request import FinishReason
-from cadenza.edge.admission.api_keys import bearer_token
 from cadenza.edge.admission.session_reservations import Reservation
+from cadenza.edge.auth.api_keys import bearer_token
+from cadenza.edge.auth.principal import Principal
 from cadenza.edge.server.state import EdgeState
 from cadenza.edge.streams import protocol
 from cadenza.edge.streams.conversation import SaidFrames
@@ -103,7 +104,7 @@ class WebSocketEndpoint:
         self.websocket = websocket
         self.state = state
         self.config = state.config.server
-        self.client = "unknown"  # identity for rate limits, set by _authenticate
+        self.principal: Principal | None = None  # who is asking, set by _authenticate
         self._send_lock = asyncio.Lock()
         self._playing = UtteranceTasks()
         self._wake = asyncio.Event()  # an utterance ended, or the client was dropped
@@ -165,12 +166,17 @@ class WebSocketEndpoint:
         await self._goodbye(CLOSE_UNAVAILABLE, error.code, error.message, error.retry_after_s)
 
     async def _authenticate(self) -> bool:
-        """With API keys configured: a valid ``Authorization: Bearer`` header, or (with no
-        header at all) a ``hello`` with a valid key as the first message, within 10 s."""
+        """A valid ``Authorization: Bearer`` header (a key or a client token), or (with no
+        header at all, as a browser must) a ``hello`` with one as the first message, within
+        10 s; on an open server neither is needed, and a token given still binds its scope.
+        A refusal is told with its code (``invalid_api_key``, ``invalid_token``,
+        ``token_expired``, ``origin_not_allowed``, ``too_many_auth_failures``) and closes
+        with 1008."""
         header = self.websocket.headers.get("authorization")
         peer = self.websocket.client.host if self.websocket.client else None
-        client = self.state.client_identity(bearer_token(header), peer)
-        if client is None and header is None:
+        origin = self.websocket.headers.get("origin")
+        credential = bearer_token(header)
+        if credential is None and header is None and not self.state.auth.is_open:
             with contextlib.suppress(TimeoutError, ProtocolError):
                 async with asyncio.timeout(HELLO_TIMEOUT_S):
                     message = await self.websocket.receive()
@@ -178,12 +184,20 @@ class WebSocketEndpoint:
                     return False
                 hello = protocol.parse_client_message(message.get("text") or "")
                 if isinstance(hello, Hello):
-                    client = self.state.client_identity(hello.api_key, peer)
-        if client is None:
-            await self._goodbye(CLOSE_UNAUTHORIZED, "invalid_api_key", "missing or invalid API key")
+                    credential = hello.api_key
+        try:
+            self.principal = self.state.auth.principal(credential, peer, origin)
+        except EdgeError as exc:
+            await self._goodbye(CLOSE_UNAUTHORIZED, exc.code, exc.message, exc.retry_after_s)
             return False
-        self.client = client
         return True
+
+    @property
+    def _authenticated(self) -> Principal:
+        """Who the session is, once :meth:`_authenticate` has passed."""
+        if self.principal is None:
+            raise RuntimeError("the session is used before it is authenticated")
+        return self.principal
 
     def _release_reservation(self) -> None:
         """The session's first utterance reached admission (admitted, queued or refused), or
@@ -277,7 +291,7 @@ class WebSocketEndpoint:
                 opened = await open_utterance(
                     self.state,
                     start,
-                    self.client,
+                    self._authenticated,
                     "websocket",
                     audio_format=start.speak.format,
                     on_queued=queued,
@@ -296,7 +310,9 @@ class WebSocketEndpoint:
         """Claim the checkpoint ``start`` names and go on with its stream here (see
         :mod:`cadenza.edge.streams.stream_resume`); an ``error`` when that cannot be done."""
         try:
-            claimed = await claim_and_admit(self.state, start.resume, self.client, "websocket")
+            claimed = await claim_and_admit(
+                self.state, start.resume, self._authenticated, "websocket"
+            )
         except EdgeError as exc:
             self._release_reservation()
             await self._send_error(exc, start.stream_id)
@@ -335,7 +351,9 @@ class WebSocketEndpoint:
                 started_fields["text_stream"] = True
             await self._send_text(protocol.server_message("started", **started_fields))
             started = time.perf_counter()
-            items = lease.outputs() if text is None else text.play(lease, self.client)
+            items = (
+                lease.outputs() if text is None else text.play(lease, self._authenticated.client)
+            )
             async with contextlib.aclosing(items) as outputs:
                 async for output in outputs:
                     if isinstance(output, SegmentStarted):

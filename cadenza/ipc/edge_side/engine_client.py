@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import subprocess
 import sys
 import tempfile
@@ -118,8 +119,8 @@ class EngineClient:
                     sys.executable,
                     "-m",
                     "cadenza.ipc.engine_side",
-                    "--config-json",
-                    json.dumps(self.config.model_dump(mode="json")),
+                    "--config-file",
+                    self._write_config(),
                     "--inbound",
                     inbound,
                     "--outbound",
@@ -295,6 +296,18 @@ class EngineClient:
         self._to_engine.bind(inbound)
         self._from_engine.bind(outbound)
         return inbound, outbound
+
+    def _write_config(self) -> str:
+        """The engine's configuration (less the edge's secrets), as JSON in a file of the
+        private socket directory that only this user may read: a process's command line is
+        readable by every user of the machine, so no configuration value goes there."""
+        assert self._socket_dir is not None
+        path = os.path.join(self._socket_dir.name, "config.json")
+        text = json.dumps(self.config.without_secrets().model_dump(mode="json"))
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(text)
+        return path
 
     def _run_in_thread(self, inbound: str, outbound: str) -> None:
         # In-process mode only: the engine (and torch) load into this process on purpose.

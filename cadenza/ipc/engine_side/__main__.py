@@ -1,6 +1,7 @@
-"""The engine process: ``python -m cadenza.ipc.engine_side --config-json ... --inbound ...
+"""The engine process: ``python -m cadenza.ipc.engine_side --config-file PATH --inbound ...
 --outbound ... --replica N``, started by
-:class:`~cadenza.ipc.edge_side.engine_client.EngineClient`. It places itself
+:class:`~cadenza.ipc.edge_side.engine_client.EngineClient` (the configuration as JSON in a file
+only its user may read, never on the command line, which every user may). It places itself
 (:func:`~cadenza.ipc.engine_side.replica_placement.place_replica`, before torch is imported,
 its start already reported to the edge), then serves
 (:func:`~cadenza.ipc.engine_side.engine_loop.run_engine_loop`) until ``shutdown``."""
@@ -21,12 +22,13 @@ from cadenza.logs import configure_logging
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="cadenza engine process (started by the edge)")
-    parser.add_argument("--config-json", required=True)
+    parser.add_argument("--config-file", required=True, help="the configuration, as JSON")
     parser.add_argument("--inbound", required=True)
     parser.add_argument("--outbound", required=True)
     parser.add_argument("--replica", type=int, default=0, help="replica index (GPU choice)")
     args = parser.parse_args()
-    config = CadenzaConfig.model_validate(json.loads(args.config_json))
+    with open(args.config_file, encoding="utf-8") as file:
+        config = CadenzaConfig.model_validate(json.load(file))
     configure_logging(config.server.log_level, process=f"engine-{args.replica}")
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     try:

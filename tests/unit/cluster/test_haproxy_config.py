@@ -34,11 +34,36 @@ def test_haproxy_accepts_the_config(tmp_path):
 
 def test_haproxy_accepts_the_config_with_tls(tmp_path):
     pem = self_signed_pem(tmp_path / "front.pem")
-    text = render_haproxy_config(FrontDoor(LISTEN, NODES, tls_cert_pem=str(pem)))
-    assert f"bind 127.0.0.1:8080 ssl crt {pem}" in _section(text, "frontend cadenza")
-    assert "http-request set-header X-Forwarded-Proto https" in text
+    door = FrontDoor(LISTEN, NODES, tls_cert_pem=str(pem), redirect_http=Address("127.0.0.1", 8081))
+    text = render_haproxy_config(door)
+    frontend = _section(text, "frontend cadenza")
+    assert f"bind 127.0.0.1:8080 ssl crt {pem} ssl-min-ver TLSv1.2" in frontend
+    assert "http-request set-header X-Forwarded-Proto https" in frontend
+    assert 'http-after-response set-header Strict-Transport-Security "max-age=63072000"' in frontend
+    assert "http-request deny deny_status 403 if { path,url_dec -m beg /admin/ }" in frontend
     result = check_config(text, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_plain_http_is_redirected_to_the_tls_port():
+    pem = "/etc/cadenza/front.pem"
+    redirect = Address("0.0.0.0", 80)
+    text = render_haproxy_config(FrontDoor(LISTEN, NODES, tls_cert_pem=pem, redirect_http=redirect))
+    assert _section(text, "frontend cadenza_http") == [
+        "bind 0.0.0.0:80",
+        r"http-request replace-header Host ^(.*?)(:[0-9]+)?$ \1:8080",
+        "http-request redirect scheme https code 301",
+    ]  # no backend: nothing sent in plain HTTP, /admin included, reaches a node
+    on_443 = FrontDoor(Address("0.0.0.0", 443), NODES, tls_cert_pem=pem, redirect_http=redirect)
+    assert r"http-request replace-header Host ^(.*?)(:[0-9]+)?$ \1" in _section(
+        render_haproxy_config(on_443), "frontend cadenza_http"
+    )
+
+
+def test_without_tls_nothing_changes():
+    text = render_haproxy_config(FrontDoor(LISTEN, NODES))
+    assert "ssl" not in text and "Strict-Transport-Security" not in text
+    assert "redirect" not in text and "cadenza_http" not in text
 
 
 def test_haproxy_refuses_a_missing_certificate(tmp_path):
@@ -126,6 +151,20 @@ def test_the_largest_request_a_node_accepts_fits_one_buffer():
         (lambda: FrontDoor(LISTEN, NODES, tls_cert_pem="/a b.pem"), "--tls-cert '/a b.pem'"),
         (lambda: FrontDoor(LISTEN, NODES, tls_cert_pem="x\nglobal"), "--tls-cert"),
         (lambda: FrontDoor(LISTEN, NODES, balance="first"), "--balance 'first': expected"),  # type: ignore[arg-type]
+        (
+            lambda: FrontDoor(LISTEN, NODES, redirect_http=Address("0.0.0.0", 80)),
+            "--redirect-http '0.0.0.0:80': redirects to HTTPS need --tls-cert",
+        ),
+        (
+            lambda: FrontDoor(LISTEN, NODES, tls_cert_pem="/p.pem", redirect_http=LISTEN),
+            "--redirect-http '127.0.0.1:8080': the same address as --listen",
+        ),
+        (
+            lambda: FrontDoor(
+                LISTEN, NODES, Address("h", 1), tls_cert_pem="/p.pem", redirect_http=Address("h", 1)
+            ),
+            "--redirect-http 'h:1': the same address as --stats",
+        ),
     ],
 )
 def test_a_front_door_haproxy_could_not_run_is_refused(front_door, message):
@@ -152,8 +191,44 @@ def test_the_command_prints_the_config(capsys):
 
 
 @pytest.mark.parametrize(
+    ("flags", "redirect"),
+    [
+        ([], Address("0.0.0.0", 80)),
+        (["--redirect-http", "10.0.0.1:8081"], Address("10.0.0.1", 8081)),
+        (["--redirect-http", "off"], None),
+    ],
+)
+def test_the_command_redirects_plain_http_with_tls(capsys, flags, redirect):
+    node = "10.0.0.5:8000:8001"
+    base = ["haproxy-config", "--listen", "0.0.0.0:443", "--node", node, "--tls-cert", "/f.pem"]
+    assert main([*base, *flags]) == 0
+    assert capsys.readouterr().out == render_haproxy_config(
+        FrontDoor(
+            Address("0.0.0.0", 443),
+            (parse_node(node),),
+            tls_cert_pem="/f.pem",
+            redirect_http=redirect,
+        )
+    )
+
+
+def test_the_command_listening_on_80_with_tls_redirects_nothing(capsys):
+    flags = ["--listen", "0.0.0.0:80", "--node", "10.0.0.5:8000:8001", "--tls-cert", "/f.pem"]
+    assert main(["haproxy-config", *flags]) == 0
+    assert "cadenza_http" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
     ("flags", "named"),
     [
+        (
+            ["--listen", "127.0.0.1:1", "--node", "a:2:3", "--redirect-http", "127.0.0.1:80"],
+            "--redirect-http '127.0.0.1:80': redirects to HTTPS need --tls-cert",
+        ),
+        (
+            ["--listen", "h:1", "--node", "a:2:3", "--tls-cert", "/f", "--redirect-http", "x"],
+            "--redirect-http 'x'",
+        ),
         (["--listen", "127.0.0.1:8080", "--node", "10.0.0.5:8000"], "--node '10.0.0.5:8000'"),
         (["--listen", "127.0.0.1", "--node", "10.0.0.5:8000:8001"], "--listen '127.0.0.1'"),
         (

@@ -168,10 +168,41 @@ class Node:
 
     config: CadenzaConfig
     pending: dict[str, str]  # PENDING_FLAGS this code does not know yet: flag -> value
-    environment: dict[str, str]  # as the container sees it (a sample pod name for POD_NAME)
+    environment: dict[str, str]  # as the container sees it (sample values, see _sample)
 
 
 SAMPLE_POD_NAME = "cadenza-7c9d8f6b5-x2x9q"
+
+
+def _sample_secret(name: str, key: str) -> str:
+    """What a Secret's key holds in a real cluster, for the loader (the example Secrets hold
+    placeholders cadenza refuses): letters, digits and dashes, long enough for any secret."""
+    return f"sample-{name}-{key}-0123456789abcdef0123456789abcdef"
+
+
+_REFERENCE = re.compile(r"\$\((\w+)\)")
+
+
+def _expanded(text: str, environment: dict[str, str]) -> str:
+    """``$(NAME)`` replaced as the kubelet does: by a variable defined before (else kept)."""
+    return _REFERENCE.sub(lambda m: environment.get(m[1], m[0]), text)
+
+
+def _environment(container: dict[str, Any]) -> dict[str, str]:
+    """The container's variables as it sees them: literal values expanded, the downward API's
+    pod name and Secrets' keys as samples."""
+    environment: dict[str, str] = {}
+    for variable in container["env"]:
+        if "value" in variable:
+            value = _expanded(variable["value"], environment)
+        elif "secretKeyRef" in variable["valueFrom"]:
+            ref = variable["valueFrom"]["secretKeyRef"]
+            value = _sample_secret(ref["name"], ref["key"])
+        else:  # the downward API
+            assert variable["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+            value = SAMPLE_POD_NAME
+        environment[variable["name"]] = value
+    return environment
 
 
 def _node(monkeypatch: pytest.MonkeyPatch) -> Node:
@@ -181,15 +212,9 @@ def _node(monkeypatch: pytest.MonkeyPatch) -> Node:
     from cadenza.cli.options import overrides
 
     container = _container(_object("Deployment", "cadenza"), "cadenza")
-    environment = {}
-    for variable in container["env"]:
-        if "value" in variable:
-            environment[variable["name"]] = variable["value"]
-        else:  # the downward API
-            assert variable["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
-            environment[variable["name"]] = SAMPLE_POD_NAME
+    environment = _environment(container)
     # $(NAME) in args is the kubelet's expansion of the container's own variables
-    args = [re.sub(r"\$\((\w+)\)", lambda m: environment[m[1]], a) for a in container["args"]]
+    args = [_expanded(a, environment) for a in container["args"]]
     parsed, unknown = build_parser().parse_known_args(args)
     pending = dict(zip(unknown[::2], unknown[1::2], strict=True))
     assert set(pending) <= set(PENDING_FLAGS), f"flags cadenza does not have: {unknown}"
@@ -322,6 +347,104 @@ def test_the_headless_service_lists_every_node_for_haproxy() -> None:
     service = _object("Service", "cadenza-nodes")
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["publishNotReadyAddresses"] is True
+
+
+# -- who may connect: keys, tokens, origins, Redis's password ----------------------------------
+
+
+def _secret_keys() -> dict[str, set[str]]:
+    """The Secrets the manifests make, each with its keys."""
+    return {
+        o["metadata"]["name"]: set(o.get("stringData", {})) | set(o.get("data", {}))
+        for o in _objects()
+        if o["kind"] == "Secret"
+    }
+
+
+def _secret_ref(container: dict[str, Any], name: str) -> tuple[str, str]:
+    """The Secret and key variable ``name`` of ``container`` comes from."""
+    (variable,) = [v for v in container["env"] if v["name"] == name]
+    assert "value" not in variable, f"{name} is written in the manifest, not in a Secret"
+    ref = variable["valueFrom"]["secretKeyRef"]
+    return ref["name"], ref["key"]
+
+
+def test_every_secret_a_pod_uses_is_one_the_manifests_make() -> None:
+    secrets = _secret_keys()
+    used = 0
+    for deployment in [o for o in _objects() if o["kind"] == "Deployment"]:
+        pod = deployment["spec"]["template"]["spec"]
+        for container in pod["containers"]:
+            for variable in container.get("env", []):
+                ref = variable.get("valueFrom", {}).get("secretKeyRef")
+                if ref:
+                    assert ref["key"] in secrets[ref["name"]], ref
+                    used += 1
+        for volume in pod.get("volumes", []):
+            if "secret" in volume:
+                items = volume["secret"]["items"]
+                assert {item["key"] for item in items} <= secrets[volume["secret"]["secretName"]]
+                used += 1
+    assert used >= 4  # the key files, the token secret, Redis's password on both sides
+
+
+def test_the_example_secrets_hold_placeholders_cadenza_refuses(tmp_path: Path) -> None:
+    """Applied as shipped, the nodes do not start: no key file holds a key, the token secret
+    is too short. Nothing runs open, or on a secret everyone can read here."""
+    from cadenza.config import AuthConfig
+    from cadenza.edge.auth.api_keys import ApiKeyFileError, ApiKeys
+
+    keys = _object("Secret", "cadenza-keys")["stringData"]
+    for name in ("api-keys", "admin-keys"):
+        (tmp_path / name).write_text(keys[name])
+        with pytest.raises(ApiKeyFileError, match="holds no key"):
+            ApiKeys.load(tmp_path / name)
+    token_secret = _object("Secret", "cadenza-auth")["stringData"]["token-secret"]
+    with pytest.raises(ValueError, match="at least 32 characters"):
+        AuthConfig(token_secret=token_secret)
+
+
+def test_the_node_takes_stream_and_admin_keys_from_a_secret(monkeypatch) -> None:
+    node = _node(monkeypatch)
+    deployment = _object("Deployment", "cadenza")
+    container = _container(deployment, "cadenza")
+    names = {variable["name"] for variable in container["env"]}
+    assert "CADENZA_SERVER__API_KEYS_FILE" not in names  # the old key, deprecated
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    for path in (node.config.auth.api_keys_file, node.config.auth.admin_keys_file):
+        assert path is not None  # keys on: the node is not open, /admin/* takes admin keys
+        directory, file_name = path.rsplit("/", 1)
+        (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == directory]
+        assert mount["readOnly"] is True
+        secret = volumes[mount["name"]]["secret"]
+        assert file_name in [item["path"] for item in secret["items"]]
+        assert secret["defaultMode"] & 0o007 == 0  # not readable by other users
+    assert node.config.auth.api_keys_file != node.config.auth.admin_keys_file
+
+
+def test_the_token_secret_comes_from_a_secret(monkeypatch) -> None:
+    container = _container(_object("Deployment", "cadenza"), "cadenza")
+    name, key = _secret_ref(container, "CADENZA_AUTH__TOKEN_SECRET")
+    token_secret = _node(monkeypatch).config.auth.token_secret
+    assert token_secret is not None
+    assert token_secret.get_secret_value() == _sample_secret(name, key)
+
+
+def test_redis_takes_a_password_and_the_nodes_give_it(monkeypatch) -> None:
+    redis = _container(_object("Deployment", "redis"), "redis")
+    args = redis["args"]
+    password_variable = _REFERENCE.fullmatch(args[args.index("--requirepass") + 1])
+    assert password_variable is not None  # $(NAME): the kubelet's expansion
+    secret = _secret_ref(redis, password_variable[1])
+    assert _secret_ref(redis, "REDISCLI_AUTH") == secret  # the probe's redis-cli logs in
+    assert redis["readinessProbe"]["exec"]["command"][0] == "redis-cli"
+    url = urlsplit(_setting(_node(monkeypatch), "--redis-url") or "")
+    assert url.password == _sample_secret(*secret)  # the same Secret's key, in the URL
+
+
+def test_browser_origins_are_set(monkeypatch) -> None:
+    origins = _node(monkeypatch).config.auth.allowed_origins
+    assert origins and all(origin.startswith("https://") for origin in origins)
 
 
 # -- HAProxy --------------------------------------------------------------------------------
@@ -468,6 +591,33 @@ def test_the_static_front_door_balances_and_checks_alike(capsys) -> None:
     assert _directive(static, "balance") == _directive(ours, "balance")
     assert _directive(static, "option", "httpchk") == _directive(ours, "option", "httpchk")
     assert f"agent-port {AGENT_PORT}" in written
+
+
+ADMIN_DENIAL = ["http-request", "deny", "deny_status", "403", "if", "{", "path,url_dec", "-m"]
+
+
+def test_admin_routes_are_refused_at_the_door_as_the_static_front_door_refuses_them(
+    capsys,
+) -> None:
+    """``/admin/*`` acts on one node, and a node without admin keys trusts loopback callers:
+    the door refuses it (403), with the very rule ``cadenza haproxy-config`` writes (its
+    effect on a real HAProxy: tests/integration/test_haproxy_front_door.py)."""
+    from cadenza.cli import main
+
+    node = f"10.0.0.1:{HTTP_PORT}:{AGENT_PORT}"
+    assert main(["haproxy-config", "--listen", "0.0.0.0:8080", "--node", node]) == 0
+    static = _haproxy_sections(capsys.readouterr().out)["frontend cadenza"]
+    ours = [
+        lines
+        for name, lines in _haproxy_sections(_haproxy_cfg()).items()
+        if name.startswith("frontend") and any(words[0] == "default_backend" for words in lines)
+    ]
+    (frontend,) = ours
+    (rule,) = [words for words in static if words[:8] == ADMIN_DENIAL]
+    assert rule == [*ADMIN_DENIAL, "beg", "/admin/", "}"]
+    assert rule in frontend
+    # before default_backend, so that no request reaches a node first
+    assert frontend.index(rule) < frontend.index(["default_backend", "cadenza_nodes"])
 
 
 # -- metrics: what cadenza exports, and the queries over them --------------------------------

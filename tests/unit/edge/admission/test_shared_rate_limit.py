@@ -103,7 +103,7 @@ def test_redis_away_open_admits_locally_closed_refuses_and_both_recover(tmp_path
         opened.settle(local, 0)  # back to the bucket it came from
         with running_redis(tmp_path, port=redis.port):
             for limiter in (opened, closed):
-                limiter._retry_at = 0.0  # no need to wait out the retry interval in a test
+                limiter.outage.retry_at = 0.0  # no need to wait out the retry interval in a test
             assert (await opened.acquire("c", 1)).shared and opened.sharing
             assert (await closed.acquire("c", 1)).shared
             assert "cadenza_quota_shared 1.0" in generate_latest(open_metrics.registry).decode()

@@ -15,6 +15,7 @@ import redis
 from cadenza.contract.request import StreamOutput, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.edge.server.metrics import Metrics
+from cadenza.edge.streams.checkpoint_seal import CheckpointSeal
 from cadenza.edge.streams.checkpoints import (
     Boundary,
     Checkpoint,
@@ -61,9 +62,15 @@ async def _write_three_outputs(store: CheckpointStore, token: str, head: StreamH
     return writer
 
 
-def _store(server: RedisServer, ttl_s: float = 60.0) -> tuple[CheckpointStore, Metrics]:
+SECRET = "a fleet's token secret, 32 characters or more"
+
+
+def _store(
+    server: RedisServer, ttl_s: float = 60.0, secret: str = SECRET
+) -> tuple[CheckpointStore, Metrics]:
     metrics = Metrics()
-    return CheckpointStore(server.url, ttl_s, "node-a", metrics), metrics
+    seal = CheckpointSeal.from_secret(secret)
+    return CheckpointStore(server.url, ttl_s, "node-a", metrics, seal), metrics
 
 
 def _keys(server: RedisServer) -> list[bytes]:
@@ -199,7 +206,8 @@ def test_a_claim_that_could_not_be_served_is_put_back(redis_server: RedisServer)
 def test_redis_away_leaves_the_stream_unprotected_and_counted(tmp_path) -> None:
     async def scenario() -> tuple[float, ResumeRefused]:
         metrics = Metrics()
-        store = CheckpointStore("redis://127.0.0.1:1/0", 60.0, "node-a", metrics)
+        seal = CheckpointSeal.from_secret(SECRET)
+        store = CheckpointStore("redis://127.0.0.1:1/0", 60.0, "node-a", metrics, seal)
         writer = store.begin(new_token(), HEAD)
         writer.record(_output(4, 2, 1280))
         await asyncio.sleep(0.3)

@@ -26,6 +26,7 @@ from cadenza.edge.admission.gate import AdmissionGate
 from cadenza.edge.admission.guard import GuardVerdict, PhraseListGuard, TextGuard
 from cadenza.edge.admission.rate_limit import RateLimiter
 from cadenza.edge.admission.ticket import Ticket
+from cadenza.edge.auth.principal import Principal
 from cadenza.edge.server.metrics import Metrics
 from cadenza.edge.server.model_metrics import ModelMetrics
 from cadenza.edge.streams.admission_sequence import Admission
@@ -147,11 +148,15 @@ async def open_lease(
     model = fields.pop("model", None)
     return await admission.open(
         transport=transport,
-        client=client,
+        principal=principal_of(client),
         request=request(**fields),
         priority="realtime",
         model=model,
     )
+
+
+def principal_of(client: str) -> Principal:
+    return Principal(kind="stream_key", client=client, holder=client)
 
 
 async def refusal(admission: Admission, **kwargs: Any) -> EdgeError:
@@ -379,7 +384,7 @@ def test_a_client_that_leaves_while_queued_gets_its_audio_back() -> None:
         waiting = asyncio.create_task(
             admission.open(
                 transport="http",
-                client=CLIENT,
+                principal=principal_of(CLIENT),
                 request=request(),
                 priority="standard",
                 on_queued=on_queued,

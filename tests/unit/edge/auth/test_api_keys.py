@@ -2,7 +2,7 @@ import hashlib
 
 import pytest
 
-from cadenza.edge.admission.api_keys import ApiKeyFileError, ApiKeys, bearer_token
+from cadenza.edge.auth.api_keys import ApiKeyFileError, ApiKeys, bearer_token
 
 
 def test_plain_and_hashed_keys(tmp_path):
