@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 
 import httpx
 import pytest
@@ -180,3 +181,45 @@ def test_the_sdk_mints_for_an_app_server_and_streams_with_the_token(server):
     with pytest.raises(TokenMintError) as refused:
         mint_client_token(server.url, KEY, ttl_s=1e6)
     assert (refused.value.status, refused.value.code) == (400, "invalid_value")
+
+
+def test_a_session_outliving_its_token_renews_it_with_a_hello(server):
+    tokens = ClientTokens(SECRET)
+    # Valid for about one more second (expired four seconds ago; five of clock skew allowed).
+    short, _ = tokens.mint(MINTER, 1, TokenScope(), now=time.time() - 5)
+    fresh = _mint(server, ttl_s=60).json()["token"]
+    foreign = _mint(server, ADMIN, ttl_s=60).json()["token"]  # another key's: another client
+    url = server.url.replace("http", "ws") + "/v1/stream"
+
+    async def main():
+        async with websockets.connect(url) as raw:
+            await raw.send(json.dumps({"type": "hello", "api_key": short}))
+            assert json.loads(await raw.recv())["type"] == "ready"
+            await asyncio.sleep(1.5)
+            await raw.send(json.dumps({"type": "speak", "text": "hi", "format": "pcm"}))
+            expired = json.loads(await raw.recv())
+            await raw.send(json.dumps({"type": "hello", "api_key": foreign}))
+            other = json.loads(await raw.recv())
+            await raw.send(json.dumps({"type": "hello", "api_key": "eyJ.forged.token"}))
+            forged = json.loads(await raw.recv())
+            await raw.send(json.dumps({"type": "hello", "api_key": fresh}))
+            renewed = json.loads(await raw.recv())
+            await raw.send(json.dumps({"type": "speak", "text": "hi", "format": "pcm"}))
+            while True:
+                message = await raw.recv()
+                if isinstance(message, str) and json.loads(message)["type"] in ("done", "error"):
+                    return expired, other, forged, renewed, json.loads(message)
+
+    expired, other, forged, renewed, last = asyncio.run(main())
+    assert (expired["type"], expired["code"]) == ("error", "token_expired")
+    assert (other["type"], other["code"]) == ("error", "forbidden")
+    assert (forged["type"], forged["code"]) == ("error", "invalid_token")
+    assert renewed["type"] == "authenticated" and renewed["expires_at"] > time.time()
+    assert last["type"] == "done"
+
+
+def test_an_expired_token_opens_no_webrtc_session_and_its_relay_expires_with_it(server):
+    expired, _ = ClientTokens(SECRET).mint(MINTER, 1, TokenScope(), now=time.time() - 60)
+    headers = {"Authorization": f"Bearer {expired}"}
+    offer = httpx.post(f"{server.url}/v1/webrtc/offer", json={}, headers=headers)
+    assert _code(offer) == (401, "token_expired")

@@ -47,6 +47,10 @@ class ApiKeys:
             digests.append(digest)
         return cls(digests)
 
+    def ids(self) -> frozenset[str]:
+        """The id of every key in the file (as :meth:`check` names them)."""
+        return frozenset(digest.hex()[:12] for digest in self._digests)
+
     def check(self, presented: str | None) -> str | None:
         """The key's id (the first 12 hex digits of its SHA-256) if it is valid, else None."""
         if not presented:

@@ -6,7 +6,9 @@ What is accepted (docs/security.md):
 * an admin key (``auth.admin_keys_file``): streams, mints tokens, and is the only credential
   ``/admin/*`` takes when admin keys are configured;
 * a stream key (``auth.api_keys_file``): streams and mints tokens;
-* a client token (``auth.token_secret``): streams within its scope, from its origin;
+* a client token (``auth.token_secret``): streams within its scope, from its origin, while
+  the key that minted it is still configured (a token of a key taken out of the key files, or
+  one minted by an open server, is refused by a server with keys);
 * nothing, on a server without stream keys (open): streams, known by address. A token
   presented to an open server still binds its scope, and a bad one is still refused.
 
@@ -22,11 +24,12 @@ from cadenza.config.auth import AuthConfig
 from cadenza.edge.auth.api_keys import ApiKeys
 from cadenza.edge.auth.auth_failures import AuthFailures
 from cadenza.edge.auth.client_tokens import ClientTokens, TokenRefused, looks_like_token
-from cadenza.edge.auth.origins import normalized_origin
+from cadenza.edge.auth.origins import normalized_origin, split_host
 from cadenza.edge.auth.principal import Principal
 from cadenza.edge.streams.errors import EdgeError
 
 _LOOPBACK = ("127.0.0.1", "::1")
+_LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
 
 class Authenticator:
@@ -43,6 +46,12 @@ class Authenticator:
         self.admin_keys = admin_keys
         self.tokens = tokens
         self.failures = failures or AuthFailures()
+        self._minters = frozenset(
+            f"key:{key_id}"
+            for keys in (api_keys, admin_keys)
+            if keys is not None
+            for key_id in keys.ids()
+        )
 
     @classmethod
     def from_config(cls, config: AuthConfig) -> Authenticator:
@@ -94,6 +103,13 @@ class Authenticator:
                     raise EdgeError(
                         401, exc.message, code=exc.code, headers={"WWW-Authenticate": "Bearer"}
                     ) from None
+                if not self.is_open and principal.client not in self._minters:
+                    raise EdgeError(
+                        401,
+                        "the key that minted this client token is no longer accepted",
+                        code="invalid_token",
+                        headers={"WWW-Authenticate": "Bearer"},
+                    )
                 if principal.origin is not None and principal.origin != normalized_origin(origin):
                     raise EdgeError(
                         403,
@@ -111,20 +127,32 @@ class Authenticator:
         )
 
     def administrator(
-        self, credential: str | None, socket_peer: str | None, forwarded: bool
+        self,
+        credential: str | None,
+        socket_peer: str | None,
+        forwarded: bool,
+        host: str | None = None,
+        origin: str | None = None,
     ) -> Principal | None:
         """Whether ``/admin/*`` answers: with admin keys configured, only an admin key (401
         without a valid credential, 403 for a stream key or token); without them, only a
-        request whose socket peer is the loopback interface and that no proxy forwarded
-        (``forwarded``: it carries ``X-Forwarded-For``/``Forwarded``), whatever it presents.
-        Returns the admin key's principal (``None`` for the loopback peer). Raises
-        :class:`EdgeError`."""
+        request whose socket peer is the loopback interface, that no proxy forwarded
+        (``forwarded``: it carries ``X-Forwarded-For``/``Forwarded``), that names this host
+        by a loopback name (``host``: its ``Host``, so a page that rebinds its own name to
+        127.0.0.1 does not pass) and that no web page sent (``origin``: its ``Origin``),
+        whatever it presents. Returns the admin key's principal (``None`` for the loopback
+        peer). Raises :class:`EdgeError`."""
         if self.admin_keys is not None:
             principal = self.principal(credential, socket_peer)
             if not principal.may_administer:
                 raise EdgeError(403, "this route takes an admin key", code="forbidden")
             return principal
-        if socket_peer not in _LOOPBACK or forwarded:
+        if (
+            socket_peer not in _LOOPBACK
+            or forwarded
+            or origin is not None
+            or (split_host(host or "") or ("", None))[0] not in _LOOPBACK_NAMES
+        ):
             raise EdgeError(
                 403,
                 "without admin keys (auth.admin_keys_file) the admin routes answer only "

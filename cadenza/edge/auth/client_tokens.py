@@ -28,13 +28,12 @@ from typing import Any
 
 import jwt
 
-from cadenza.edge.auth.principal import Principal
+from cadenza.edge.auth.principal import TOKEN_LEEWAY_S, Principal
 from cadenza.edge.auth.secret_keys import derived_key
 
 ISSUER = "cadenza"
 AUDIENCE = "cadenza:stream"
 ALGORITHM = "HS256"
-LEEWAY_S = 5.0  # clock skew between the nodes of a fleet
 MAX_TOKEN_CHARS = 4096
 
 
@@ -97,7 +96,7 @@ class ClientTokens:
                 algorithms=[ALGORITHM],
                 audience=AUDIENCE,
                 issuer=ISSUER,
-                leeway=LEEWAY_S,
+                leeway=TOKEN_LEEWAY_S,
                 options={"require": ["exp", "iat", "sub", "jti", "iss", "aud"]},
             )
         except jwt.ExpiredSignatureError:

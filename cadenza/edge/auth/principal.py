@@ -11,6 +11,7 @@ for a client token, the scope its minter gave it (models, audio per stream, the 
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Literal
 
@@ -20,6 +21,8 @@ from cadenza.contract.stream_length import request_duration_s
 from cadenza.edge.streams.errors import EdgeError
 
 Kind = Literal["open", "stream_key", "admin_key", "client_token"]
+
+TOKEN_LEEWAY_S = 5.0  # clock skew between the nodes of a fleet, allowed on a token's expiry
 
 
 @dataclass(frozen=True)
@@ -53,9 +56,33 @@ class Principal:
 
     @property
     def may_mint(self) -> bool:
-        """Whether ``POST /v1/client_tokens`` takes this credential: keys (and anyone on an
-        open server) mint; a client token never does."""
-        return self.kind != "client_token"
+        """Whether ``POST /v1/client_tokens`` takes this credential: keys mint; a client
+        token never does, nor anyone on an open server (a token per request would multiply
+        every per-client limit)."""
+        return self.kind in ("stream_key", "admin_key")
+
+    def renewed_by(self, fresh: Principal) -> Principal:
+        """``fresh`` as this session's credential from now on (a ``hello`` in a session).
+        Raises :class:`EdgeError` 403 ``forbidden`` when it is another client's: a session
+        stays the client it opened as."""
+        if fresh.client != self.client:
+            raise EdgeError(
+                403, "a session renews its credential with one of the same client", code="forbidden"
+            )
+        return fresh
+
+    def check_current(self, now: float | None = None) -> None:
+        """Raises :class:`EdgeError` 401 ``token_expired`` once a token has expired: a session
+        opened with it starts no new stream after that (a ``hello`` with a fresh token of the
+        same client renews it)."""
+        if self.expires_at is None:
+            return
+        if (time.time() if now is None else now) > self.expires_at + TOKEN_LEEWAY_S:
+            raise EdgeError(
+                401,
+                "the client token has expired (a session renews it with a fresh one in a hello)",
+                code="token_expired",
+            )
 
     def check_model(self, model: str) -> None:
         """Raises :class:`EdgeError` 403 ``model_not_allowed`` for a model outside a token's
@@ -76,10 +103,12 @@ class Principal:
         limits: LimitsConfig,
         default_duration_s: float | None = None,
     ) -> SynthesisRequest:
-        """``request`` within this principal's scope: its model allowed (:meth:`check_model`)
-        and, under a token's ``max_audio_s``, its length capped there (a request that asks
-        for more explicitly is refused with 403 ``audio_not_allowed``; one whose text would
-        run longer ends at the cap)."""
+        """``request`` within this principal's scope: its token current
+        (:meth:`check_current`), its model allowed (:meth:`check_model`) and, under a token's
+        ``max_audio_s``, its length capped there (a request that asks for more explicitly is
+        refused with 403 ``audio_not_allowed``; one whose text would run longer ends at the
+        cap; a text stream's segments share the cap: :class:`TextStream`)."""
+        self.check_current()
         self.check_model(model)
         cap = self.max_audio_s
         if cap is None:

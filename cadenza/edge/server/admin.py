@@ -2,7 +2,9 @@
 
 With admin keys (``auth.admin_keys_file``) they take only an admin key (403 for a stream key or
 a client token); without them, only requests on this host's loopback interface that no proxy
-forwarded, judged by the socket's own peer, never by ``X-Forwarded-For``
+forwarded and no web page sent, naming the host by a loopback name (``localhost``,
+``127.0.0.1``, ``[::1]``: a page that rebinds its own name to 127.0.0.1 does not pass), judged
+by the socket's own peer, never by ``X-Forwarded-For``
 (:mod:`cadenza.edge.server.socket_peer`). Every front-door configuration shipped denies
 ``/admin`` from outside as well.
 
@@ -98,6 +100,8 @@ def _authorize(request: Request) -> EdgeState:
         bearer_token(request.headers.get("authorization")),
         socket_peer(request.scope),
         was_forwarded(request.scope),
+        host=request.headers.get("host"),
+        origin=request.headers.get("origin"),
     )
     return state
 

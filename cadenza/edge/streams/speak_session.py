@@ -151,7 +151,16 @@ class CloseConnection:
     code: int
 
 
-Event = Send | StartUtterance | ResumeUtterance | FeedText | StopUtterance | CloseConnection
+@dataclass(frozen=True)
+class Renew:
+    """A ``hello`` in an open session: renew the session's credential with ``credential`` (a
+    fresh client token of the same client, before the one it opened with expires). The
+    transport answers ``authenticated``, or an ``error`` and the session keeps its own."""
+
+    credential: str
+
+
+Event = Send | StartUtterance | ResumeUtterance | FeedText | StopUtterance | CloseConnection | Renew
 
 SpeakCheck = Callable[[Speak], int]
 """The transport's own check of a ``speak``: the sample rate its audio will have, or
@@ -220,7 +229,7 @@ class SpeakSession:
                 )
             return []
         assert isinstance(message, Hello)
-        return []  # authentication happened when the session opened
+        return [Renew(message.api_key)]  # the session opened authenticated: this renews it
 
     def receive_bytes(self, data: bytes) -> list[Event]:
         if not self.binary_audio:

@@ -119,8 +119,16 @@ async def claim_and_admit(
     head = checkpoint.head
     try:
         service = state.service(head.model, transport=transport)
-        principal.check_model(service.name)
         info = service.info()
+        limits = state.config.limits
+        if principal.scoped(service.name, head.request, limits, info.default_duration_s) != (
+            head.request
+        ):
+            raise EdgeError(
+                403,
+                "this client token allows less audio per stream than the stream to resume",
+                code="audio_not_allowed",
+            )
         unit, heard = _heard(resume, head, info.sample_rate, heard_rate)
         point, at, drop = resume_point(checkpoint, heard, unit)
         lease = await service.admission.resume(

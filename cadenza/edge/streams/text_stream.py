@@ -26,7 +26,10 @@ A stream that has said everything ends when its text ended, or with ``end_reason
 ``text_timeout`` after ``text_stream.idle_timeout_s`` without new text; one that would need
 more than ``text_stream.max_segments`` segments fails with ``too_many_segments``; one that a
 drain ends while it waits for text fails with ``shutting_down``. Each segment is charged to the
-client's audio-seconds bucket as it starts (:meth:`StreamLease.charge_segment`).
+client's audio-seconds bucket as it starts (:meth:`StreamLease.charge_segment`). Under a client
+token's ``max_audio_s`` the whole stream, not each segment, plays at most that long: each
+segment may last what the stream has left, and a stream that has said it all ends with
+``end_reason`` ``length``.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from cadenza.config import CadenzaConfig
 from cadenza.config.text_stream import TextStreamConfig
 from cadenza.contract.engine_info import EngineInfo
 from cadenza.contract.request import ContextTurn, FinishReason, StreamOutput, SynthesisRequest
+from cadenza.edge.auth.principal import Principal
 from cadenza.edge.streams import protocol
 from cadenza.edge.streams.errors import EdgeError
 from cadenza.edge.streams.lease import StreamLease
@@ -119,11 +123,15 @@ class TextStream:
 
     # -- playing ----------------------------------------------------------------------------
 
-    async def play(self, lease: StreamLease, client: str) -> AsyncGenerator[TextStreamItem, None]:
+    async def play(
+        self, lease: StreamLease, principal: Principal
+    ) -> AsyncGenerator[TextStreamItem, None]:
         """The stream's items (see the module docstring), its segments spoken on ``lease``
-        for ``client``, each checked as a whole text is (its length, the input guard).
-        Raises :class:`EdgeError`."""
+        for ``principal``, each checked as a whole text is (its length, the input guard) and
+        all of them within its audio per stream. Raises :class:`EdgeError`."""
         waiting = False
+        budget_s = principal.max_audio_s  # None: the stream's length is its text's
+        said_s = 0.0
         while True:
             segment = self.segmenter.next_segment(self.clock())
             if segment is None:
@@ -139,14 +147,19 @@ class TextStream:
             if len(self.segments) >= self.config.max_segments:
                 message = f"the text needs more than {self.config.max_segments} segments"
                 raise EdgeError(400, message, code="too_many_segments", param="text")
-            await lease.admission.check_segment(segment, client)
+            left_s = None if budget_s is None else budget_s - said_s
+            if left_s is not None and left_s * lease.sample_rate < 1:
+                self.end_reason = "length"
+                break
+            await lease.admission.check_segment(segment, principal.client)
             await lease.charge_segment(segment)
-            lease.speak_next(self._request(segment))
+            lease.speak_next(self._request(segment, left_s))
             self.segments.append(segment)
             waiting = False
             yield SegmentStarted(len(self.segments) - 1, segment)
             codes: list[np.ndarray] = []
             async for output in lease.outputs():
+                said_s += len(output.audio) / lease.sample_rate
                 if output.codes is not None and output.codes.size:
                     codes.append(output.codes)
                 if output.finish_reason in (FinishReason.EOS, FinishReason.LENGTH):
@@ -184,8 +197,12 @@ class TextStream:
             if self._changed.is_set():
                 return True
 
-    def _request(self, segment: str) -> SynthesisRequest:
+    def _request(self, segment: str, left_s: float | None) -> SynthesisRequest:
+        """The engine request of ``segment``; ``left_s``: the most audio it may still last."""
         template = self.template
+        max_duration_s = template.max_duration_s
+        if left_s is not None:
+            max_duration_s = left_s if max_duration_s is None else min(max_duration_s, left_s)
         sampling = template.sampling
         if sampling.seed is not None:
             sampling = dataclasses.replace(sampling, seed=sampling.seed + len(self.segments))
@@ -198,6 +215,7 @@ class TextStream:
             text=segment,
             sampling=sampling,
             context=context,
+            max_duration_s=max_duration_s,
         )
 
     def _remember(self, segment: str, codes: list[np.ndarray]) -> None:

@@ -157,7 +157,7 @@ async def create_speech(request: Request) -> StreamedBody:
             text_stream=text is not None,
         ),
     )
-    outputs = lease.outputs() if text is None else audio_only(text.play(lease, principal.client))
+    outputs = lease.outputs() if text is None else audio_only(text.play(lease, principal))
 
     async def end_stream() -> None:
         try:

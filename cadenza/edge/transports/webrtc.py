@@ -45,10 +45,12 @@ from cadenza.edge.streams.conversation import SaidFrames
 from cadenza.edge.streams.errors import EdgeError
 from cadenza.edge.streams.protocol import ProtocolError, Speak
 from cadenza.edge.streams.resume_token import new_token
+from cadenza.edge.streams.session_credential import renewed
 from cadenza.edge.streams.speak_session import (
     CloseConnection,
     Event,
     FeedText,
+    Renew,
     ResumeUtterance,
     Send,
     SpeakSession,
@@ -91,11 +93,24 @@ def check_webrtc_speak(speak: Speak) -> int:
 
 
 class WebRTCSession:
-    def __init__(self, pc: RTCPeerConnection, state: EdgeState, principal: Principal) -> None:
+    def __init__(
+        self,
+        pc: RTCPeerConnection,
+        state: EdgeState,
+        principal: Principal,
+        *,
+        peer: str | None = None,
+        origin: str | None = None,
+    ) -> None:
+        """``principal``: who made the offer, from ``peer`` with ``Origin`` ``origin`` (a
+        ``hello`` on the control channel renews it:
+        :mod:`~cadenza.edge.streams.session_credential`)."""
         info = state.default.require_ready()
         self.pc = pc
         self.state = state
-        self.principal = principal  # who made the offer
+        self.principal = principal
+        self.peer = peer
+        self.origin = origin
         self.buffer = JitterBuffer(RTC_RATE, FRAME_MS, state.config.server.jitter_reserve_ms)
         self.track = PacedAudioTrack(self.buffer)
         self.session = SpeakSession(
@@ -205,6 +220,11 @@ class WebRTCSession:
                 await self._playing.stop(event.stream_id)
             elif isinstance(event, CloseConnection):
                 self._spawn(self.close())
+            elif isinstance(event, Renew):
+                self.principal, answer = renewed(
+                    self.state.auth, self.principal, event.credential, self.peer, self.origin
+                )
+                self._send(answer)
 
     def _send(self, text: str) -> None:
         if self.channel is not None and self.channel.readyState == "open":
@@ -299,7 +319,7 @@ class WebRTCSession:
             fields["text_stream"] = True
         self._send(protocol.server_message("started", **fields))
         try:
-            items = lease.outputs() if text is None else text.play(lease, self.principal.client)
+            items = lease.outputs() if text is None else text.play(lease, self.principal)
             async with contextlib.aclosing(items) as outputs:
                 async for output in outputs:
                     if isinstance(output, SegmentStarted):

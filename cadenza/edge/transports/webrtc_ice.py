@@ -37,17 +37,22 @@ def rtc_configuration(server: ServerConfig, now_s: float | None = None) -> RTCCo
 
 
 def browser_ice_servers(
-    server: ServerConfig, subject: str, now_s: float | None = None
+    server: ServerConfig,
+    subject: str,
+    now_s: float | None = None,
+    not_after: float | None = None,
 ) -> list[dict[str, Any]]:
     """``RTCIceServer`` dictionaries (``urls``, and ``username``/``credential`` where the
     server has them), as ``GET /v1/webrtc/config`` gives them to ``subject`` (whom the relay
     serves: the client the request is charged to). Fixed credentials go out as configured;
     an entry with a ``secret`` gets a credential valid for ``server.turn_credential_ttl_s``
-    from ``now_s`` (default now). The secret itself is never in them."""
+    from ``now_s`` (default now), and no longer than ``not_after`` (the expiry of the client
+    token asking, when it expires sooner). The secret itself is never in them."""
     now = time.time() if now_s is None else now_s
-    return [
-        _entry(ice, subject, now, server.turn_credential_ttl_s) for ice in server.webrtc_ice_servers
-    ]
+    ttl_s = server.turn_credential_ttl_s
+    if not_after is not None:
+        ttl_s = max(1, min(ttl_s, int(not_after - now)))
+    return [_entry(ice, subject, now, ttl_s) for ice in server.webrtc_ice_servers]
 
 
 def _entry(ice: IceServer, subject: str, now_s: float, ttl_s: int) -> dict[str, Any]:

@@ -78,11 +78,10 @@ def check_pending_offers(pending: Iterable[str], holder: str, server: ServerConf
 async def webrtc_offer(request: Request) -> dict[str, str]:
     state: EdgeState = request.app.state.edge
     server = state.config.server
-    principal = state.authenticate(
-        request.headers.get("authorization"),
-        request.client.host if request.client else None,
-        request.headers.get("origin"),
-    )
+    peer = request.client.host if request.client else None
+    origin = request.headers.get("origin")
+    principal = state.authenticate(request.headers.get("authorization"), peer, origin)
+    principal.check_current()  # an expired token opens no session
     state.lifecycle.check_open()  # 503 shutting_down while the server drains
     state.engine_info()  # 503 while the engine is not ready
     raw = await read_body(request, max_bytes=MAX_SDP_BYTES, timeout_s=server.request_body_timeout_s)
@@ -90,7 +89,7 @@ async def webrtc_offer(request: Request) -> dict[str, str]:
     pending = (session.principal.holder for session in state.webrtc_sessions if session.pending)
     check_pending_offers(pending, principal.holder, server)
     pc = RTCPeerConnection(rtc_configuration(server))
-    session = WebRTCSession(pc, state, principal)
+    session = WebRTCSession(pc, state, principal, peer=peer, origin=origin)
     session.attach()
     state.webrtc_sessions.add(session)
     try:
@@ -116,5 +115,7 @@ async def webrtc_config(request: Request) -> JSONResponse:
         request.client.host if request.client else None,
         request.headers.get("origin"),
     )
-    ice_servers = browser_ice_servers(state.config.server, principal.client)
+    ice_servers = browser_ice_servers(
+        state.config.server, principal.client, not_after=principal.expires_at
+    )
     return JSONResponse({"ice_servers": ice_servers}, headers={"Cache-Control": "no-store"})

@@ -49,10 +49,12 @@ from cadenza.edge.streams.conversation import SaidFrames
 from cadenza.edge.streams.errors import EdgeError, error_response
 from cadenza.edge.streams.protocol import Hello, ProtocolError
 from cadenza.edge.streams.resume_token import new_token
+from cadenza.edge.streams.session_credential import renewed
 from cadenza.edge.streams.speak_session import (
     CloseConnection,
     Event,
     FeedText,
+    Renew,
     ResumeUtterance,
     Send,
     SpeakSession,
@@ -256,6 +258,13 @@ class WebSocketEndpoint:
                     async with asyncio.timeout(GOODBYE_TIMEOUT_S):
                         await self.websocket.close(event.code)
                 return True
+            elif isinstance(event, Renew):
+                peer = self.websocket.client.host if self.websocket.client else None
+                origin = self.websocket.headers.get("origin")
+                self.principal, answer = renewed(
+                    self.state.auth, self._authenticated, event.credential, peer, origin
+                )
+                await self._send_text(answer)
         return False
 
     async def _play(self, start: StartUtterance | ResumeUtterance, session: SpeakSession) -> None:
@@ -351,9 +360,7 @@ class WebSocketEndpoint:
                 started_fields["text_stream"] = True
             await self._send_text(protocol.server_message("started", **started_fields))
             started = time.perf_counter()
-            items = (
-                lease.outputs() if text is None else text.play(lease, self._authenticated.client)
-            )
+            items = lease.outputs() if text is None else text.play(lease, self._authenticated)
             async with contextlib.aclosing(items) as outputs:
                 async for output in outputs:
                     if isinstance(output, SegmentStarted):

@@ -53,6 +53,15 @@ def test_keys_and_tokens_become_principals() -> None:
     assert _refusal(auth.principal, "wrong", "10.0.0.4").code == "invalid_api_key"
 
 
+def test_a_token_is_refused_once_its_minting_key_is_gone() -> None:
+    before = _auth()
+    token, _ = ClientTokens(SECRET).mint(before.principal("stream-key", None), 60, TokenScope())
+    after = _auth(api_keys=_keys("replacement-key"))  # the leaked key taken out of the file
+    assert _refusal(after.principal, token, "10.0.0.5").code == "invalid_token"
+    minted_open, _ = ClientTokens(SECRET).mint(Principal.open_server("x"), 60, TokenScope())
+    assert _refusal(before.principal, minted_open, "10.0.0.6").code == "invalid_token"
+
+
 def test_an_open_server_admits_anyone_but_still_refuses_a_bad_token() -> None:
     auth = _auth(api_keys=None, admin_keys=None)
     assert auth.is_open
@@ -79,7 +88,7 @@ def test_a_token_bound_to_an_origin_is_refused_elsewhere() -> None:
 
 def test_admin_routes_take_only_admin_keys_when_there_are_some() -> None:
     auth = _auth()
-    assert auth.administrator("admin-key", "10.0.0.1", forwarded=True) is not None
+    assert auth.administrator("admin-key", "10.0.0.1", forwarded=True, host="x") is not None
     assert _refusal(auth.administrator, "stream-key", "127.0.0.1", False).status == 403
     token, _ = ClientTokens(SECRET).mint(auth.principal("admin-key", None), 60, TokenScope())
     assert _refusal(auth.administrator, token, "127.0.0.1", False).status == 403
@@ -88,10 +97,20 @@ def test_admin_routes_take_only_admin_keys_when_there_are_some() -> None:
 
 def test_without_admin_keys_only_an_unforwarded_loopback_peer_administers() -> None:
     auth = _auth(admin_keys=None)
-    assert auth.administrator(None, "127.0.0.1", forwarded=False) is None
-    assert auth.administrator(None, "::1", forwarded=False) is None
-    for peer, forwarded in (("127.0.0.1", True), ("10.0.0.1", False), (None, False)):
-        error = _refusal(auth.administrator, "stream-key", peer, forwarded)
+    for host in ("127.0.0.1:8000", "localhost", "LOCALHOST:1", "[::1]:8000", "::1"):
+        assert auth.administrator(None, "127.0.0.1", False, host) is None
+    assert auth.administrator(None, "::1", False, "localhost:8000") is None
+    refused = [
+        ("127.0.0.1", True, "127.0.0.1:8000", None),  # a proxy forwarded it
+        ("10.0.0.1", False, "127.0.0.1:8000", None),  # another host
+        (None, False, "127.0.0.1:8000", None),
+        ("127.0.0.1", False, "evil.example.com:8000", None),  # a name rebound to 127.0.0.1
+        ("127.0.0.1", False, None, None),
+        ("127.0.0.1", False, "localhost.evil.com", None),
+        ("127.0.0.1", False, "127.0.0.1:8000", "http://127.0.0.1:8000"),  # a web page sent it
+    ]
+    for peer, forwarded, host, origin in refused:
+        error = _refusal(auth.administrator, "stream-key", peer, forwarded, host, origin)
         assert (error.status, error.code) == (403, "forbidden")
 
 

@@ -38,5 +38,17 @@ def test_a_token_scope_limits_models_and_audio() -> None:
 def test_what_each_kind_may_do() -> None:
     key = Principal(kind="stream_key", client="key:a", holder="key:a")
     assert key.may_mint and not key.may_administer
-    assert Principal.open_server("10.0.0.1").may_mint
+    assert not Principal.open_server("10.0.0.1").may_mint  # tokens would multiply its limits
     assert Principal.open_server("10.0.0.1").client == "ip:10.0.0.1"
+
+
+def test_an_expired_token_starts_nothing_and_renews_only_as_its_own_client() -> None:
+    token = Principal(kind="client_token", client="key:a", holder="token:t", expires_at=100.0)
+    token.check_current(now=104.0)  # within the fleet's clock skew
+    assert _refusal(token.check_current, 106.0).code == "token_expired"
+    fresh = Principal(kind="client_token", client="key:a", holder="token:u", expires_at=999.0)
+    assert token.renewed_by(fresh) is fresh
+    other = Principal(kind="client_token", client="key:b", holder="token:v")
+    assert _refusal(token.renewed_by, other).code == "forbidden"
+    key = Principal(kind="stream_key", client="key:a", holder="key:a")
+    key.check_current(now=1e12)  # a key does not expire

@@ -21,6 +21,7 @@ from cadenza.edge.streams.speak_session import (
     CLOSE_NORMAL,
     CloseConnection,
     FeedText,
+    Renew,
     ResumeUtterance,
     Send,
     SpeakSession,
@@ -31,7 +32,15 @@ from cadenza.edge.streams.untrusted_json import MAX_DEPTH
 
 CODEC_RATE = 24000
 IDLE_S = 60.0
-EVENT_TYPES = (Send, StartUtterance, ResumeUtterance, FeedText, StopUtterance, CloseConnection)
+EVENT_TYPES = (
+    Send,
+    StartUtterance,
+    ResumeUtterance,
+    FeedText,
+    StopUtterance,
+    CloseConnection,
+    Renew,
+)
 
 
 def resolve(speak: Speak) -> int:
@@ -170,9 +179,9 @@ def test_ping_without_data_gets_null_data() -> None:
     assert sent(pong) == {"type": "pong", "data": None}
 
 
-def test_hello_after_the_session_opened_is_ignored() -> None:
+def test_hello_after_the_session_opened_renews_its_credential() -> None:
     session = new_session()
-    assert session.receive_text(text(type="hello", api_key="k")) == []
+    assert session.receive_text(text(type="hello", api_key="k")) == [Renew("k")]
     assert session.active_stream_id is None
 
 

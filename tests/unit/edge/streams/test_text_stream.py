@@ -12,6 +12,7 @@ import pytest
 from cadenza.config import TextStreamConfig
 from cadenza.contract.request import ContextTurn, FinishReason, StreamOutput, SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
+from cadenza.edge.auth.principal import Principal
 from cadenza.edge.streams.errors import EdgeError
 from cadenza.edge.streams.text_stream import SegmentStarted, TextStream, WaitingForText
 
@@ -36,6 +37,7 @@ class FakeLease:
         self.finish_with = finish
         self.charged: list[str] = []
         self.cut_reason: str | None = None
+        self.sample_rate = 100  # ten samples per character: a tenth of a second each
 
     async def charge_segment(self, text: str) -> None:
         self.charged.append(text)
@@ -55,12 +57,15 @@ class FakeLease:
         yield StreamOutput(request.request_id, audio[5:], finish_reason=self.finish_with)
 
 
+CLIENT = Principal(kind="stream_key", client="key:client", holder="key:client")
+
+
 def template(**fields: object) -> SynthesisRequest:
     return SynthesisRequest(request_id="stream", text="", voice="default", **fields)  # type: ignore[arg-type]
 
 
 async def play(stream: TextStream, lease: FakeLease) -> list[object]:
-    return [item async for item in stream.play(lease, "client")]  # type: ignore[arg-type]
+    return [item async for item in stream.play(lease, CLIENT)]  # type: ignore[arg-type]
 
 
 def test_segments_follow_each_other_on_one_lease_and_the_stream_ends_once():
@@ -89,7 +94,7 @@ def test_a_stream_that_said_everything_says_it_waits_then_goes_on():
         lease = FakeLease()
         stream.append("Early. ")
         items = []
-        async for item in stream.play(lease, "client"):  # type: ignore[arg-type]
+        async for item in stream.play(lease, CLIENT):  # type: ignore[arg-type]
             items.append(item)
             if isinstance(item, WaitingForText):
                 stream.append("Late.")
@@ -124,7 +129,7 @@ def test_more_segments_than_allowed_fail_the_stream():
         stream.flush()
         items = []
         with pytest.raises(EdgeError) as failed:
-            async for item in stream.play(FakeLease(), "client"):  # type: ignore[arg-type]
+            async for item in stream.play(FakeLease(), CLIENT):  # type: ignore[arg-type]
                 items.append(item)
                 if isinstance(item, WaitingForText):
                     stream.append("B. ")
@@ -172,7 +177,7 @@ def test_context_models_hear_the_earlier_segments_and_seeds_move_on():
         lease = FakeLease()
         sentences = ["Two. ", "Three. ", "Four."]
         stream.append("One. ")
-        async for item in stream.play(lease, "client"):  # type: ignore[arg-type]
+        async for item in stream.play(lease, CLIENT):  # type: ignore[arg-type]
             if isinstance(item, WaitingForText):
                 stream.append(sentences.pop(0))
                 if not sentences:
@@ -210,7 +215,7 @@ def test_a_drain_ends_a_stream_that_waits_for_text():
         lease = FakeLease()
         stream.append("Said. ")
         with pytest.raises(EdgeError) as ended:
-            async for item in stream.play(lease, "client"):  # type: ignore[arg-type]
+            async for item in stream.play(lease, CLIENT):  # type: ignore[arg-type]
                 if isinstance(item, WaitingForText):
                     lease.cut_reason = "the server is shutting down"
         return ended.value
@@ -238,3 +243,27 @@ def test_a_whole_text_goes_sentence_by_sentence_only_to_a_model_that_asks_and_on
     assert starts == ["One sentence here.", "Another one!", "And a third?"]
     assert [r.text for r in lease.requests] == starts
     assert isinstance(items[-1], StreamOutput) and items[-1].finish_reason is FinishReason.EOS
+
+
+def test_a_client_tokens_audio_per_stream_bounds_the_whole_text_stream():
+    """Each segment may last what the stream has left, and the stream ends with ``length``
+    once it has said it all, however much text still comes."""
+
+    async def main():
+        capped = Principal(
+            kind="client_token", client="key:client", holder="token:t", max_audio_s=2.5
+        )
+        stream = TextStream(TextStreamConfig(), template(), takes_context=False)
+        lease = FakeLease()
+        stream.append("One sentence of text. " * 10)  # each segment: 2.2 s at 100 Hz
+        stream.end()
+        items = [item async for item in stream.play(lease, capped)]  # type: ignore[arg-type]
+        return stream, lease, items
+
+    stream, lease, _ = asyncio.run(main())
+    said = [len(request.text) * 0.1 for request in lease.requests]  # the fake's audio
+    lefts = [request.max_duration_s for request in lease.requests]
+    assert lefts == pytest.approx([2.5 - sum(said[:i]) for i in range(len(said))])
+    assert sum(said[:-1]) < 2.5 <= sum(said)  # no segment starts once it has all been said
+    assert len(" ".join(r.text for r in lease.requests)) < len("One sentence of text. " * 10) - 1
+    assert stream.end_reason == "length" and lease.finished == "length"

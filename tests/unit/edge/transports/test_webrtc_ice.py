@@ -73,6 +73,16 @@ def test_a_relay_with_a_secret_gets_credentials_that_expire() -> None:
     assert SECRET not in json.dumps(browser) + repr(server)
 
 
+def test_a_client_tokens_relay_credentials_expire_with_the_token() -> None:
+    server = ServerConfig(webrtc_ice_servers=[{"urls": ["turn:r:3478"], "secret": SECRET}])
+    [entry] = browser_ice_servers(server, "key:a", NOW_S, not_after=NOW_S + 300)
+    assert entry["username"] == f"{int(NOW_S) + 300}:key:a"
+    [later] = browser_ice_servers(server, "key:a", NOW_S, not_after=NOW_S + 7200)
+    assert later["username"] == f"{int(NOW_S) + 3600}:key:a"  # the relay's own lifetime
+    [spent] = browser_ice_servers(server, "key:a", NOW_S, not_after=NOW_S - 10)
+    assert spent["username"] == f"{int(NOW_S) + 1}:key:a"
+
+
 def test_the_default_lifetime_is_an_hour_and_never_over_a_day() -> None:
     server = ServerConfig(webrtc_ice_servers=[{"urls": ["turn:r:3478"], "secret": SECRET}])
     assert server.turn_credential_ttl_s == 3600
