@@ -17,6 +17,7 @@ from websockets.http11 import Response
 from cadenza.edge.streams import protocol
 
 RESUME_WITHIN_S = 20.0  # how long a session keeps trying to resume a dropped utterance
+RESUME_LIVE_RETRY_S = 0.5  # a resume refused because the lost node still serves it: again after
 # A node's in-session refusals for lack of room: another node may have it (docs/protocol.md).
 CAPACITY_CODES = frozenset({"queue_full", "queue_timeout"})
 OPUS_PACKET_SAMPLES = 960  # 20 ms at 48 kHz
@@ -54,12 +55,15 @@ class Session:
         ready: dict[str, Any],
         redial: Dial | None = None,
         spill: Dial | None = None,
+        credential: dict[str, str] | None = None,
     ) -> None:
         """``redial``: a new connection after one was lost (``None``: none); ``spill``: a new
         connection to a node that can start a stream at once, or a :class:`StreamError`
-        (``None``: a refused utterance is not sent elsewhere)."""
+        (``None``: a refused utterance is not sent elsewhere); ``credential``: the headers
+        every new connection is opened with, which :meth:`renew` updates."""
         self.connection = connection
         self.ready = ready
+        self._credential = credential if credential is not None else {}
         self.resumes = 0  # utterances of this session resumed after the connection dropped
         # Utterances sent again on another node after theirs refused them for lack of room.
         self.spills = 0
@@ -133,7 +137,9 @@ class Session:
                         finished = True
                         raise _connection_lost(exc) from exc
                     lost_at = time.monotonic()
+                    finished = True  # on no connection: nothing to cancel if the resume fails
                     started = self.last_started = await self._resume(token, heard)
+                    finished = False
                     stream_id = started["stream_id"]
                     continue
                 if isinstance(message, bytes):
@@ -314,17 +320,42 @@ class Session:
 
     async def _resume(self, token: str, heard: _Heard) -> dict[str, Any]:
         """Reconnect and resume the stream of ``token`` after what was ``heard``; the new
-        ``started``. Raises :class:`StreamError`: the server's refusal, or
-        ``connection_lost``."""
+        ``started``. A refusal with ``resume_live`` (the lost node has not yet seen the
+        connection go: it still serves the stream) is asked again every
+        :data:`RESUME_LIVE_RETRY_S` within :data:`RESUME_WITHIN_S`. Raises
+        :class:`StreamError`: the server's refusal, or ``connection_lost``."""
+        deadline = time.monotonic() + RESUME_WITHIN_S
         await self._reconnect()
         message = {"type": "resume", "token": token, "samples_heard": heard.samples}
+        while True:
+            try:
+                await self.connection.send(json.dumps(message))
+                started = await self._next_control({"started"})
+            except websockets.ConnectionClosed as exc:
+                raise _connection_lost(exc) from exc
+            except StreamError as refused:
+                late = time.monotonic() + RESUME_LIVE_RETRY_S > deadline
+                if refused.code != "resume_live" or late:
+                    raise
+                await asyncio.sleep(RESUME_LIVE_RETRY_S)
+                continue
+            self.resumes += 1
+            return started
+
+    async def renew(self, api_key: str) -> int | None:
+        """Renew the session's credential with a fresh client token (or key) of the same
+        client, between utterances and before the token it opened with expires (an expired
+        token starts no utterance); connections opened later for this session (resumes,
+        spills) use it too. Returns the new expiry (unix seconds; ``None`` for a key). Raises
+        :class:`StreamError` with the server's refusal (the session keeps its credential)."""
+        await self.connection.send(json.dumps({"type": "hello", "api_key": api_key}))
         try:
-            await self.connection.send(json.dumps(message))
-            started = await self._next_control({"started"})
+            answer = await self._next_control({"authenticated"})
         except websockets.ConnectionClosed as exc:
             raise _connection_lost(exc) from exc
-        self.resumes += 1
-        return started
+        self._credential["Authorization"] = f"Bearer {api_key}"
+        expires_at = answer.get("expires_at")
+        return None if expires_at is None else int(expires_at)
 
     async def send_microphone(self, pcm: bytes, sample_rate: int = 16000) -> None:
         """Send 16-bit mono PCM as microphone audio; a later ``speak(use_audio_prompt=True)``
@@ -424,10 +455,11 @@ async def connect(
     resume token (servers with stream checkpoints), reconnect to ``url`` (the front door: any
     node will do) with backoff for up to :data:`RESUME_WITHIN_S` and go on with the utterance
     from the audio already received (``pcm`` and ``opus``); the iterator of :meth:`Session.speak`
-    carries on after a gap. A resume that fails raises :class:`StreamError` with the server's
-    reason. A ``speak`` that finds the connection closed before its utterance started is sent
-    again on a new connection (unless it uses the lost session's microphone audio or
-    conversation).
+    carries on after a gap (a resume refused with ``resume_live``, while the lost node has not
+    yet seen the connection go, is asked again). A resume that fails raises
+    :class:`StreamError` with the server's reason. A ``speak`` that finds the connection
+    closed before its utterance started is sent again on a new connection (unless it uses the
+    lost session's microphone audio or conversation).
 
     ``spill``: each connection first asks for a node that can start a stream at once
     (``X-Cadenza-Spill: 1``): a full node refuses the upgrade with 503 ``at_capacity`` and a
@@ -473,7 +505,11 @@ async def connect(
 
     connection, ready = await dial()
     session = Session(
-        connection, ready, dial if resume else None, dial_with_room if spill else None
+        connection,
+        ready,
+        dial if resume else None,
+        dial_with_room if spill else None,
+        credential=headers,
     )
     try:
         yield session

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import websockets
 
-from cadenza.client import TokenMintError, connect, mint_client_token
+from cadenza.client import StreamError, TokenMintError, connect, mint_client_token
 from cadenza.client.webrtc import WebRTCPeer
 from cadenza.edge.auth.client_tokens import ClientTokens, TokenScope
 from cadenza.edge.auth.principal import Principal
@@ -223,3 +223,26 @@ def test_an_expired_token_opens_no_webrtc_session_and_its_relay_expires_with_it(
     headers = {"Authorization": f"Bearer {expired}"}
     offer = httpx.post(f"{server.url}/v1/webrtc/offer", json={}, headers=headers)
     assert _code(offer) == (401, "token_expired")
+
+
+def test_the_sdk_renews_a_sessions_token(server):
+    short, _ = ClientTokens(SECRET).mint(MINTER, 1, TokenScope(), now=time.time() - 5)
+    fresh = mint_client_token(server.url, KEY, ttl_s=60)
+    foreign = mint_client_token(server.url, ADMIN, ttl_s=60)
+    url = server.url.replace("http", "ws") + "/v1/stream"
+
+    async def main():
+        async with connect(url, api_key=short) as session:
+            await asyncio.sleep(1.5)
+            with pytest.raises(StreamError) as expired:
+                async for _ in session.speak("hi", format="pcm"):
+                    pass
+            with pytest.raises(StreamError) as other:
+                await session.renew(foreign.token)
+            expires_at = await session.renew(fresh.token)
+            chunks = [c async for c in session.speak("hi", format="pcm")]
+            return expired.value.code, other.value.code, expires_at, chunks
+
+    expired, other, expires_at, chunks = asyncio.run(main())
+    assert (expired, other) == ("token_expired", "forbidden")
+    assert expires_at == fresh.expires_at and chunks
