@@ -27,8 +27,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     generate.add_argument(
         "--voice-audio",
         type=Path,
-        help="a WAV clip of the voice to speak in, for a model that takes context (Dia, CSM); "
-        "resampled to the codec's rate",
+        help="a WAV clip of the voice to speak in, resampled to the codec's rate: the turn "
+        "before the utterance for a model that takes context (Dia, CSM), else its speech "
+        "prompt (Pocket TTS clones the voice)",
     )
     generate.add_argument("--voice-text", help="the transcript of --voice-audio (Dia needs it)")
     generate.add_argument("--seed", type=int, help="sampling seed (same seed, same audio)")
@@ -88,7 +89,7 @@ def run(config: CadenzaConfig, args: argparse.Namespace) -> int:
             sampling=sampling,
             sampling_fields=tuple(engine.model.sampling_fields),
         )
-        context = _voice_clip(args, engine)
+        context, prompt_audio = _voice_clip(args, engine)
     except (UnknownModelError, CheckpointError, InvalidRequest, ValueError, NotInHubCache) as exc:
         print(f"cadenza: {exc}", file=sys.stderr)
         return 2
@@ -101,9 +102,10 @@ def run(config: CadenzaConfig, args: argparse.Namespace) -> int:
             max_duration_s=args.max_duration_s,
             sampling=sampling,
             context=context,
+            prompt_audio=prompt_audio,
         )
     except RequestRejected as exc:
-        clip = " (the voice clip: --voice-audio, --voice-text)" if context else ""
+        clip = " (the voice clip: --voice-audio, --voice-text)" if args.voice_audio else ""
         print(f"cadenza: {exc}{clip}", file=sys.stderr)
         return 2
     done = time.perf_counter()
@@ -118,9 +120,11 @@ def run(config: CadenzaConfig, args: argparse.Namespace) -> int:
     return 0
 
 
-def _voice_clip(args: argparse.Namespace, engine: Engine) -> tuple[ContextTurn, ...]:
-    """``--voice-audio`` (at the codec's rate) and its transcript ``--voice-text`` as the
-    conversation turn the utterance follows; none without a clip. Raises ``ValueError``."""
+def _voice_clip(args: argparse.Namespace, engine: Engine) -> tuple[tuple[ContextTurn, ...], bytes]:
+    """``--voice-audio`` (at the codec's rate) and its transcript ``--voice-text``: for a
+    model that takes context, the conversation turn the utterance follows; for another, the
+    clip as its speech prompt (float32 samples; no transcript). Neither without a clip.
+    Raises ``ValueError``."""
     from cadenza.contract.request import ContextTurn
     from cadenza.edge.media.resampler import SUPPORTED_RATES, ResampleError, resample
     from cadenza.edge.media.wav import read_wav
@@ -129,10 +133,11 @@ def _voice_clip(args: argparse.Namespace, engine: Engine) -> tuple[ContextTurn, 
     if path is None:
         if args.voice_text is not None:
             raise ValueError("--voice-text is the transcript of --voice-audio: give the clip")
-        return ()
-    if not engine.info.takes_context:
+        return (), b""
+    if not engine.info.takes_context and args.voice_text is not None:
         raise ValueError(
-            f"--voice-audio: {engine.model_name} takes no conversation context, so no voice clip"
+            f"--voice-text: {engine.model_name} takes the clip as a speech prompt, without "
+            "its transcript"
         )
     try:
         samples, rate = read_wav(path.read_bytes())
@@ -149,4 +154,6 @@ def _voice_clip(args: argparse.Namespace, engine: Engine) -> tuple[ContextTurn, 
                 f"clips are resampled from {rates} Hz only: convert it to {target} Hz"
             ) from exc
     audio = samples.astype("<f4").tobytes()
-    return (ContextTurn(voice=args.voice, text=args.voice_text or "", audio=audio),)
+    if not engine.info.takes_context:
+        return (), audio
+    return (ContextTurn(voice=args.voice, text=args.voice_text or "", audio=audio),), audio

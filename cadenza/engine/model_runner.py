@@ -10,7 +10,9 @@ each level sampled (per sequence, from its own generator) before the next is com
 
 A stateful model (:attr:`AudioTokenModel.keeps_stream_state`) gets each stream's state with
 the step (made here, at the stream's first step, from its conditioning), and its logits pass
-through the model's :meth:`~AudioTokenModel.process_logits` before they are sampled.
+through the model's :meth:`~AudioTokenModel.process_logits` before they are sampled. A model
+that samples its own rows (:attr:`AudioTokenModel.samples_rows`, continuous latents) gets what
+its forward returned there instead of the sampler.
 
 A bad request must fail alone: if the batched forward raises, each sequence is run by itself
 and only the ones that raise fail; a sequence whose logits hold NaN fails; a sampler error fails
@@ -94,7 +96,9 @@ class ModelRunner:
         constraints = [self.layout.constraints(seq) for seq in seqs]
         nan_depth: set[int] = set()
         try:
-            if hidden is None:
+            if self.model.samples_rows:
+                rows = self.model.sample_rows(logits[keep], seqs)
+            elif hidden is None:
                 columns = None if columns_of is None else self.restricted_columns(columns_of)
                 rows = sample_rows(logits[keep], seqs, self.masks, constraints, columns=columns)
             else:

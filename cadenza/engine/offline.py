@@ -51,9 +51,11 @@ def synthesize(
     max_duration_s: float | None = None,
     sampling: SamplingParams | None = None,
     context: tuple[ContextTurn, ...] = (),
+    prompt_audio: bytes = b"",
 ) -> np.ndarray:
     """The whole utterance as float32 mono audio at the codec's rate, after the conversation
-    ``context`` (its audio at the codec's rate; a model that takes context). Raises
+    ``context`` (its audio at the codec's rate; a model that takes context), in the voice of
+    ``prompt_audio`` (float32 samples at the codec's rate; none: ``voice``'s). Raises
     :class:`~cadenza.contract.errors.RequestRejected` for a request the engine refuses,
     ``RuntimeError`` if synthesis fails."""
     request_id = f"offline-{secrets.token_hex(6)}"
@@ -63,6 +65,7 @@ def synthesize(
         voice,
         max_duration_s,
         sampling or engine.model.default_sampling,
+        prompt_audio=prompt_audio,
         prompt_sample_rate=engine.sample_rate,
         context=context,
     )

@@ -25,7 +25,7 @@ import hashlib
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
@@ -177,6 +177,9 @@ class RequestIntake:
         if isinstance(self.layout, ContextRestarts):
             self._resume_from_start(seq, point)
             return
+        if self.model.samples_rows:
+            self._resume_own_rows(seq, point)
+            return
         width = self.layout.num_codebooks
         masks = self.layout.sampling_masks()
         vocab = self.model.vocab_size if masks is None else int(masks.shape[-1])
@@ -200,10 +203,31 @@ class RequestIntake:
             else:  # a two-level model draws each codebook of a row on its own
                 for _ in range(width):
                     replay_draws(seq, draws, 1)
-            seq.append(list(row))
-            seq.end_frame, reason = self.layout.on_row(seq, list(row))
-            if reason is not None or seq.num_generated >= seq.max_new_steps:
-                raise RequestRejected("the resumed stream had already ended")
+            self._append_resumed(seq, row)
+        self._resume_at(seq, point)
+
+    def _resume_own_rows(self, seq: Sequence, point: ResumePoint) -> None:
+        """:meth:`_resume` for a model that samples its own rows: it checks each row and
+        replays its draws."""
+        for row in point.rows:
+            if len(row) != self.layout.num_codebooks:
+                raise RequestRejected("resume rows do not fit this model's rows")
+            try:
+                self.model.replay_row(seq, list(row))
+            except ValueError as exc:
+                raise RequestRejected(f"resume rows: {exc}") from exc
+            self._append_resumed(seq, row)
+        self._resume_at(seq, point)
+
+    def _append_resumed(self, seq: Sequence, row: Iterable[int]) -> None:
+        seq.append(list(row))
+        seq.end_frame, reason = self.layout.on_row(seq, list(row))
+        if reason is not None or seq.num_generated >= seq.max_new_steps:
+            raise RequestRejected("the resumed stream had already ended")
+
+    def _resume_at(self, seq: Sequence, point: ResumePoint) -> None:
+        """The resumed ``seq``'s playout: ``point``'s frames heard, its rows sent."""
+        assert seq.audio is not None
         if not 0 <= point.frames_sent <= self.layout.frames_ready(seq):
             raise RequestRejected(
                 f"resume point claims {point.frames_sent} frames heard; "

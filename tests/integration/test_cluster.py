@@ -28,7 +28,13 @@ from tests.integration.server import RunningServer
 from tests.support.haproxy_process import running_haproxy
 from tests.support.ports import free_port
 
-DETERMINISTIC = {"CADENZA_CALIBRATION__MODE": "off", "CADENZA_ADMISSION__SLACK_CLOSE_MS": "-1e9"}
+# A queued standard stream may wait behind two ten-second streams where a slow machine's
+# probes lower a node's claim below its cap: the wait allowed is longer than the default 30 s.
+DETERMINISTIC = {
+    "CADENZA_CALIBRATION__MODE": "off",
+    "CADENZA_ADMISSION__SLACK_CLOSE_MS": "-1e9",
+    "CADENZA_ADMISSION__STANDARD_MAX_WAIT_S": "90",
+}
 LONG = {"model": "cadenza-tiny", "input": "x" * 42, "response_format": "pcm"}  # 3 s
 REALTIME = {**LONG, "priority": "realtime"}  # refused at once when full, not queued
 CAPS = {"a": 2, "b": 4}

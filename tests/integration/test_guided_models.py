@@ -311,8 +311,8 @@ def test_generate_refuses_a_clip_it_cannot_use_with_the_reason(tmp_path, dia, vo
             "is at 11025 Hz; the model's codec takes 44100 Hz",
         ),
         (
-            ("--model", "cadenza-tiny", "--text", "hi", "--voice-audio", clip),
-            "takes no conversation context, so no voice clip",
+            ("--model", "cadenza-tiny", "--text", "hi", "--voice-audio", clip, "--voice-text", "x"),
+            "takes the clip as a speech prompt, without its transcript",
         ),
     ]
     for args, message in cases:

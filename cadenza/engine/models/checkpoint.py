@@ -87,6 +87,25 @@ def load_weights(directory: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def named_audio_tokenizer(directory: Path) -> str | None:
+    """The codec a checkpoint's processor names (a directory or a hub id): in
+    ``audio_tokenizer_config.json`` (the hub's files) or the ``audio_tokenizer`` entry of
+    ``processor_config.json`` (as ``transformers`` 5 saves a processor); ``None`` when neither
+    names one. :class:`CheckpointError` for an entry without a name."""
+    path = directory / "audio_tokenizer_config.json"
+    if path.exists():
+        entry: Any = read_json(path)
+    else:
+        path = directory / "processor_config.json"
+        entry = read_json(path).get("audio_tokenizer") if path.exists() else None
+        if entry is None:
+            return None
+    name = entry.get("audio_tokenizer_name_or_path") if isinstance(entry, dict) else None
+    if not isinstance(name, str) or not name:
+        raise CheckpointError(f"{path}: audio_tokenizer_name_or_path must name the codec")
+    return name
+
+
 def read_json(path: Path) -> dict[str, Any]:
     """A JSON object from ``path``; :class:`CheckpointError` when missing or not an object."""
     try:

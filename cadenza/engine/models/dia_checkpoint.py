@@ -13,7 +13,12 @@ from typing import Any
 import torch
 
 from cadenza.contract.sampling import SamplingParams
-from cadenza.engine.models.checkpoint import CheckpointError, load_weights, read_json
+from cadenza.engine.models.checkpoint import (
+    CheckpointError,
+    load_weights,
+    named_audio_tokenizer,
+    read_json,
+)
 from cadenza.engine.models.dia import DiaModel, DiaSpec, DiaStackSpec
 from cadenza.engine.models.family import ConfigJson, ModelFamily, PagedLayers
 
@@ -95,22 +100,9 @@ def _generation(directory: Path) -> dict[str, Any]:
 
 
 def codec_reference(directory: Path) -> str:
-    """The codec the checkpoint names, as a directory or a hub id for the codec registry:
-    ``audio_tokenizer_config.json`` (the hub's files), else the ``audio_tokenizer`` entry of
-    ``processor_config.json`` (as ``transformers`` 5 saves a processor); the public codec when
-    neither names one."""
-    path = directory / "audio_tokenizer_config.json"
-    if path.exists():
-        entry: Any = read_json(path)
-    else:
-        path = directory / "processor_config.json"
-        entry = read_json(path).get("audio_tokenizer") if path.exists() else None
-        if entry is None:
-            return DEFAULT_CODEC
-    name = entry.get("audio_tokenizer_name_or_path") if isinstance(entry, dict) else None
-    if not isinstance(name, str) or not name:
-        raise CheckpointError(f"{path}: audio_tokenizer_name_or_path must name the codec")
-    return name
+    """The codec the checkpoint names (:func:`named_audio_tokenizer`), as a directory or a hub
+    id for the codec registry; the public codec when it names none."""
+    return named_audio_tokenizer(directory) or DEFAULT_CODEC
 
 
 def paged_shape(directory: Path, config: ConfigJson) -> PagedLayers:

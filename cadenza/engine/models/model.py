@@ -3,8 +3,9 @@ engine asks of it (never the family itself): a two-level model's depth decoder, 
 fused native CPU step can run, output heads restricted to the ids a row position may emit,
 per-stream state (an encoder's output and cross-attention keys, computed once per stream),
 a hook between the forward pass and sampling (classifier-free guidance mixing a stream's
-conditional and unconditional logits), prefix-cache keys of the model's choosing, and the
-model-specific sampling fields it takes.
+conditional and unconditional logits), a sampler of the model's own (a flow head drawing
+continuous latents, where there is no vocabulary), prefix-cache keys of the model's choosing,
+and the model-specific sampling fields it takes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from cadenza.engine.kv.paged_kv_cache import KVSpec, PagedKVCache
 from cadenza.engine.layouts.token_layout import TokenLayout
 from cadenza.engine.models.restricted_heads import RestrictedHeads
 from cadenza.engine.models.stream_state import StreamConditioning, StreamState
+from cadenza.engine.sequence import Sequence
 from cadenza.kernels.attention_context import AttentionContext
 
 
@@ -93,6 +95,11 @@ class AudioTokenModel(nn.Module, ABC):
     sampled (a guided model mixes its two branches there). Its rows need not carry the text:
     :meth:`prefix_conditioning` says what else must match for two streams to share KV.
 
+    A model that samples its own rows (:attr:`samples_rows`: continuous latents drawn by a
+    flow head) returns from ``forward`` whatever its sampler needs at each sampling token
+    (``[S, 1, F]``, checked for NaN like logits) and :meth:`sample_rows` turns it into rows;
+    the engine's sampler is not used.
+
     A two-level model sets :attr:`depth`: its rows are ``K`` wide but one step samples only
     the first id from the backbone (``forward`` returns ``logits [S, 1, V]``); the runner then
     gets the hidden states (:meth:`hidden_states`, :meth:`first_logits`) and runs the depth
@@ -110,6 +117,7 @@ class AudioTokenModel(nn.Module, ABC):
     takes_context: bool = False  # builds prompts from earlier conversation turns
     sampling_fields: frozenset[str] = frozenset()  # model-specific SamplingParams it takes
     keeps_stream_state: bool = False  # forward takes ``streams`` (StepStreams)
+    samples_rows: bool = False  # draws its rows itself (sample_rows), not the engine's sampler
     # A model whose text does not set the length (a music model's description): a stream
     # lasts the request's max_duration_s, else this (None: the length follows the text).
     default_duration_s: float | None = None
@@ -197,6 +205,20 @@ class AudioTokenModel(nn.Module, ABC):
         this step (``states``, in the same order) before the sampler draws from them: guidance,
         the model's own filters. The default keeps them as they are."""
         return logits
+
+    def sample_rows(self, outputs: torch.Tensor, seqs: list[Sequence]) -> list[list[int]]:
+        """A model with :attr:`samples_rows`: the next row of each of ``seqs`` from
+        ``outputs [S, 1, F]`` (what ``forward`` returned at their last tokens, in the same
+        order). Each stream draws from its own ``generator``, so its rows do not depend on
+        the batch; ``temperature`` 0 draws nothing. It changes no sequence."""
+        raise TypeError(f"{type(self).__name__} has no sampler of its own")
+
+    def replay_row(self, seq: Sequence, row: list[int]) -> None:
+        """A model with :attr:`samples_rows`, resuming ``seq`` from rows another engine made:
+        ``ValueError`` unless ``row`` could be its next row, else advance its generator past
+        the draws :meth:`sample_rows` made for it (the stream then draws on as it would
+        have). It does not append the row."""
+        raise TypeError(f"{type(self).__name__} has no sampler of its own")
 
     def prefix_conditioning(self, conditioning: StreamConditioning) -> str:
         """What, besides its token rows, a stream's KV depends on (a prefix-cache key): the

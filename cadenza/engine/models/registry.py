@@ -27,6 +27,7 @@ from cadenza.engine.models import (
     llama_checkpoint,
     musicgen_checkpoint,
     orpheus,
+    pocket_tts_checkpoint,
 )
 from cadenza.engine.models.bark import bark_family
 from cadenza.engine.models.cadenza_tiny import MODEL_NAME as CADENZA_TINY
@@ -45,6 +46,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
     llama_checkpoint.FAMILY,
     dia_checkpoint.FAMILY,
     musicgen_checkpoint.FAMILY,
+    pocket_tts_checkpoint.FAMILY,
     bark_family.FAMILY,
 )
 """Asked in order; the first that recognises a checkpoint loads it."""

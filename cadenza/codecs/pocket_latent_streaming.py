@@ -1,0 +1,103 @@
+"""Streaming Pocket TTS audio tokenizer decoding: many streams, incremental, equal to
+:meth:`~cadenza.codecs.pocket_latent.PocketLatentCodec.decode` for any chunking.
+
+The tokenizer's decoder is Mimi's without the quantizer: a 1x1 projection of the latents to
+``hidden_size``, the grouped transposed-conv upsample (12.5 -> 25 Hz), the causal
+sliding-window transformer, the causal SEANet decoder. Each layer streams with the stage
+:mod:`cadenza.codecs.mimi_streaming` has for it (same modules, same per-slot state); the
+projection looks at one frame at a time and carries nothing. Everything is causal and prefix
+exact, so a chunk of ``n`` frames gives ``n * frame_size`` samples at once and ``final`` /
+``close`` flush nothing.
+
+The offline decode fades each waveform in (its first ``len(fade_in)`` samples multiplied by
+``linspace(0, 1)``): each slot counts the samples it has emitted and multiplies the same fade
+values onto the same samples, whichever chunks they arrive in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from cadenza.codecs.codec import CodecError
+from cadenza.codecs.mimi_streaming import (
+    CausalConv,
+    CausalConvTranspose,
+    SlidingWindowTransformer,
+    run_stages,
+)
+from cadenza.codecs.pocket_latent import PocketLatentCodec, codes_to_latents
+from cadenza.codecs.ragged import Lengths, RaggedStage
+from cadenza.codecs.shared_stages import Elu, Identity, Residual
+from cadenza.codecs.slot_decoder import SlotDecoder
+
+
+def stage_for(layer: nn.Module, max_streams: int, inplace: bool = True) -> RaggedStage:
+    """The streaming stage of one layer of the tokenizer's SEANet decoder (or its upsample)."""
+    kind = type(layer).__name__
+    if kind == "PocketTTSAudioTokenizerConv1d":
+        return CausalConv(layer, max_streams)
+    if kind == "PocketTTSAudioTokenizerConvTranspose1d":
+        return CausalConvTranspose(layer, max_streams)
+    if kind == "PocketTTSAudioTokenizerResnetBlock":
+        return _resnet(layer, max_streams)
+    if isinstance(layer, nn.ELU):
+        return Elu(layer, inplace)
+    if isinstance(layer, nn.Identity):
+        return Identity()
+    raise CodecError(f"no streaming version of Pocket TTS audio tokenizer layer {kind}")
+
+
+def _resnet(layer: Any, max_streams: int) -> Residual:
+    """``shortcut(x) + block(x)`` (both branches stride 1)."""
+    # The block's first ELU reads the input the shortcut also reads: not in place.
+    block = [
+        stage_for(sub, max_streams, inplace=index > 0) for index, sub in enumerate(layer.block)
+    ]
+    return Residual(block, stage_for(layer.shortcut, max_streams))
+
+
+class PocketLatentStreamingDecoder(SlotDecoder):
+    """Per-slot streaming decode of one :class:`~cadenza.codecs.pocket_latent.PocketLatentCodec`,
+    batched across slots: each chunk of ``n`` frames gives ``n * frame_size`` samples at once,
+    a stream's first samples faded in."""
+
+    def __init__(self, codec: PocketLatentCodec, max_streams: int) -> None:
+        decoder = codec.model.decoder
+        self.codec = codec
+        upsample = [] if decoder.upsample is None else [stage_for(decoder.upsample, max_streams)]
+        self._stages: list[RaggedStage] = [
+            *upsample,
+            SlidingWindowTransformer(decoder.decoder_transformer, max_streams),
+            *(stage_for(layer, max_streams) for layer in decoder.decoder_seanet.layers),
+        ]
+        self.samples_emitted = [0] * max_streams
+        super().__init__(codec, max_streams)
+
+    def decode_batch(
+        self, codes: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+    ) -> tuple[torch.Tensor, Lengths]:
+        if codes.shape[-1] == 0:
+            return torch.zeros(codes.shape[0], 0, device=codes.device), lengths
+        hidden = self.codec.model.latent_proj(codes_to_latents(codes))  # [B, hidden, T]
+        audio, lengths = run_stages(self._stages, hidden, lengths, slots, final)
+        audio = audio[:, 0]
+        self._fade_in(audio, lengths, slots.tolist())
+        return audio, lengths
+
+    def _fade_in(self, audio: torch.Tensor, lengths: Lengths, slot_ids: list[int]) -> None:
+        """Multiply each row's samples that fall in its stream's fade-in by the fade."""
+        fade = self.codec.fade_in
+        for row, (slot, length) in enumerate(zip(slot_ids, lengths, strict=True)):
+            start = self.samples_emitted[slot]
+            if start < fade.numel():
+                count = min(fade.numel() - start, length)
+                audio[row, :count] *= fade[start : start + count]
+            self.samples_emitted[slot] = start + length
+
+    def reset(self, slot: int) -> None:
+        for stage in self._stages:
+            stage.reset(slot)
+        self.samples_emitted[slot] = 0
