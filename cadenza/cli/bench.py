@@ -16,7 +16,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     bench = commands.add_parser("bench", help="benchmarks, side by side in one run")
     bench.add_argument(
         "target",
-        choices=["engine", "codec", "snac", "precision", "pacing", "csm", "bark", "dia"],
+        choices=["engine", "codec", "snac", "precision", "pacing", "csm", "bark", "dia", "pocket"],
         help="what to measure",
     )
     bench.add_argument("--url", default="http://127.0.0.1:8000", help="server (pacing)")
@@ -39,10 +39,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "dia-small",
             "dia-1.6b",
             "dia-tiny",
+            "pocket",
+            "pocket-tiny",
         ],
         help="the model's size; csm: csm-small (default) or csm-1b (the public model's); "
         "bark: bark-small (default, the public model's) or bark-tiny (a smoke run); "
-        "dia: dia-small (default), dia-1.6b (the public model's) or dia-tiny (a smoke run)",
+        "dia: dia-small (default), dia-1.6b (the public model's) or dia-tiny (a smoke run); "
+        "pocket: pocket (default, the public model's) or pocket-tiny (a smoke run)",
     )
     bench.add_argument(
         "--semantic-tokens",
@@ -68,6 +71,7 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
         csm_throughput,
         dia_throughput,
         engine_throughput,
+        pocket_throughput,
         snac_throughput,
     )
 
@@ -84,6 +88,7 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
         "csm": "1,4,8",
         "bark": "1,4,8",
         "dia": "1,4,8",
+        "pocket": "1,4,8,16",
     }.get(args.target, "1,4,8,16")
     try:
         sizes = tuple(int(b) for b in (args.batch_sizes or default).split(","))
@@ -98,6 +103,7 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
         "csm": ("csm-small", "csm-1b"),
         "bark": ("bark-small", "bark-tiny"),
         "dia": ("dia-small", "dia-1.6b", "dia-tiny"),
+        "pocket": ("pocket", "pocket-tiny"),
     }
     shapes: tuple[str, ...] = model_shapes.get(args.target, ())
     shape: str = args.shape or (shapes[0] if shapes else "")
@@ -117,11 +123,13 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
         "csm": csm_throughput.run,
         "dia": dia_throughput.run,
         "bark": bark_throughput.run,
+        "pocket": pocket_throughput.run,
     }
     options = {
         "engine": {"dtype": args.dtype},
         "csm": {"shape": shape},
         "dia": {"shape": shape},
+        "pocket": {"shape": shape},
         "bark": {"shape": shape, "semantic_tokens": args.semantic_tokens},
     }
     result = runners[args.target](

@@ -85,9 +85,13 @@ def test_a_new_family_is_one_module_and_one_line(tmp_path, with_example_family) 
         assert [row[0] for row in seq.output_rows] == _reference_greedy(reference, prompt, 24)
 
 
-@pytest.mark.parametrize("name", ["llama", "orpheus", "csm"])
+@pytest.mark.parametrize("name", ["llama", "orpheus", "csm", "pocket_tts"])
 def test_a_loaded_model_has_what_its_family_says(name, tmp_path) -> None:
-    if name == "orpheus":
+    if name == "pocket_tts":
+        from tests.support.pocket_tts_checkpoints import write_pocket_tts_checkpoint
+
+        write_pocket_tts_checkpoint(tmp_path)
+    elif name == "orpheus":
         from tests.unit.engine.orpheus_checkpoints import save_tiny_orpheus
 
         save_tiny_orpheus(tmp_path)
