@@ -4,8 +4,9 @@ processor's decode on tiny random checkpoints in the public layout, frame for fr
 ending: the model's end-of-speech rule or its frame budget) and sample for sample to float32
 rounding, without a voice, with a preset voice and with a voice cloned from a clip; alone and
 with other streams joining and leaving. Seeded sampling draws from each stream's own
-generator (the batch changes nothing but float rounding), a resumed stream goes on as it would have, rows this model could
-not have made are refused, and the KV pool is intact after every scenario."""
+generator (the batch changes nothing but float rounding), a resumed stream goes on as it
+would have, rows this model could not have made are refused, and the KV pool is intact after
+every scenario."""
 
 from __future__ import annotations
 
