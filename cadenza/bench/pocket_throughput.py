@@ -7,11 +7,12 @@ Model: a random checkpoint in the public layout (``config.json``, ``model.safete
 audio tokenizer it names). ``shape="pocket"`` is the released model's size
 (``PocketTTSConfig()``: a backbone of 6 layers at hidden 1024, 16 heads, MLP 4096; a flow head
 of 6 blocks at width 512; latents of 32; the audio tokenizer as
-``PocketTTSAudioTokenizerConfig()`` has it), ``"pocket-tiny"`` a smoke run. Weights fp32. Linear weights are drawn at ``1 / sqrt(fan_in)``
-and the flow head's output bias at +-:data:`LATENT_OFFSET`, so the fed-back latents keep a
-steady direction and generation stays finite for any length; the end-of-speech threshold is
-:data:`NEVER_ENDS`, so every stream makes exactly ``frames`` frames on both sides. Both sides
-sample at the published temperature, 0.7, with one flow step.
+``PocketTTSAudioTokenizerConfig()`` has it), ``"pocket-tiny"`` a smoke run. Weights fp32.
+Linear weights are drawn at ``1 / sqrt(fan_in)`` and the flow head's output bias at
++-:data:`LATENT_OFFSET`, so the fed-back latents keep a steady direction and generation stays
+finite for any length; the end-of-speech threshold is :data:`NEVER_ENDS`, so every stream makes
+exactly ``frames`` frames on both sides. Both sides sample at the published temperature, 0.7,
+with one flow step.
 
 Measured per batch size ``B``, ``frames`` frames (``frames / 12.5`` seconds of audio) a request:
 
@@ -73,6 +74,7 @@ SHAPES: dict[str, dict[str, Any]] = {
 TEXT = "Pocket TTS reads one sentence aloud, and the benchmark times every frame of it."
 TEMPERATURE = 0.7
 FRAME_RATE = 12.5
+PAGE_SIZE = 16
 LATENT_OFFSET = 3.0
 NEVER_ENDS = 1.0e9
 """The end-of-speech threshold: no logit of the random head comes near it."""
@@ -119,6 +121,8 @@ def run(
     shape: str = "pocket",
     frames: int = 50,
 ) -> dict[str, Any]:
+    if frames < 2:
+        raise ValueError("the engine's decode steps start at the second frame: frames >= 2")
     torch.manual_seed(0)
     reference, audio_tokenizer, processor = reference_pocket(shape)
     params = sum(p.numel() for p in reference.parameters())
@@ -161,7 +165,9 @@ def run(
         del reference, audio_tokenizer  # one copy of the weights in memory at a time
         engine = Engine.from_pretrained(
             directory,
-            engine_config=_engine_config(config, max(batch_sizes), len(inputs["input_ids"][0])),
+            engine_config=_engine_config(
+                config, max(batch_sizes), len(inputs["input_ids"][0]), frames
+            ),
             cpu=CpuConfig(linear_dtype="float32"),
         )
         period_s = 1.0 / engine.frame_rate
@@ -289,7 +295,7 @@ def _tokenizer() -> Any:
     backend.add_special_tokens(
         [AddedToken(token, special=True, normalized=False) for token in AUDIO_TOKENS.values()]
     )
-    return TokenizersBackend(
+    return TokenizersBackend(  # type: ignore[no-untyped-call]
         tokenizer_object=backend,
         unk_token="<unk>",
         bos_token="<s>",
@@ -324,13 +330,14 @@ def _processor_inputs(processor: Any) -> Any:
     return processor(text=prompt, return_tensors="pt")
 
 
-def _engine_config(config: Any, streams: int, prompt_rows: int) -> EngineConfig:
-    """Room for ``streams`` streams of the prompt and a few thousand frames each, every
-    prompt prefilled in one step."""
-    bytes_per_row = 2 * config.num_hidden_layers * config.hidden_size * 4  # fp32 keys, values
-    rows = streams * (prompt_rows + 2048)
+def _engine_config(config: Any, streams: int, prompt_rows: int, frames: int) -> EngineConfig:
+    """Twice the KV room of ``streams`` streams of ``prompt_rows`` and ``frames`` rows each
+    (no stream waits for pages), every prompt prefilled in one step."""
+    kv_width = config.num_key_value_heads * config.head_dim
+    bytes_per_row = 2 * config.num_hidden_layers * kv_width * 4  # fp32 keys and values
+    rows = 2 * streams * (prompt_rows + frames + PAGE_SIZE)
     return EngineConfig(
-        page_size=16,
+        page_size=PAGE_SIZE,
         max_num_seqs=streams,
         max_num_batched_tokens=max(256, streams * prompt_rows),
         enable_prefix_caching=False,

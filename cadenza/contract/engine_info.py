@@ -34,7 +34,9 @@ class EngineInfo:
     ``max_duration_s`` says otherwise (``None``: the length follows the text,
     :mod:`cadenza.contract.stream_length`); ``segments_text``: the model speaks a text longer
     than one sentence as consecutive segments, one sentence each (Bark's long-form recipe), so
-    that its first audio comes after the first sentence."""
+    that its first audio comes after the first sentence; ``codes_as_ids``: its codec frames
+    are ids of at most 16 bits, which the ``encodec`` format sends (a model of continuous
+    latents has none)."""
 
     model_name: str
     voices: tuple[str, ...]
@@ -54,6 +56,7 @@ class EngineInfo:
     sampling_fields: tuple[str, ...] = ()
     default_duration_s: float | None = None
     segments_text: bool = False
+    codes_as_ids: bool = True
 
     @property
     def frame_period_s(self) -> float:

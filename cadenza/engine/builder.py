@@ -234,6 +234,7 @@ def build_engine(config: CadenzaConfig) -> Engine:
         max_num_seqs=scheduler.max_num_seqs,
         decodes_padded=decodes_padded,
         precision=precision,
+        codes_as_ids=codec_model is None or codec_model.codebook_size <= 1 << 16,
     )
     return Engine(
         model,

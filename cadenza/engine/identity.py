@@ -74,6 +74,7 @@ def describe(
     max_num_seqs: int,
     decodes_padded: bool,
     precision: Precision | None,
+    codes_as_ids: bool = True,
 ) -> EngineInfo:
     """The announcement of an engine serving ``model`` (rates are 0 for a text model), before
     calibration and with no native kernels reported: the engine adds both when asked
@@ -98,4 +99,5 @@ def describe(
         sampling_fields=tuple(sorted(model.sampling_fields)),
         default_duration_s=model.default_duration_s,
         segments_text=model.segments_text,
+        codes_as_ids=codes_as_ids,
     )

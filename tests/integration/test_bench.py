@@ -97,3 +97,24 @@ def test_the_dia_run_compares_guided_streams_with_transformers() -> None:
     for entry in result["results"]:
         assert entry["transformers_frames_per_s"] > 0 and entry["engine_decode_step_ms"] > 0
         assert entry["engine_over_transformers"] > 0
+
+
+def test_the_pocket_run_compares_concurrent_streams_with_transformers_one_by_one() -> None:
+    done = _bench(
+        "pocket", "--shape", "pocket-tiny", "--batch-sizes", "1,2", "--repeats", "1", "--json"
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["benchmark"] == "pocket" and result["shape"] == "pocket-tiny"
+    assert result["model"]["latent_dim"] == 32 and result["frames"] > 0
+    assert [entry["batch"] for entry in result["results"]] == [1, 2]
+    for entry in result["results"]:
+        assert entry["transformers_with_decode_frames_per_s"] > 0
+        assert entry["transformers_frames_per_s"] > entry["transformers_with_decode_frames_per_s"]
+        assert entry["engine_decode_step_ms"] > 0 and entry["engine_over_transformers"] > 0
+        assert 0 <= entry["engine_codec_share"] < 1
+
+
+def test_pocket_shapes_belong_to_pocket() -> None:
+    done = _bench("pocket", "--shape", "dia-tiny", "--json")
+    assert done.returncode == 2 and "not a pocket shape" in done.stderr

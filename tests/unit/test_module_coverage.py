@@ -22,6 +22,7 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "cadenza/bench/cpu_precision.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/bench/csm_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/bench/dia_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
+    "cadenza/bench/pocket_throughput.py": ("tests/integration/test_bench.py", "a benchmark"),
     "cadenza/engine/models/guidance_branches.py": (
         "tests/unit/engine/test_dia.py",
         "both guidance branches' paged attention, held to transformers through Dia and MusicGen",

@@ -86,6 +86,16 @@ class EdgeState:
         except (EdgeError, EngineError):
             return default.sample_rate
 
+    def codes_as_ids(self, model: str | None, default: EngineInfo) -> bool:
+        """Whether ``model``'s codec frames are ids the ``encodec`` format can send
+        (``default``'s for ``None`` or a model that cannot be asked now)."""
+        if model is None:
+            return default.codes_as_ids
+        try:
+            return self.service(model).info().codes_as_ids
+        except (EdgeError, EngineError):
+            return default.codes_as_ids
+
     # -- room for a new session ------------------------------------------------------------
 
     @property

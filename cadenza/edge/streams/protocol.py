@@ -194,10 +194,16 @@ def parse_client_message(text: str) -> AnyClientMessage:
     return message
 
 
-def resolve_sample_rate(speak: Speak, native_rate: int) -> int:
+def resolve_sample_rate(speak: Speak, native_rate: int, codes_as_ids: bool = True) -> int:
     """The rate the stream's audio will have: pcm at one of :data:`PCM_SAMPLE_RATES` or, when
     asked, the model's own (``native_rate``; unasked, the model's own where it is one of
-    them, else the highest). Raises :class:`ProtocolError`."""
+    them, else the highest). ``codes_as_ids``: whether the model's codec frames are ids the
+    ``encodec`` format can send. Raises :class:`ProtocolError`."""
+    if speak.format == "encodec" and not codes_as_ids:
+        raise ProtocolError(
+            "invalid_format",
+            "this model's codec frames are continuous latents, not codes: ask for pcm or opus",
+        )
     if speak.format == "opus":
         if speak.sample_rate not in (None, 48000):
             raise ProtocolError("invalid_sample_rate", "opus audio is always 48000 Hz")

@@ -134,7 +134,9 @@ class WebSocketEndpoint:
             return
         session = SpeakSession(
             check_speak=lambda speak: protocol.resolve_sample_rate(
-                speak, self.state.native_rate(speak.model, info)
+                speak,
+                self.state.native_rate(speak.model, info),
+                self.state.codes_as_ids(speak.model, info),
             ),
             codec_rate=lambda speak: self.state.native_rate(speak.model, info),
             max_prompt_audio_s=self.state.config.limits.max_prompt_audio_s,

@@ -278,6 +278,13 @@ def test_rates_a_format_does_not_offer_are_invalid_sample_rate(fmt: str, sample_
     assert caught.value.code == "invalid_sample_rate"
 
 
+def test_codes_are_refused_for_a_model_whose_frames_are_continuous_latents() -> None:
+    with pytest.raises(ProtocolError, match="continuous latents") as caught:
+        resolve_sample_rate(speak("encodec", None), NATIVE_RATE, codes_as_ids=False)
+    assert caught.value.code == "invalid_format"
+    assert resolve_sample_rate(speak("pcm", None), NATIVE_RATE, codes_as_ids=False) == 24000
+
+
 def test_pcm_at_a_native_rate_it_does_not_offer_comes_at_that_rate_only_when_asked() -> None:
     assert resolve_sample_rate(speak("pcm"), 44100) == 48000
     assert resolve_sample_rate(speak("pcm", 44100), 44100) == 44100
