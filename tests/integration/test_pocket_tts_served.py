@@ -1,13 +1,14 @@
 """Kyutai Pocket TTS served: a tiny random checkpoint in the public layout (its audio tokenizer
 beside it, preset voices ``alba`` and ``marius``) in a server of its own, in float32 compute,
-with the server's length rule (``limits.chars_per_second``) loose enough that the model's own
-rule (its end of speech, or its frame budget from the text) ends every stream. Greedy speech
-(``temperature`` 0: no flow noise) equals ``transformers``' ``generate(do_sample=False)`` and
-the processor's decode, frame count included, over HTTP without a voice and with a preset
-voice, for a text the end of speech ends and one the frame budget ends; over WebSocket with the
-microphone's clip as the speech prompt; and by ``cadenza generate``, with and without a
-``--voice-audio`` clip at 48 kHz (resampled to 24 kHz). Streams at once, with other texts and
-voices, each equal their own reference. ``cadenza plan`` prices the model's paged KV.
+streams unpaced, with the server's length rule (``limits.chars_per_second``) loose enough that
+the model's own rule (its end of speech, or its frame budget from the text) ends every stream.
+Greedy speech (``temperature`` 0: no flow noise) equals ``transformers``'
+``generate(do_sample=False)`` and the processor's decode, frame count included: over HTTP
+without a voice and with a preset voice, for a text its end of speech ends and one its frame
+budget ends; over WebSocket with the microphone's clip as the speech prompt; and by ``cadenza
+generate``, with and without a ``--voice-audio`` clip at 48 kHz (resampled to 24 kHz). Four
+streams at once (both voices, both endings) are batched by the engine and each equals its own
+reference. ``cadenza plan`` prices the model's paged KV and measures its real-time capacity.
 Refused by name: an unknown voice, the model-specific sampling fields Pocket TTS lacks
 (``fine_temperature``, ``guidance_scale``), blank text, and ``--voice-text`` (the clip is a
 speech prompt, without its transcript)."""
@@ -21,6 +22,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import wave
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -45,12 +47,14 @@ from tests.support.pocket_tts_checkpoints import (
 FLOAT32 = {f"CADENZA_CPU__{key.upper()}": value for key, value in FLOAT32_COMPUTE.items()}
 # One second of audio per character: longer than any text's frame budget from the model.
 MODEL_ENDS = {"CADENZA_LIMITS__CHARS_PER_SECOND": "1"}
+# Streams generated as fast as the engine steps, not held to a lead on their listeners.
+UNPACED = {"CADENZA_REALTIME__MAX_LEAD_MS": "600000"}
 MODEL = "pocket-tiny"
 S16 = 2.0 / 32768  # two steps of 16-bit rounding
 
 EOS_TEXT = "Hello world."  # ended by its end of speech (SEED0_ENDINGS)
 LENGTH_TEXT = "This is a test of the speech model."  # ended by its frame budget
-MICROPHONE_RATE = 48000
+CLIP_RATE = 48000  # the WAV clip cadenza generate resamples to 24 kHz
 
 Reference = Callable[..., np.ndarray]
 
@@ -67,17 +71,15 @@ def reference(pocket) -> Reference:
     to [-1, 1] as the server's audio is; a text and preset of :data:`SEED0_ENDINGS` ends as
     listed there. Each run once."""
     runs: dict[tuple[str, str | None, bytes | None], np.ndarray] = {}
-    lock = threading.Lock()
 
     def waveform(text: str, voice: str | None = None, clip: np.ndarray | None = None) -> np.ndarray:
         key = (text, voice, None if clip is None else clip.tobytes())
-        with lock:
-            if key not in runs:
-                run = reference_pocket_tts_run(pocket, text, voice_audio=clip, voice=voice)
-                if clip is None and (text, voice) in SEED0_ENDINGS:
-                    assert (run.ended_by, run.frames) == SEED0_ENDINGS[(text, voice)]
-                runs[key] = np.clip(run.waveform.numpy(), -1.0, 1.0)
-            return runs[key]
+        if key not in runs:
+            run = reference_pocket_tts_run(pocket, text, voice_audio=clip, voice=voice)
+            if clip is None and (text, voice) in SEED0_ENDINGS:
+                assert (run.ended_by, run.frames) == SEED0_ENDINGS[(text, voice)]
+            runs[key] = np.clip(run.waveform.numpy(), -1.0, 1.0)
+        return runs[key]
 
     return waveform
 
@@ -87,7 +89,7 @@ def server(tmp_path_factory, pocket):
     root = tmp_path_factory.mktemp("pocket-served")
     config = root / "cadenza.toml"
     config.write_text(f'[[models]]\nname = "{MODEL}"\npath = "{pocket}"\n')
-    env = {**FLOAT32, **MODEL_ENDS}
+    env = {**FLOAT32, **MODEL_ENDS, **UNPACED}
     with serving(root / "server.log", env=env, args=("--config", str(config))) as running:
         yield running
 
@@ -102,6 +104,11 @@ def greedy_speech(server, text: str, voice: str = "default") -> np.ndarray:
     response = speech(server, text, voice, temperature=0.0)
     assert response.status_code == 200, response.text
     return s16le_to_float(response.content)
+
+
+def differs(audio: np.ndarray, other: np.ndarray) -> bool:
+    """Whether two waveforms differ by more than rounding (in length, or somewhere by 0.01)."""
+    return audio.shape != other.shape or float(np.abs(audio - other).max()) > 0.01
 
 
 def test_pocket_is_listed_at_24khz_with_its_voices_and_no_model_specific_fields(server) -> None:
@@ -120,11 +127,10 @@ def test_http_greedy_speech_equals_transformers(server, reference, text, voice) 
     np.testing.assert_allclose(got, expected, atol=S16)
 
 
-def test_websocket_speech_prompt_from_the_microphone_equals_transformers(
-    server, reference
-) -> None:
+def test_websocket_speech_prompt_from_the_microphone_equals_transformers(server, reference) -> None:
     pcm = float_to_s16le(voice_clip())
     expected = reference(EOS_TEXT, clip=s16le_to_float(pcm))  # the clip as the server hears it
+    assert differs(expected, reference(EOS_TEXT))  # the voice is heard
 
     async def speak() -> tuple[np.ndarray, int]:
         url = server.url.replace("http", "ws") + "/v1/stream"
@@ -154,11 +160,22 @@ def test_streams_at_once_each_equal_their_own_reference(server, reference) -> No
         start.wait()
         return greedy_speech(server, case[0], case[1] or "default")
 
+    batched_before = batched_steps(server)
     with ThreadPoolExecutor(len(cases)) as pool:
         got = list(pool.map(one, cases))
     for case, heard, wanted in zip(cases, got, expected, strict=True):
         assert heard.shape == wanted.shape, case
         np.testing.assert_allclose(heard, wanted, atol=S16, err_msg=str(case))
+    time.sleep(0.6)  # the engine's stats arrive every 0.5 s
+    assert batched_steps(server) > batched_before, "no engine step decoded two streams"
+
+
+def batched_steps(server) -> float:
+    """Engine steps so far that decoded more than one stream."""
+    steps = server.metric("cadenza_engine_step_decode_tokens_count")
+    return steps - server.metric(
+        f'cadenza_engine_step_decode_tokens_bucket{{le="1.0",model="{MODEL}"}}'
+    )
 
 
 def test_an_unknown_voice_is_refused_with_the_voices_there_are(server) -> None:
@@ -251,12 +268,13 @@ def write_wav(path, pcm: bytes, rate: int) -> str:
 def test_generate_clones_the_voice_of_a_48khz_clip_as_transformers_does(
     tmp_path, pocket, reference
 ) -> None:
-    pcm = float_to_s16le(resample(voice_clip(seed=1), SAMPLING_RATE, MICROPHONE_RATE))
-    clip = write_wav(tmp_path / "voice.wav", pcm, MICROPHONE_RATE)
+    pcm = float_to_s16le(resample(voice_clip(seed=1), SAMPLING_RATE, CLIP_RATE))
+    clip = write_wav(tmp_path / "voice.wav", pcm, CLIP_RATE)
     result = run_generate(tmp_path, pocket, EOS_TEXT, "--voice-audio", clip)
     assert result.returncode == 0, result.stderr
     # the clip as cadenza generate resamples it
-    expected = reference(EOS_TEXT, clip=resample(s16le_to_float(pcm), MICROPHONE_RATE, 24000))
+    expected = reference(EOS_TEXT, clip=resample(s16le_to_float(pcm), CLIP_RATE, SAMPLING_RATE))
+    assert differs(expected, reference(EOS_TEXT))
     got = generated(tmp_path)
     assert got.shape == expected.shape
     np.testing.assert_allclose(got, expected, atol=S16)
