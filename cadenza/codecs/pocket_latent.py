@@ -94,7 +94,7 @@ class PocketLatentCodec:
         self.num_codebooks: int = config.latent_dim
         self.codebook_size: int = 2**32  # codes are float32 bit patterns, not ids
         self.lookahead_frames = 0  # causal: a frame's audio needs no later frame
-        self.streaming_dtypes: tuple[torch.dtype, ...] = (torch.float32,)
+        self.streaming_dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16)
         if feature_extractor is None:
             feature_extractor = PocketTTSFeatureExtractor(  # type: ignore[no-untyped-call]
                 sampling_rate=self.sample_rate,
@@ -148,9 +148,10 @@ class PocketLatentCodec:
 
         if compute_dtype not in self.streaming_dtypes:
             raise CodecError(
-                f"the Pocket TTS audio tokenizer streams in float32, not {compute_dtype}"
+                f"the Pocket TTS audio tokenizer streams in float32 or bfloat16, not "
+                f"{compute_dtype}"
             )
-        return PocketLatentStreamingDecoder(self, max_streams)
+        return PocketLatentStreamingDecoder(self, max_streams, compute_dtype)
 
     def check_codes(self, codes: torch.Tensor) -> None:
         """Raise :class:`CodecError` unless ``codes`` is an integer ``[batch, latent_dim,

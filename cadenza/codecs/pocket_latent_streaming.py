@@ -9,6 +9,11 @@ projection looks at one frame at a time and carries nothing. Everything is causa
 exact, so a chunk of ``n`` frames gives ``n * frame_size`` samples at once and ``final`` /
 ``close`` flush nothing.
 
+In ``compute_dtype = bfloat16`` (the CPU's bf16 matrix units, ``cpu.codec_dtype``) the stages
+run on a bf16 copy of the decoder, weights, activations and state in bf16, and the audio comes
+out in float32: it differs from the float32 decode by bf16 rounding (about 1 % of the peak
+on the released shape), at 2.5x the speed there (docs/benchmarks.md).
+
 The offline decode fades each waveform in (its first ``len(fade_in)`` samples multiplied by
 ``linspace(0, 1)``): each slot counts the samples it has emitted and multiplies the same fade
 values onto the same samples, whichever chunks they arrive in.
@@ -16,6 +21,7 @@ values onto the same samples, whichever chunks they arrive in.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -64,8 +70,15 @@ class PocketLatentStreamingDecoder(SlotDecoder):
     batched across slots: each chunk of ``n`` frames gives ``n * frame_size`` samples at once,
     a stream's first samples faded in."""
 
-    def __init__(self, codec: PocketLatentCodec, max_streams: int) -> None:
+    def __init__(
+        self, codec: PocketLatentCodec, max_streams: int, compute_dtype: torch.dtype = torch.float32
+    ) -> None:
         decoder = codec.model.decoder
+        self.latent_proj = codec.model.latent_proj
+        if compute_dtype != torch.float32:  # a copy in that dtype: the offline decode keeps its
+            decoder = copy.deepcopy(decoder).to(compute_dtype)
+            self.latent_proj = copy.deepcopy(self.latent_proj).to(compute_dtype)
+        self.compute_dtype = compute_dtype
         self.codec = codec
         upsample = [] if decoder.upsample is None else [stage_for(decoder.upsample, max_streams)]
         self._stages: list[RaggedStage] = [
@@ -81,9 +94,10 @@ class PocketLatentStreamingDecoder(SlotDecoder):
     ) -> tuple[torch.Tensor, Lengths]:
         if codes.shape[-1] == 0:
             return torch.zeros(codes.shape[0], 0, device=codes.device), lengths
-        hidden = self.codec.model.latent_proj(codes_to_latents(codes))  # [B, hidden, T]
+        latents = codes_to_latents(codes).to(self.compute_dtype)
+        hidden = self.latent_proj(latents)  # [B, hidden, T]
         audio, lengths = run_stages(self._stages, hidden, lengths, slots, final)
-        audio = audio[:, 0]
+        audio = audio[:, 0].float()
         self._fade_in(audio, lengths, slots.tolist())
         return audio, lengths
 

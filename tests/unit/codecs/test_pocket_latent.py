@@ -90,7 +90,7 @@ def _processor(model: PocketTTSAudioTokenizerModel) -> SimpleNamespace:
 def test_attributes(codec) -> None:
     assert (codec.sample_rate, codec.frame_size, codec.frame_rate) == (24000, FRAME, 12.5)
     assert (codec.num_codebooks, codec.codebook_size, codec.lookahead_frames) == (32, 2**32, 0)
-    assert codec.streaming_dtypes == (torch.float32,)
+    assert codec.streaming_dtypes == (torch.float32, torch.bfloat16)
     assert codec.fade_in.shape == (120,)
 
 
@@ -210,9 +210,9 @@ def test_bad_codes_are_refused(codec, codes, message) -> None:
         codec.decode(codes)
 
 
-def test_bf16_streaming_is_refused(codec) -> None:
-    with pytest.raises(CodecError, match="float32"):
-        codec.streaming_decoder(1, torch.bfloat16)
+def test_streaming_dtypes_other_than_float32_and_bf16_are_refused(codec) -> None:
+    with pytest.raises(CodecError, match="float32 or bfloat16"):
+        codec.streaming_decoder(1, torch.float16)
 
 
 # -- loading --------------------------------------------------------------------------------

@@ -176,3 +176,25 @@ def test_slot_misuse_is_refused(codec) -> None:
     with pytest.raises(CodecError, match="not open"):
         decoder.close(1)
     assert decoder.open() == 1
+
+
+def test_bf16_streaming_is_the_float32_decode_to_bf16_rounding(codec) -> None:
+    """The CPU's bf16 matrix units (``cpu.codec_dtype``): weights, activations and state in
+    bf16 on a copy of the decoder (the offline decode stays float32), audio out in float32,
+    the same length chunk for chunk."""
+    codes = _codes(12, seed=5)
+    expected = codec.decode(codes[None])[0]
+    outputs = []
+    for chunk in (1, 4):
+        decoder = codec.streaming_decoder(max_streams=1, compute_dtype=torch.bfloat16)
+        slot = decoder.open()
+        pieces = [
+            decoder.decode({slot: codes[:, start : start + chunk]})[slot]
+            for start in range(0, 12, chunk)
+        ]
+        got = torch.cat(pieces)
+        assert got.dtype == torch.float32 and got.shape == expected.shape
+        assert (got - expected).abs().max() <= 0.05 * expected.abs().max()
+        outputs.append(got)
+    assert (outputs[0] - outputs[1]).abs().max() <= 0.05 * expected.abs().max()
+    assert torch.equal(codec.decode(codes[None])[0], expected)  # the float32 model untouched
