@@ -6,7 +6,8 @@ Greedy speech (``temperature`` 0: no flow noise) equals ``transformers``'
 ``generate(do_sample=False)`` and the processor's decode, frame count included: over HTTP
 without a voice and with a preset voice, for a text its end of speech ends and one its frame
 budget ends; over WebSocket with the microphone's clip as the speech prompt; and by ``cadenza
-generate``, with and without a ``--voice-audio`` clip at 48 kHz (resampled to 24 kHz). Four
+generate``, with and without a ``--voice-audio`` clip at 48 kHz (resampled to 24 kHz); text
+streamed in speaks as the whole text does; a WebRTC peer hears it. Four
 streams at once (both voices, both endings) are batched by the engine and each equals its own
 reference. ``cadenza plan`` prices the model's paged KV and measures its real-time capacity.
 Refused by name: an unknown voice, the model-specific sampling fields Pocket TTS lacks
@@ -149,6 +150,48 @@ def test_websocket_speech_prompt_from_the_microphone_equals_transformers(server,
     assert rate == SAMPLING_RATE
     assert got.shape == expected.shape
     np.testing.assert_allclose(got / 32768.0, expected, atol=S16)
+
+
+def test_text_streamed_in_speaks_as_the_whole_text_does(server, reference) -> None:
+    """The text arrives in pieces while the stream is open; one sentence is one segment."""
+    expected = reference(EOS_TEXT)
+
+    async def pieces():
+        for piece in ("Hello ", "world", "."):
+            yield piece
+            await asyncio.sleep(0.05)
+
+    async def speak() -> np.ndarray:
+        url = server.url.replace("http", "ws") + "/v1/stream"
+        async with connect(url) as session:
+            chunks = [
+                np.frombuffer(chunk.data, dtype="<i2")
+                async for chunk in session.speak_stream(pieces(), model=MODEL, temperature=0.0)
+            ]
+        return np.concatenate(chunks)
+
+    got = asyncio.run(speak())
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got / 32768.0, expected, atol=S16)
+
+
+def test_a_webrtc_peer_hears_pocket_speech(server) -> None:
+    from cadenza.client.webrtc import WebRTCPeer
+
+    async def main() -> tuple[dict, int]:
+        peer = WebRTCPeer(server.url)
+        try:
+            await peer.connect()
+            peer.send({"type": "speak", "text": EOS_TEXT, "model": MODEL, "temperature": 0.0})
+            done = await peer.next_event({"done", "error"})
+            await asyncio.sleep(0.3)
+        finally:
+            await peer.close()
+        return done, peer.result.loud_samples()
+
+    done, loud = asyncio.run(main())
+    assert done["type"] == "done", done
+    assert loud > 1000
 
 
 def test_streams_at_once_each_equal_their_own_reference(server, reference) -> None:
