@@ -267,6 +267,8 @@ class SlidingWindowTransformer(RaggedStage):
         cos, sin = self.rotary(hidden, query_pos)
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
         ends = torch.tensor(lengths, device=x.device)
+        # Every row a whole chunk (the usual batch): each row's window is the same slice.
+        whole = all(length == steps for length in lengths)
         repeats = self.heads // self.kv_heads
         for index, layer in enumerate(self.layers):
             attention = layer.self_attn
@@ -279,8 +281,12 @@ class SlidingWindowTransformer(RaggedStage):
             k = k * cos + _rotate_half(k) * sin
             keys = torch.cat([self.keys[slots, index], k], dim=2)  # [B, H_kv, W + T, D]
             values = torch.cat([self.values[slots, index], v], dim=2)
-            self.keys[slots, index] = _windows4(keys, ends, self.window)
-            self.values[slots, index] = _windows4(values, ends, self.window)
+            if whole:
+                self.keys[slots, index] = keys[:, :, steps:]
+                self.values[slots, index] = values[:, :, steps:]
+            else:
+                self.keys[slots, index] = _windows4(keys, ends, self.window)
+                self.values[slots, index] = _windows4(values, ends, self.window)
             if repeats > 1:
                 keys = keys.repeat_interleave(repeats, dim=1)
                 values = values.repeat_interleave(repeats, dim=1)
