@@ -107,11 +107,20 @@ CHAT_TEMPLATE = (
     "{{- text[0] | upper -}}{{- text[1:] -}}{{- '.' if text[-1].isalnum() else '' -}}\n"
     "{%- endfor -%}\n"
     "{{- '<|audio_bos|>' -}}\n"
+    "{%- elif message['role'] == 'assistant' -%}\n"
+    "{%- for content in message['content'] if content['type'] == 'audio' -%}\n"
+    "{{- '<|audio_prompt|>' -}}\n"
+    "{%- endfor -%}\n"
     "{%- endif -%}\n"
     "{%- endfor -%}\n"
 )
-"""The processor's template for a user turn: the voice (none here), the text (stripped, first
-letter upper-cased, a final ``.`` after a letter or digit), then ``<|audio_bos|>``."""
+"""The processor's chat template. The user turn: the voice (``<|audio_prompt_bos|>`` and one
+``<|audio_prompt|>``, which the processor expands to one placeholder per voice frame) when
+the turn holds an audio item, then the text prepared as the original runtime prepares it
+(stripped, line breaks and double spaces made single spaces, first character upper-cased, a
+``.`` appended after a final letter or digit), then ``<|audio_bos|>``, the first audio
+position. An assistant turn's audio (a training target) is one ``<|audio_prompt|>`` right
+after that ``<|audio_bos|>``."""
 
 
 def run(
@@ -238,7 +247,7 @@ def reference_pocket(shape: str) -> tuple[Any, Any, Any]:
     audio_tokenizer: Any = PocketTTSAudioTokenizerModel(codec_config)
     processor = PocketTTSProcessor(
         feature_extractor=PocketTTSFeatureExtractor(),  # type: ignore[no-untyped-call]
-        tokenizer=_tokenizer(),
+        tokenizer=unigram_tokenizer(_vocab()),
         chat_template=CHAT_TEMPLATE,
     )
     return model.eval(), audio_tokenizer.eval(), processor
@@ -265,14 +274,9 @@ def _draw_weights(model: Any, generator: torch.Generator) -> None:
     model.latent_std.copy_(0.5 + torch.rand(config.latent_dim, generator=generator))
 
 
-def _tokenizer() -> Any:
-    """A SentencePiece-style unigram tokenizer of :data:`TEXT_VOCAB` pieces (``<unk>``,
-    ``<s>``, ``</s>``, ``<pad>``, the 256 byte pieces, ``▁``, each printable character with and
-    without ``▁``, then unused pieces), ``▁`` prepended to every text, byte fallback, and the
-    audio tokens of :data:`AUDIO_TOKENS` at 4000-4003."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import TokenizersBackend
-
+def _vocab() -> list[tuple[str, float]]:
+    """:data:`TEXT_VOCAB` unigram pieces: ``<unk>``, ``<s>``, ``</s>``, ``<pad>``, the 256
+    byte pieces, ``▁``, each printable character with and without ``▁``, then unused pieces."""
     characters = string.ascii_letters + string.digits + string.punctuation
     vocab = [(piece, 0.0) for piece in ("<unk>", "<s>", "</s>", "<pad>")]
     vocab += [(f"<0x{byte:02X}>", 0.0) for byte in range(256)]
@@ -280,6 +284,17 @@ def _tokenizer() -> Any:
     vocab += [("▁" + char, -5.0) for char in characters]
     vocab += [(char, -5.0) for char in characters]
     vocab += [(f"<unused_{index}>", -100.0) for index in range(TEXT_VOCAB - len(vocab))]
+    return vocab
+
+
+def unigram_tokenizer(vocab: list[tuple[str, float]]) -> Any:
+    """A SentencePiece-style tokenizer (a ``TokenizersBackend``) over ``vocab`` (pieces and
+    scores in id order, ``<unk>`` first): ``▁`` prepended to every text, byte fallback (any
+    text tokenizes), no BOS or EOS added, and the audio tokens of :data:`AUDIO_TOKENS` as
+    special tokens right after ``vocab``."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import TokenizersBackend
+
     backend = Tokenizer(models.Unigram(vocab, unk_id=0, byte_fallback=True))
     backend.pre_tokenizer = pre_tokenizers.Metaspace(
         replacement="▁", prepend_scheme="always", split=False

@@ -301,29 +301,34 @@ class SlidingWindowTransformer(RaggedStage):
         return hidden.transpose(1, 2), lengths
 
 
-def _resnet(layer: Any, max_streams: int) -> Residual:
-    """``MimiResnetBlock``: ``shortcut(x) + block(x)`` (both branches stride 1)."""
+def _resnet(layer: Any, max_streams: int, family: str) -> Residual:
+    """A SEANet resnet block: ``shortcut(x) + block(x)`` (both branches stride 1)."""
     # The block's first ELU reads the input the shortcut also reads: not in place.
     block = [
-        stage_for(sub, max_streams, inplace=index > 0) for index, sub in enumerate(layer.block)
+        stage_for(sub, max_streams, inplace=index > 0, family=family)
+        for index, sub in enumerate(layer.block)
     ]
-    return Residual(block, stage_for(layer.shortcut, max_streams))
+    return Residual(block, stage_for(layer.shortcut, max_streams, family=family))
 
 
-def stage_for(layer: nn.Module, max_streams: int, inplace: bool = True) -> RaggedStage:
-    """The streaming stage of one Mimi SEANet layer (or the up/downsampling conv)."""
+def stage_for(
+    layer: nn.Module, max_streams: int, inplace: bool = True, family: str = "Mimi"
+) -> RaggedStage:
+    """The streaming stage of one SEANet layer (or the up/downsampling conv) of a Mimi-shaped
+    codec whose ``transformers`` classes are named ``{family}Conv1d``, ``{family}ConvTranspose1d``
+    and ``{family}ResnetBlock`` (Mimi's; the Pocket TTS audio tokenizer's)."""
     kind = type(layer).__name__
-    if kind == "MimiConv1d":
+    if kind == f"{family}Conv1d":
         return CausalConv(layer, max_streams)
-    if kind == "MimiConvTranspose1d":
+    if kind == f"{family}ConvTranspose1d":
         return CausalConvTranspose(layer, max_streams)
-    if kind == "MimiResnetBlock":
-        return _resnet(layer, max_streams)
+    if kind == f"{family}ResnetBlock":
+        return _resnet(layer, max_streams, family)
     if isinstance(layer, nn.ELU):
         return Elu(layer, inplace)
     if isinstance(layer, nn.Identity):
         return Identity()
-    raise CodecError(f"no streaming version of Mimi layer {kind}")
+    raise CodecError(f"no streaming version of {family} layer {kind}")
 
 
 def run_stages(

@@ -22,47 +22,16 @@ values onto the same samples, whichever chunks they arrive in.
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import torch
-from torch import nn
 
-from cadenza.codecs.codec import CodecError
-from cadenza.codecs.mimi_streaming import (
-    CausalConv,
-    CausalConvTranspose,
-    SlidingWindowTransformer,
-    run_stages,
-)
+from cadenza.codecs.mimi_streaming import SlidingWindowTransformer, run_stages, stage_for
 from cadenza.codecs.pocket_latent import PocketLatentCodec, codes_to_latents
 from cadenza.codecs.ragged import Lengths, RaggedStage
-from cadenza.codecs.shared_stages import Elu, Identity, Residual
 from cadenza.codecs.slot_decoder import SlotDecoder
 
-
-def stage_for(layer: nn.Module, max_streams: int, inplace: bool = True) -> RaggedStage:
-    """The streaming stage of one layer of the tokenizer's SEANet decoder (or its upsample)."""
-    kind = type(layer).__name__
-    if kind == "PocketTTSAudioTokenizerConv1d":
-        return CausalConv(layer, max_streams)
-    if kind == "PocketTTSAudioTokenizerConvTranspose1d":
-        return CausalConvTranspose(layer, max_streams)
-    if kind == "PocketTTSAudioTokenizerResnetBlock":
-        return _resnet(layer, max_streams)
-    if isinstance(layer, nn.ELU):
-        return Elu(layer, inplace)
-    if isinstance(layer, nn.Identity):
-        return Identity()
-    raise CodecError(f"no streaming version of Pocket TTS audio tokenizer layer {kind}")
-
-
-def _resnet(layer: Any, max_streams: int) -> Residual:
-    """``shortcut(x) + block(x)`` (both branches stride 1)."""
-    # The block's first ELU reads the input the shortcut also reads: not in place.
-    block = [
-        stage_for(sub, max_streams, inplace=index > 0) for index, sub in enumerate(layer.block)
-    ]
-    return Residual(block, stage_for(layer.shortcut, max_streams))
+FAMILY = "PocketTTSAudioTokenizer"
+"""The prefix of the tokenizer's layer classes in ``transformers`` (its SEANet is Mimi's)."""
 
 
 class PocketLatentStreamingDecoder(SlotDecoder):
@@ -80,11 +49,18 @@ class PocketLatentStreamingDecoder(SlotDecoder):
             self.latent_proj = copy.deepcopy(self.latent_proj).to(compute_dtype)
         self.compute_dtype = compute_dtype
         self.codec = codec
-        upsample = [] if decoder.upsample is None else [stage_for(decoder.upsample, max_streams)]
+        upsample = (
+            []
+            if decoder.upsample is None
+            else [stage_for(decoder.upsample, max_streams, family=FAMILY)]
+        )
         self._stages: list[RaggedStage] = [
             *upsample,
             SlidingWindowTransformer(decoder.decoder_transformer, max_streams),
-            *(stage_for(layer, max_streams) for layer in decoder.decoder_seanet.layers),
+            *(
+                stage_for(layer, max_streams, family=FAMILY)
+                for layer in decoder.decoder_seanet.layers
+            ),
         ]
         self.samples_emitted = [0] * max_streams
         super().__init__(codec, max_streams)

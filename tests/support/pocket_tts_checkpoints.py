@@ -50,7 +50,6 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from transformers import (
     PocketTTSAudioTokenizerConfig,
     PocketTTSAudioTokenizerModel,
@@ -61,9 +60,11 @@ from transformers import (
     TokenizersBackend,
 )
 
+from cadenza.bench.pocket_throughput import AUDIO_TOKENS, CHAT_TEMPLATE, unigram_tokenizer
+from tests.support.dia_checkpoints import hub_cache_snapshot
+
 HUB_ID = "eustlb/pocket-tts"
 AUDIO_TOKENIZER_HUB_ID = "eustlb/pocket-tts-audio-tokenizer"
-SNAPSHOT_COMMIT = "9c4e7" + "0" * 35
 
 SAMPLING_RATE = 24_000
 FRAME_SIZE = 1920  # 6 * 5 * 4 SEANet samples a step, 16 steps a latent frame
@@ -77,40 +78,8 @@ AUDIO_LATENT_ID = 4001
 AUDIO_PROMPT_BOS_ID = 4002
 AUDIO_BOS_ID = 4003
 VOCAB_SIZE = 4004
-
-AUDIO_TOKENS: dict[str, str] = {
-    "audio_prompt_token": "<|audio_prompt|>",
-    "audio_latent_token": "<|audio_latent|>",
-    "audio_prompt_bos_token": "<|audio_prompt_bos|>",
-    "audio_bos_token": "<|audio_bos|>",
-}
-"""The tokenizer's named audio tokens, in id order from :data:`AUDIO_PROMPT_ID`."""
-
-CHAT_TEMPLATE = (
-    "{%- for message in messages -%}\n"
-    "{%- if message['role'] == 'user' -%}\n"
-    "{%- for content in message['content'] if content['type'] == 'audio' -%}\n"
-    "{{- '<|audio_prompt_bos|><|audio_prompt|>' -}}\n"
-    "{%- endfor -%}\n"
-    "{%- for content in message['content'] if content['type'] == 'text' -%}\n"
-    "{%- set text = content['text'] | trim | replace('\\n', ' ') | replace('\\r', ' ')"
-    " | replace('  ', ' ') -%}\n"
-    "{{- text[0] | upper -}}{{- text[1:] -}}{{- '.' if text[-1].isalnum() else '' -}}\n"
-    "{%- endfor -%}\n"
-    "{{- '<|audio_bos|>' -}}\n"
-    "{%- elif message['role'] == 'assistant' -%}\n"
-    "{%- for content in message['content'] if content['type'] == 'audio' -%}\n"
-    "{{- '<|audio_prompt|>' -}}\n"
-    "{%- endfor -%}\n"
-    "{%- endif -%}\n"
-    "{%- endfor -%}\n"
-)
-"""The user turn: the voice (``<|audio_prompt_bos|>`` and one ``<|audio_prompt|>``, which the
-processor expands to one placeholder per voice frame) when the turn holds an audio item, then
-the text prepared as the original runtime prepares it (stripped, line breaks and double spaces
-made single spaces, first character upper-cased, a ``.`` appended after a final letter or digit),
-then ``<|audio_bos|>``, the first audio position. An assistant turn's audio (a training target)
-is one ``<|audio_prompt|>`` right after that ``<|audio_bos|>``."""
+# AUDIO_TOKENS and CHAT_TEMPLATE come from the benchmark's checkpoint writer: the tokenizer's
+# named audio tokens in id order from AUDIO_PROMPT_ID, and the processor's chat template.
 
 PUBLISHED_GENERATION: dict[str, Any] = {
     "do_sample": True,
@@ -245,29 +214,7 @@ def tiny_vocab() -> list[tuple[str, float]]:
 def tiny_tokenizer() -> TokenizersBackend:
     """The checkpoint's tokenizer (see the module's docstring): text -> pieces, no BOS or EOS
     added, the audio tokens 4000-4003 split out as special tokens."""
-    backend = Tokenizer(models.Unigram(tiny_vocab(), unk_id=0, byte_fallback=True))
-    backend.pre_tokenizer = pre_tokenizers.Metaspace(
-        replacement="▁", prepend_scheme="always", split=False
-    )
-    backend.decoder = decoders.Sequence(
-        [
-            decoders.Replace("▁", " "),
-            decoders.ByteFallback(),
-            decoders.Fuse(),
-            decoders.Strip(" ", 1, 0),
-        ]
-    )
-    backend.add_special_tokens(
-        [AddedToken(token, special=True, normalized=False) for token in AUDIO_TOKENS.values()]
-    )
-    tokenizer = TokenizersBackend(
-        tokenizer_object=backend,
-        unk_token="<unk>",
-        bos_token="<s>",
-        eos_token="</s>",
-        pad_token="<pad>",
-        extra_special_tokens=dict(AUDIO_TOKENS),
-    )
+    tokenizer = unigram_tokenizer(tiny_vocab())
     ids = tokenizer.convert_tokens_to_ids(list(AUDIO_TOKENS.values()))
     assert ids == [AUDIO_PROMPT_ID, AUDIO_LATENT_ID, AUDIO_PROMPT_BOS_ID, AUDIO_BOS_ID], ids
     return tokenizer
@@ -323,20 +270,6 @@ def save_tiny_audio_tokenizer(
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     return directory
-
-
-def hub_cache_snapshot(cache: Path, repo_id: str, source: Path) -> Path:
-    """Copy the files of ``source`` into the Hugging Face hub cache ``cache`` as the ``main``
-    snapshot of ``repo_id`` (``models--owner--name/snapshots/<commit>``, ``refs/main``); returns
-    the snapshot directory."""
-    repo = cache / ("models--" + repo_id.replace("/", "--"))
-    snapshot = repo / "snapshots" / SNAPSHOT_COMMIT
-    snapshot.mkdir(parents=True, exist_ok=True)
-    for path in source.iterdir():
-        shutil.copy2(path, snapshot / path.name)
-    (repo / "refs").mkdir(exist_ok=True)
-    (repo / "refs" / "main").write_text(SNAPSHOT_COMMIT)
-    return snapshot
 
 
 def audio_tokenizer_directory(directory: Path) -> Path:

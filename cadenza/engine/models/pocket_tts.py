@@ -38,7 +38,7 @@ from torch import nn
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.kv.paged_kv_cache import KVSpec, PagedKVCache
 from cadenza.engine.layouts.latent_rows import NOT_ENDED, LatentRowLayout, latent_bits, latents_of
-from cadenza.engine.models.llama import LlamaAttention, LlamaBackboneConfig, RotaryEmbedding
+from cadenza.engine.models.llama import LlamaBackboneConfig, LlamaDecoderLayer, RotaryEmbedding
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.sequence import Sequence
 from cadenza.kernels.attention_backends import AttentionBackend, attention_backend_for
@@ -132,24 +132,14 @@ class PocketMLP(nn.Module):
         return self.fc2(nn.functional.gelu(hidden.to(x.dtype), approximate="tanh"))
 
 
-class PocketDecoderLayer(nn.Module):
-    def __init__(self, config: LlamaBackboneConfig, eps: float, index: int) -> None:
-        super().__init__()
-        self.input_layernorm = nn.LayerNorm(config.hidden_size, eps=eps)
-        self.self_attn = LlamaAttention(config, index)
-        self.post_attention_layernorm = nn.LayerNorm(config.hidden_size, eps=eps)
-        self.mlp = PocketMLP(config.hidden_size, config.intermediate_size)
+class PocketDecoderLayer(LlamaDecoderLayer):
+    """A Llama layer (pre-norm, rotary attention, residuals) with LayerNorms and a GELU MLP."""
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        rotary: tuple[torch.Tensor, torch.Tensor],
-        kv_cache: PagedKVCache,
-        context: AttentionContext,
-        backend: AttentionBackend,
-    ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), rotary, kv_cache, context, backend)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def __init__(self, config: LlamaBackboneConfig, eps: float, index: int) -> None:
+        super().__init__(config, index)
+        self.input_layernorm = nn.LayerNorm(config.hidden_size, eps=eps)  # type: ignore[assignment]
+        self.post_attention_layernorm = nn.LayerNorm(config.hidden_size, eps=eps)  # type: ignore[assignment]
+        self.mlp = PocketMLP(config.hidden_size, config.intermediate_size)  # type: ignore[assignment]
 
 
 class PocketBackbone(nn.Module):
