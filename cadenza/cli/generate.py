@@ -156,4 +156,4 @@ def _voice_clip(args: argparse.Namespace, engine: Engine) -> tuple[tuple[Context
     audio = samples.astype("<f4").tobytes()
     if not engine.info.takes_context:
         return (), audio
-    return (ContextTurn(voice=args.voice, text=args.voice_text or "", audio=audio),), audio
+    return (ContextTurn(voice=args.voice, text=args.voice_text or "", audio=audio),), b""
