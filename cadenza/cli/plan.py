@@ -29,7 +29,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         choices=["fp32", "fp16", "bf16", "int8", "fp8"],
         help="bf16 unless given",
     )
-    plan.add_argument("--context", type=int, help="tokens per sequence (required)")
+    plan.add_argument(
+        "--context",
+        type=int,
+        help="tokens per sequence (required without --model; with --model, default: the "
+        "nominal stream's, measured)",
+    )
     plan.add_argument("--batch", type=int, help="sequences that must fit at once")
     plan.add_argument("--memory", help="device memory, e.g. 80GiB, 24GB, 1e9")
     plan.add_argument("--weights-bytes", help="memory the weights take (subtracted), e.g. 16GiB")
@@ -45,11 +50,18 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(config: CadenzaConfig, args: argparse.Namespace) -> int:
+    from cadenza.hub_cache import NotInHubCache
     from cadenza.kv_plan import KVPlan, parse_bytes
 
     try:
-        if args.context is None:
-            raise ValueError("give --context")
+        context = args.context
+        measured: dict[str, Any] | str | None = None
+        if context is None:
+            if args.model is None or args.no_measure:
+                raise ValueError("give --context (or --model, measured, for its nominal stream)")
+            measured, context = _measured_capacity(config, args.model)
+            if context is None:
+                raise ValueError(f"{args.model} makes no audio: give --context")
         shape = {"layers": args.layers, "kv_heads": args.kv_heads, "head_dim": args.head_dim}
         heads = args.heads
         kv_dtype = args.kv_dtype or "bf16"
@@ -65,27 +77,27 @@ def run(config: CadenzaConfig, args: argparse.Namespace) -> int:
             **shape,
             kv_dtype=kv_dtype,
             state_bytes_per_sequence=state_bytes,
-            context=args.context,
+            context=context,
             heads=heads,
             batch=args.batch,
             memory_bytes=parse_bytes(args.memory) if args.memory else None,
             weights_bytes=parse_bytes(args.weights_bytes) if args.weights_bytes else 0,
         )
-    except ValueError as exc:
+    except (ValueError, NotInHubCache) as exc:
         print(f"cadenza: {exc}", file=sys.stderr)
         return 2
-    return _print(config, args, plan.to_dict())
-
-
-def _print(config: CadenzaConfig, args: argparse.Namespace, result: dict[str, Any]) -> int:
-    """Add the measured capacity (``--model`` without ``--no-measure``) and print."""
+    result = plan.to_dict()
     if args.model is not None and not args.no_measure:
-        from cadenza.hub_cache import NotInHubCache
+        if measured is None:
+            try:
+                measured, _ = _measured_capacity(config, args.model)
+            except (ValueError, NotInHubCache) as exc:  # a config without weights: unmeasured
+                measured = f"not measured: {exc}"
+        result["realtime"] = measured
+    return _print(args, result)
 
-        try:
-            result["realtime"] = _measured_capacity(config, args.model)
-        except (ValueError, NotInHubCache) as exc:  # a config without weights plans, unmeasured
-            result["realtime"] = f"not measured: {exc}"
+
+def _print(args: argparse.Namespace, result: dict[str, Any]) -> int:
     if args.json:
         print(json.dumps(result))
     else:
@@ -98,12 +110,15 @@ def _print(config: CadenzaConfig, args: argparse.Namespace, result: dict[str, An
     return 0
 
 
-def _measured_capacity(config: CadenzaConfig, model: str) -> dict[str, Any]:
+def _measured_capacity(config: CadenzaConfig, model: str) -> tuple[dict[str, Any], int | None]:
     """Real-time streams ``model`` holds on this device: the start-up calibration (cached, as
     the server's) read through the same capacity model the server admits with, measured as
     the server's first engine replica runs (its cores and threads: this process is pinned
-    like it), and counted for as many replicas as the server would start."""
+    like it), and counted for as many replicas as the server would start; and the positions
+    of its nominal stream (the nominal prompt and ``admission.nominal_stream_s`` of audio;
+    ``None`` for a model without audio)."""
     from cadenza.contract.cpu_replicas import core_sharers, replica_count, usable_cores
+    from cadenza.contract.stream_length import frames_for_duration
     from cadenza.edge.admission.capacity import AdmittedLoad, CapacityModel
     from cadenza.engine.builder import build_serving_engine
     from cadenza.ipc.engine_side.replica_placement import place_replica
@@ -119,6 +134,10 @@ def _measured_capacity(config: CadenzaConfig, model: str) -> dict[str, Any]:
     capacity = CapacityModel(
         info, config.admission, core_sharers=sharers if info.device == "cpu" else 1
     )
+    nominal_context = None
+    if info.frame_rate > 0:
+        frames = frames_for_duration(config.admission.nominal_stream_s, info.frame_rate)
+        nominal_context = info.shape.nominal_prompt_tokens + info.shape.steps_for_frames(frames)
     return {
         "device": None if calibration is None else calibration.device_name,
         "calibration": None if calibration is None else calibration.source,
@@ -134,7 +153,7 @@ def _measured_capacity(config: CadenzaConfig, model: str) -> dict[str, Any]:
         "decode_step_ms": None
         if calibration is None
         else {str(t): round(ms, 3) for t, _, ms in calibration.model.decode_points},
-    }
+    }, nominal_context
 
 
 def _stream_state_bytes(name_or_path: str, kv_dtype: str) -> int:

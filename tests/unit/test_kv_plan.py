@@ -96,6 +96,10 @@ def test_cli_json_and_errors():
     assert missing.returncode == 2 and "--kv-heads" in missing.stderr
     garbage = _plan("--model", "cadenza-tiny", "--context", "10", "--memory", "lots")
     assert garbage.returncode == 2 and "size" in garbage.stderr
+    for args in (("--layers", "32", "--kv-heads", "8", "--head-dim", "128"),
+                 ("--model", "cadenza-tiny", "--no-measure")):  # fmt: skip
+        unsized = _plan(*args)
+        assert unsized.returncode == 2 and "give --context" in unsized.stderr
 
 
 def test_cli_with_a_model_measures_its_real_time_capacity_here(tmp_path):
@@ -117,7 +121,7 @@ def test_cli_with_a_model_measures_its_real_time_capacity_here(tmp_path):
     assert realtime["max_streams"] == realtime["replicas"] * realtime["max_streams_per_replica"]
     assert realtime["step_budget_ms"] < 1000 / 75
     assert "float32 logits" in realtime["precision"]  # what it computes in, said
-    again = json.loads(
-        _plan("--model", "cadenza-tiny", "--context", "100", "--json", env=quick_sweep).stdout
-    )
+    # Without --context: the nominal stream's (its prompt and 10 s at 75 frames a second).
+    again = json.loads(_plan("--model", "cadenza-tiny", "--json", env=quick_sweep).stdout)
     assert again["realtime"]["calibration"] == "cache"
+    assert again["context"] > 750
