@@ -12,7 +12,10 @@ Linear weights are drawn at ``1 / sqrt(fan_in)`` and the flow head's output bias
 +-:data:`LATENT_OFFSET`, so the fed-back latents keep a steady direction and generation stays
 finite for any length; the end-of-speech threshold is :data:`NEVER_ENDS`, so every stream makes
 exactly ``frames`` frames on both sides. Both sides sample at the published temperature, 0.7,
-with one flow step.
+with one flow step. Its tokenizer is a unigram vocabulary of 4,000 pieces, as the released
+one: characters, and the most frequent English words whole (:func:`_vocab`), so a text takes
+about as many prompt rows as it would in the released model (3.4 characters a row on the load
+harness's texts), which is what prefill, and a wave of arrivals, cost.
 
 Measured per batch size ``B``, ``frames`` frames (``frames / 12.5`` seconds of audio) a request:
 
@@ -95,6 +98,7 @@ AUDIO_TOKENS: dict[str, str] = {
 }
 """The tokenizer's named audio tokens, ids 4000-4003 in this order (the released ids)."""
 TEXT_VOCAB = 4000
+CAPITALIZED_WORDS = 300
 CHAT_TEMPLATE = (
     "{%- for message in messages -%}\n"
     "{%- if message['role'] == 'user' -%}\n"
@@ -129,7 +133,11 @@ def run(
     progress: bool = False,
     shape: str = "pocket",
     frames: int = 50,
+    checkpoint: Path | None = None,
 ) -> dict[str, Any]:
+    """The measurements of the module docstring. ``checkpoint``: a directory to write the
+    benchmarked checkpoint into and keep (to serve and sweep the same model); by default it
+    lives in a temporary directory for the run."""
     if frames < 2:
         raise ValueError("the engine's decode steps start at the second frame: frames >= 2")
     torch.manual_seed(0)
@@ -153,8 +161,9 @@ def run(
     }
     inputs = _processor_inputs(processor)
     results: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as directory:
-        _save(reference, audio_tokenizer, processor, Path(directory))
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = checkpoint or Path(scratch)
+        _save(reference, audio_tokenizer, processor, directory)
         _time_transformers(reference, audio_tokenizer, inputs, 1, frames)  # warm up
         for batch in batch_sizes:
             runs = [
@@ -173,7 +182,7 @@ def run(
             )
         del reference, audio_tokenizer  # one copy of the weights in memory at a time
         engine = Engine.from_pretrained(
-            directory,
+            str(directory),
             engine_config=_engine_config(
                 config, max(batch_sizes), len(inputs["input_ids"][0]), frames
             ),
@@ -276,15 +285,40 @@ def _draw_weights(model: Any, generator: torch.Generator) -> None:
 
 def _vocab() -> list[tuple[str, float]]:
     """:data:`TEXT_VOCAB` unigram pieces: ``<unk>``, ``<s>``, ``</s>``, ``<pad>``, the 256
-    byte pieces, ``▁``, each printable character with and without ``▁``, then unused pieces."""
+    byte pieces, ``▁``, each printable character with and without ``▁``, then whole English
+    words (:func:`_word_pieces`) in the rest: a text takes about as many rows as the released
+    SentencePiece vocabulary of 4,000 pieces gives it (a common word one row, a rare one a row
+    a character), not one a character, which would price a prompt's prefill several times
+    over."""
     characters = string.ascii_letters + string.digits + string.punctuation
     vocab = [(piece, 0.0) for piece in ("<unk>", "<s>", "</s>", "<pad>")]
     vocab += [(f"<0x{byte:02X}>", 0.0) for byte in range(256)]
     vocab += [("▁", -3.0)]
     vocab += [("▁" + char, -5.0) for char in characters]
     vocab += [(char, -5.0) for char in characters]
-    vocab += [(f"<unused_{index}>", -100.0) for index in range(TEXT_VOCAB - len(vocab))]
+    vocab += _word_pieces(TEXT_VOCAB - len(vocab), {piece for piece, _ in vocab})
     return vocab
+
+
+def _word_pieces(slots: int, taken: set[str]) -> list[tuple[str, float]]:
+    """``slots`` pieces ``▁word`` (not in ``taken``): the most frequent English words of
+    ``wordfreq`` in order, the first :data:`CAPITALIZED_WORDS` also capitalized (a sentence's
+    first word), scored by rank between -4 and -8 (a whole word beats its characters); unused
+    pieces fill what a short word list leaves."""
+    try:
+        from wordfreq import top_n_list
+    except ImportError as exc:
+        raise RuntimeError(
+            "the Pocket TTS benchmark's checkpoint takes its word pieces from wordfreq: "
+            "pip install wordfreq (cadenza's dev extras have it)"
+        ) from exc
+
+    words = [word for word in top_n_list("en", 2 * slots) if word.isascii() and word.isalpha()]
+    forms = [*words[:CAPITALIZED_WORDS], *(word.capitalize() for word in words[:CAPITALIZED_WORDS])]
+    forms += words[CAPITALIZED_WORDS:]
+    pieces = [piece for piece in dict.fromkeys("▁" + form for form in forms) if piece not in taken]
+    pieces += [f"<unused_{index}>" for index in range(slots - len(pieces))]  # a short list
+    return [(piece, -4.0 - 4.0 * rank / slots) for rank, piece in enumerate(pieces[:slots])]
 
 
 def unigram_tokenizer(vocab: list[tuple[str, float]]) -> Any:

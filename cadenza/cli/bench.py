@@ -60,6 +60,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="engine: cadenza's dtype (float32, the reference's own precision; auto: the "
         "engine's choice, bf16 products on a CPU with native bf16)",
     )
+    bench.add_argument(
+        "--save-checkpoint",
+        type=Path,
+        metavar="DIR",
+        help="pocket: write the benchmarked checkpoint into DIR and keep it (to serve and "
+        "sweep the same model)",
+    )
     bench.add_argument("--config", type=Path, help=argparse.SUPPRESS)
     bench.set_defaults(run=run)
 
@@ -110,6 +117,9 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
     if shapes and shape not in shapes:
         print(f"cadenza: --shape {shape} is not a {args.target} shape", file=sys.stderr)
         return 2
+    if args.save_checkpoint is not None and args.target != "pocket":
+        print("cadenza: --save-checkpoint is for the pocket benchmark", file=sys.stderr)
+        return 2
     if not 1 <= args.semantic_tokens <= 768:
         print("cadenza: --semantic-tokens must be in 1..768", file=sys.stderr)
         return 2
@@ -129,7 +139,7 @@ def run(_: CadenzaConfig, args: argparse.Namespace) -> int:
         "engine": {"dtype": args.dtype},
         "csm": {"shape": shape},
         "dia": {"shape": shape},
-        "pocket": {"shape": shape},
+        "pocket": {"shape": shape, "checkpoint": args.save_checkpoint},
         "bark": {"shape": shape, "semantic_tokens": args.semantic_tokens},
     }
     result = runners[args.target](

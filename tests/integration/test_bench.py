@@ -99,9 +99,21 @@ def test_the_dia_run_compares_guided_streams_with_transformers() -> None:
         assert entry["engine_over_transformers"] > 0
 
 
-def test_the_pocket_run_compares_concurrent_streams_with_transformers_one_by_one() -> None:
+def test_the_pocket_run_compares_concurrent_streams_with_transformers_one_by_one(
+    tmp_path,
+) -> None:
+    kept = tmp_path / "pocket"
     done = _bench(
-        "pocket", "--shape", "pocket-tiny", "--batch-sizes", "1,2", "--repeats", "1", "--json"
+        "pocket",
+        "--shape",
+        "pocket-tiny",
+        "--batch-sizes",
+        "1,2",
+        "--repeats",
+        "1",
+        "--save-checkpoint",
+        str(kept),
+        "--json",
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
@@ -113,6 +125,25 @@ def test_the_pocket_run_compares_concurrent_streams_with_transformers_one_by_one
         assert entry["transformers_frames_per_s"] > entry["transformers_with_decode_frames_per_s"]
         assert entry["engine_decode_step_ms"] > 0 and entry["engine_over_transformers"] > 0
         assert 0 <= entry["engine_codec_share"] < 1
+    # The checkpoint it ran is kept, to serve; its tokenizer reads common words whole (a
+    # prompt's rows as the released vocabulary counts them), a rare word by its characters.
+    from transformers import AutoTokenizer
+
+    assert (kept / "config.json").is_file() and (kept / "audio_tokenizer").is_dir()
+    tokenizer = AutoTokenizer.from_pretrained(kept)
+    assert tokenizer.tokenize("The river keeps singing") == [
+        "▁The",
+        "▁river",
+        "▁keeps",
+        "▁singing",
+    ]
+    assert tokenizer.tokenize("Zyx") == ["▁Z", "y", "x"]
+
+
+def test_only_pocket_keeps_its_checkpoint(tmp_path) -> None:
+    done = _bench("codec", "--save-checkpoint", str(tmp_path / "x"), "--json")
+    assert done.returncode == 2 and "--save-checkpoint" in done.stderr
+    assert not (tmp_path / "x").exists()
 
 
 def test_pocket_shapes_belong_to_pocket() -> None:
