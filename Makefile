@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser infra serve test test-fast lint gpu-check clean
+.PHONY: install browser infra serve test test-fast lint gpu-check gpu-wheels clean
 
 # torch goes in first and alone, pinned to the exact release, so pip takes the CPU build that
 # lies on disk and no later requirement pulls a CUDA build.
@@ -44,11 +44,26 @@ lint: install
 	$(VENV)/bin/mypy benchmarks
 	$(VENV)/bin/lint-imports
 
-# On a CUDA machine: compile and check every Triton kernel, measure decode-attention bandwidth
-# and W8A16 against fp16 (docs/benchmarks.md). CI runs the interpreter half (--interpret).
-gpu-check: install
-	$(PY) -m pip install --quiet triton
-	$(PY) benchmarks/gpu_kernels.py --json
+# On a CUDA machine: every Triton kernel checked against torch, then the engine's step as a GPU
+# runs it, decode attention and SNAC measured (benchmarks/gpu_check.py, docs/benchmarks.md). It
+# installs nothing: the Python given (one with a CUDA PyTorch and Triton) runs the script from
+# the source tree, with the wheels of `make gpu-wheels` where the machine has no network. CI
+# runs its CPU half (--cpu).
+GPU_PY ?= python3
+gpu-check:
+	$(GPU_PY) benchmarks/gpu_check.py
+
+# Here, with network: the wheels benchmarks/gpu_check.py needs beyond PyTorch and Triton, for a
+# GPU machine's CPython $(GPU_PYTHON) on x86-64 Linux, into .gpu-wheels/ (under 64 MiB).
+GPU_PYTHON ?= 3.12
+gpu-wheels: install
+	rm -rf .gpu-wheels
+	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --dest .gpu-wheels \
+		--python-version $(GPU_PYTHON) --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 \
+		$$($(PY) benchmarks/gpu_check.py --requirements)
+	du -sh .gpu-wheels
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

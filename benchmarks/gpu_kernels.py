@@ -1,8 +1,9 @@
 """Compile every Triton kernel, check it against the torch reference, and measure it.
 
-On a CUDA machine (``make gpu-check``)::
+On a CUDA machine, with cadenza importable (its checks also run in ``make gpu-check``,
+``benchmarks/gpu_check.py``)::
 
-    python benchmarks/gpu_kernels.py --json
+    PYTHONPATH=. python benchmarks/gpu_kernels.py --json
 
 checks paged decode attention (fp16, bf16, int8 pages) and the W8A16 linear against torch on
 the GPU, then measures paged decode attention at batch 64 x 4,096 positions (32 query / 8 KV

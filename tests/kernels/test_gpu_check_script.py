@@ -1,4 +1,5 @@
-"""``benchmarks/gpu_kernels.py --interpret``: the CPU half of ``make gpu-check`` passes."""
+"""``benchmarks/gpu_kernels.py --interpret`` and ``benchmarks/gpu_check.py --cpu``: the GPU
+checks' CPU halves pass."""
 
 from __future__ import annotations
 
@@ -23,3 +24,58 @@ def test_interpreter_half_of_the_gpu_check_passes():
     kernels = {check["kernel"] for check in report["checks"]}
     assert kernels == {"paged_decode_attention", "w8a16"}
     assert all(check["ok"] for check in report["checks"])
+
+
+GPU_CHECK = SCRIPT.parent / "gpu_check.py"
+
+
+def test_the_gpu_check_runs_on_the_cpu_at_tiny_shapes():
+    done = subprocess.run(
+        [sys.executable, str(GPU_CHECK), "--cpu"], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["device"].startswith("cpu") and report["triton_ok"] is True
+    assert report["shape"]["family"] == "orpheus"
+    assert isinstance(report["fullgraph_compiled"], bool)
+    assert report["fullgraph_compiled"] or report["fullgraph_break"]
+    assert [bucket["batch"] for bucket in report["buckets"]] == [1, 2, 4]
+    for bucket in report["buckets"]:
+        assert bucket["eager_ms"] > 0 and bucket["graphed_ms"] is None
+    # Counted by the instrumentation a GPU run uses (cadenza.engine.device_audit).
+    assert report["launches_per_step"] > 0 and report["host_reads_per_step"] >= 0
+    assert sum(report["host_reads_by_call"].values()) == pytest.approx(
+        report["host_reads_per_step"], abs=0.1
+    )
+    assert [entry["streams"] for entry in report["snac"]] == [1, 8]
+    assert all(entry["ms_per_stream_frame"] > 0 for entry in report["snac"])
+    assert report["realtime_streams"] in (0, 1, 2) and "decode_attention" not in report
+
+
+def test_its_wheels_are_what_it_imports_and_their_requirements_pinned_as_here():
+    done = subprocess.run(
+        [sys.executable, str(GPU_CHECK), "--requirements"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    pinned = dict(entry.split("==") for entry in done.stdout.split())
+    from importlib import metadata
+
+    for name in ("transformers", "tokenizers", "safetensors", "pydantic", "numpy"):
+        assert pinned[name] == metadata.version(name)
+    assert "torch" not in pinned and "triton" not in pinned  # the GPU machine's own
+
+
+def test_wheels_are_unpacked_behind_what_the_python_has(tmp_path, monkeypatch):
+    import runpy
+    import zipfile
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    with zipfile.ZipFile(wheels / "probe-1.0-py3-none-any.whl", "w") as archive:
+        archive.writestr("gpu_check_probe/__init__.py", "ANSWER = 42\n")
+    script = runpy.run_path(str(GPU_CHECK), run_name="gpu_check_under_test")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert script["_use_wheels"](wheels, tmp_path / "site") == 1
+    assert sys.path[-1] == str(tmp_path / "site")
+    assert (tmp_path / "site" / "gpu_check_probe" / "__init__.py").read_text() == "ANSWER = 42\n"
+    assert script["_use_wheels"](tmp_path / "none", tmp_path / "other") == 0
