@@ -36,6 +36,7 @@ its interpreter). Prints one JSON object:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -265,10 +266,12 @@ def _fullgraph(engine: Any) -> dict[str, Any]:
     try:
         if not recorded:
             return {"fullgraph_compiled": False, "fullgraph_break": "no forward recorded"}
-        # Replayed while its streams still own their pages: it writes what the step wrote.
+        # Replayed while its streams still own their pages (it writes what the step wrote), with
+        # fresh copies of the step's dataclasses: nothing the step derived and cached in them.
+        fresh = tuple(_fresh(value) for value in recorded[0])
         torch._dynamo.reset()
         with torch.no_grad():
-            torch.compile(original, fullgraph=True, backend=keep)(*recorded[0])  # type: ignore[no-untyped-call]
+            torch.compile(original, fullgraph=True, backend=keep)(*fresh)  # type: ignore[no-untyped-call]
     except Exception as error:  # a graph break is the answer, not a failure of the check
         text = str(error).strip()
         first = text.splitlines()[0] if text else type(error).__name__
@@ -276,6 +279,13 @@ def _fullgraph(engine: Any) -> dict[str, Any]:
     finally:
         _finish(engine, ids)
     return {"fullgraph_compiled": len(graphs) == 1, "fullgraph_break": None, "graph_ops": graphs}
+
+
+def _fresh(value: Any) -> Any:
+    """A new instance of a dataclass ``value`` (its fields, not its cached properties)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value)
+    return value
 
 
 def _decode_step_ms(engine: Any, batch: int, steps: int = 8) -> float:

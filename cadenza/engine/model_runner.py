@@ -281,7 +281,10 @@ class ModelRunner:
             )
         keys = None
         if dense is None and not self.fused_decode:
-            keys = decode_keys(page_tables, seq_lens, size, self.kv_cache.spec.num_kv_heads)
+            longest = int(decode_lens.max()) if len(decode_lens) else 0
+            keys = decode_keys(
+                page_tables, seq_lens, size, self.kv_cache.spec.num_kv_heads, max_len=longest
+            )
         context = AttentionContext(
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=self.device),
             num_decodes=len(batch.decodes),
@@ -290,6 +293,7 @@ class ModelRunner:
             prefills=tuple(spans),
             decode_keys=keys,
             dense_decode=dense,
+            every_slot_set=min(slots, default=0) >= 0,  # known here: no read of the device's copy
         )
         inputs = (
             torch.tensor(rows, dtype=torch.long, device=self.device),

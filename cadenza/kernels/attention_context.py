@@ -12,7 +12,6 @@ The model runner builds one context per step; every layer reads it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import TYPE_CHECKING
 
 import torch
@@ -43,10 +42,17 @@ class AttentionContext:
     decode_keys: DecodeKeys | None = None
     # The CPU's dense copy of the decoding keys (instead of gathering pages), when in use.
     dense_decode: DenseDecodeStep | None = None
+    # Whether every token has a cache slot, when whoever built the context knows it from the
+    # slots it wrote on the host (None: read from ``slot_mapping``, a device read on a GPU).
+    every_slot_set: bool | None = None
 
-    @cached_property
+    @property
     def stores_every_token(self) -> bool:
-        """Whether every token has a cache slot (no ``-1`` in ``slot_mapping``)."""
+        """Whether every token has a cache slot (no ``-1`` in ``slot_mapping``): the builder's
+        :attr:`every_slot_set`, else read from the slots (each time: a plain property, which
+        ``torch.compile`` traces, where a cached one's lock stops it)."""
+        if self.every_slot_set is not None:
+            return self.every_slot_set
         return not self.slot_mapping.numel() or bool((self.slot_mapping >= 0).all())
 
 
@@ -67,11 +73,16 @@ class DecodeKeys:
 
 
 def decode_keys(
-    page_tables: torch.Tensor, seq_lens: torch.Tensor, page_size: int, num_kv_heads: int
+    page_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    page_size: int,
+    num_kv_heads: int,
+    max_len: int | None = None,
 ) -> DecodeKeys:
     """:class:`DecodeKeys` of decoding sequences with ``page_tables [B, max_pages]`` (-1
-    padded) and ``seq_lens [B]`` (keys each query sees)."""
-    slots, mask = decode_key_slots(page_tables, seq_lens, page_size)
+    padded) and ``seq_lens [B]`` (keys each query sees); ``max_len``: the longest of
+    ``seq_lens`` where the caller knows it on the host (else read from the tensor)."""
+    slots, mask = decode_key_slots(page_tables, seq_lens, page_size, max_len)
     heads = torch.arange(num_kv_heads, device=slots.device)
     rows = slots[:, None, :] * num_kv_heads + heads[None, :, None]
     bias = torch.zeros(mask.shape, device=mask.device).masked_fill_(~mask, float("-inf"))
@@ -79,11 +90,13 @@ def decode_keys(
 
 
 def decode_key_slots(
-    page_tables: torch.Tensor, seq_lens: torch.Tensor, page_size: int
+    page_tables: torch.Tensor, seq_lens: torch.Tensor, page_size: int, max_len: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """For each decoding sequence, the cache slot of each of its key positions (padded to the
-    longest sequence with slot 0) and the mask of real positions: ``[B, L]`` each."""
-    max_len = int(seq_lens.max()) if seq_lens.numel() else 0
+    longest sequence, ``max_len`` where given, with slot 0) and the mask of real positions:
+    ``[B, L]`` each."""
+    if max_len is None:
+        max_len = int(seq_lens.max()) if seq_lens.numel() else 0
     positions = torch.arange(max_len, device=page_tables.device)
     pages = page_tables[:, positions // page_size].long().clamp(min=0)
     slots = pages * page_size + positions % page_size

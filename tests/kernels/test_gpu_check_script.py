@@ -37,13 +37,16 @@ def test_the_gpu_check_runs_on_the_cpu_at_tiny_shapes():
     report = json.loads(done.stdout)
     assert report["device"].startswith("cpu") and report["triton_ok"] is True
     assert report["shape"]["family"] == "orpheus"
-    assert isinstance(report["fullgraph_compiled"], bool)
-    assert report["fullgraph_compiled"] or report["fullgraph_break"]
+    # The decode forward traces as one graph on a fresh step's inputs: no host read inside it.
+    assert report["fullgraph_compiled"] is True and report["fullgraph_break"] is None
     assert [bucket["batch"] for bucket in report["buckets"]] == [1, 2, 4]
     for bucket in report["buckets"]:
         assert bucket["eager_ms"] > 0 and bucket["graphed_ms"] is None
     # Counted by the instrumentation a GPU run uses (cadenza.engine.device_audit).
     assert report["launches_per_step"] > 0 and report["host_reads_per_step"] >= 0
+    # The runner no longer reads the longest length nor every slot's being set (the sampler's
+    # reads are left: docs/benchmarks.md, the GPU step counted on the CPU).
+    assert report["host_reads_per_step"] <= 5
     assert sum(report["host_reads_by_call"].values()) == pytest.approx(
         report["host_reads_per_step"], abs=0.1
     )

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cadenza.kernels import torch_attention
-from cadenza.kernels.attention_context import decode_keys
+from cadenza.kernels.attention_context import AttentionContext, decode_keys
 from cadenza.kernels.kv_quant import dequantize, quantize_per_token
 
 
@@ -60,6 +60,21 @@ def test_decode_attention_equals_attention_by_hand(group, num_kv_heads, lengths)
         q, k_cache, v_cache, tables, seq_lens, 0.125, keys=keys
     )
     assert torch.equal(given, out)  # the step's precomputed keys change nothing
+    # The longest length given by a caller who knows it on the host: the same keys, no read.
+    known = decode_keys(tables, seq_lens, k_cache.shape[1], num_kv_heads, max_len=max(lengths))
+    assert all(torch.equal(a, b) for a, b in zip(known.__dict__.values(), keys.__dict__.values()))
+
+
+def test_a_context_says_whether_every_token_has_a_slot_from_its_builder_or_its_slots():
+    empty = torch.zeros((0, 1), dtype=torch.int32)
+    lens = torch.zeros(0, dtype=torch.int32)
+
+    def context(slots, every=None):
+        return AttentionContext(torch.tensor(slots), 0, empty, lens, (), every_slot_set=every)
+
+    assert context([3, 4]).stores_every_token and not context([3, -1]).stores_every_token
+    assert context([], None).stores_every_token
+    assert context([3, -1], True).stores_every_token  # the builder's word, read nowhere
 
 
 def test_int8_pages_decode_to_the_attention_of_their_dequantized_values():

@@ -46,7 +46,9 @@ class DepthScratch:
         position = torch.arange(start, start + count, device=device).repeat_interleave(rows)
         page_tables = row_index.to(torch.int32)[:, None]
         seq_lens = (position + 1).to(torch.int32)
-        keys = decode_keys(page_tables, seq_lens, self.positions, self.spec.num_kv_heads)
+        keys = decode_keys(
+            page_tables, seq_lens, self.positions, self.spec.num_kv_heads, start + count
+        )
         context = AttentionContext(
             slot_mapping=row_index * self.positions + position,
             num_decodes=rows * count,
@@ -54,6 +56,7 @@ class DepthScratch:
             decode_seq_lens=seq_lens,
             prefills=(),
             decode_keys=keys,
+            every_slot_set=True,
         )
         self._contexts[key] = context
         return context
