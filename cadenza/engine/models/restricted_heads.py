@@ -50,9 +50,10 @@ class RestrictedHeads(nn.Module):
         computed by its head, ``-inf`` elsewhere. float32."""
         columns, places = self._plan(masks)
         out = torch.full((hidden.shape[0], len(columns)), float("-inf"), device=hidden.device)
-        which = torch.tensor(row_masks, device=hidden.device)
         for mask in sorted(set(row_masks)):
-            rows = (which == mask).nonzero().squeeze(1)
+            # The rows at this mask, found on the host (no read of the device's copy).
+            at_mask = [row for row, row_mask in enumerate(row_masks) if row_mask == mask]
+            rows = torch.tensor(at_mask, dtype=torch.long, device=hidden.device)
             values = self.heads[mask](hidden.index_select(0, rows)).float()
             out[rows[:, None], places[mask].to(out.device)[None, :]] = values
         return out[:, None, :]
