@@ -83,3 +83,18 @@ def test_wheels_are_unpacked_behind_what_the_python_has(tmp_path, monkeypatch):
     assert sys.path[-1] == str(tmp_path / "site")
     assert (tmp_path / "site" / "gpu_check_probe" / "__init__.py").read_text() == "ANSWER = 42\n"
     assert script["_use_wheels"](tmp_path / "none", tmp_path / "other") == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [(["--cpu", "--layers", "0"], "--layers must be positive"), ([], "no CUDA device")],
+)
+def test_the_gpu_check_refuses_what_it_cannot_run(options, said):
+    import torch
+
+    if not options and torch.cuda.is_available():
+        pytest.skip("a CUDA device is here")
+    done = subprocess.run(
+        [sys.executable, str(GPU_CHECK), *options], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2 and said in done.stdout + done.stderr
