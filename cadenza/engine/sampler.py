@@ -49,17 +49,18 @@ def sample_rows(
     a part of a row (a depth decoder samples a row one codebook at a time); the repetition
     penalty then looks at the ids seen in those codebooks. ``columns``: the ids ``logits``
     are over when a restricted head computed only those
-    (:class:`~cadenza.engine.models.restricted_heads.RestrictedHeads`; ``masks`` required).
+    (:class:`~cadenza.engine.models.restricted_heads.RestrictedHeads`; ``masks`` required),
+    whose logits are already ``-inf`` outside each row's mask: the mask is not applied again
+    (finding the ids it bans would be a read of the device's copy every step).
     """
     logits = logits.float()
     num_seqs, _, vocab = logits.shape
     device = logits.device
     allowed: torch.Tensor | None = None
-    if columns is not None:  # logits already over a restricted head's columns
+    if columns is not None:  # logits already over a restricted head's columns, masked by it
         assert masks is not None, "restricted logits need the masks they were cut by"
         vocab = masks.shape[-1]
         columns = columns.to(device)
-        allowed = _allowed(masks, constraints, device).index_select(-1, columns)
     elif masks is not None:
         allowed = _allowed(masks, constraints, device)
         used = allowed.any(dim=1).any(dim=0).nonzero().squeeze(1)
