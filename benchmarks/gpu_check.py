@@ -15,17 +15,21 @@ its interpreter). Prints one JSON object:
 
 * ``device``; ``shape``: the Orpheus shape measured (the 3B's on CUDA: 28 layers, 3072 wide,
   24/8 heads of 128, vocabulary 156,940, random weights; a 2-layer one on the CPU).
-* ``fullgraph_compiled``: whether the model's forward over a decode batch traces as one graph
-  (``torch.compile(fullgraph=True)``, the trace alone), and ``fullgraph_break``, the first
-  break when it does not (a host read, a shape that depends on values); ``graph_ops``, the
-  operators of the traced graph.
+* ``fullgraph_compiled``: whether the fixed-shape decode step (:mod:`cadenza.engine.static_decode`,
+  at a bucket of the running streams) traces as one graph (``torch.compile(fullgraph=True)``,
+  the trace alone), and ``fullgraph_break``, the first break when it does not (a host read, a
+  shape that depends on values); ``graph_ops``, the operators of the traced graph.
+* ``graphs``: whether the engine captured its decode steps as CUDA graphs, at which batch
+  sizes, and the memory they took; ``kv_pages`` and ``max_num_seqs`` as the engine sized them
+  (on CUDA from its defaults: 90 % of free memory after the weights, less the graphs).
 * ``host_reads_per_step`` and ``launches_per_step``: over the engine's decode steps at the
   largest bucket (:mod:`cadenza.engine.device_audit`: the same counting on every device), and
   ``host_reads_by_call``.
 * ``triton_ok``: every Triton kernel equal to its torch reference (``benchmarks/gpu_kernels.py``'s
   checks).
-* ``buckets``: ``{"batch", "eager_ms", "graphed_ms"}``, the engine's median decode step at each
-  batch size (``graphed_ms``: ``null``, no step is captured yet).
+* ``buckets``: ``{"batch", "step_ms", "eager_ms", "graphed_ms"}`` at each batch size, medians:
+  the engine's whole decode step as it serves (sampling and audio included), the decode
+  forward at the bucket's fixed shapes run eagerly, and replayed as a graph (``null`` off CUDA).
 * ``decode_attention`` (CUDA): the paged decode kernel's bandwidth at the 3B's heads, contexts
   256-2,048 and batches 1-128.
 * ``snac``: the streaming SNAC decoder's milliseconds a stream-frame at 1 and 8 streams.
@@ -36,7 +40,6 @@ its interpreter). Prints one JSON object:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
@@ -107,15 +110,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as scratch:
         engine, shape = _orpheus_engine(Path(scratch), device, args.layers)
         report["shape"] = shape
+        report.update(_graphs(engine))
         report.update(_fullgraph(engine))
-        buckets = (1, 2, 4) if device == "cpu" else (1, 8, 32, 64, 128)
-        report["buckets"] = [
-            {"batch": b, "eager_ms": _decode_step_ms(engine, b), "graphed_ms": None}
-            for b in buckets
-        ]
-        report.update(_audit(engine, buckets[-1]))
+        most = engine.scheduler.max_num_seqs
+        buckets = (1, 2, 4) if device == "cpu" else (1, 8, 32, 64, 128, 256)
+        report["buckets"] = [_bucket(engine, b) for b in buckets if b <= most]
+        report.update(_audit(engine, min(buckets[-1], most)))
+        counts = (1, 2) if device == "cpu" else (16, 32, 64, 128, 192, 256)
         report["realtime_streams"] = _realtime_streams(
-            engine, (1, 2) if device == "cpu" else (16, 32, 64, 128)
+            engine, tuple(c for c in counts if c <= most)
         )
         engine.check_integrity()
     if device == "cuda":
@@ -183,26 +186,29 @@ def _orpheus_engine(directory: Path, device: str, layers: int) -> tuple[Any, dic
     from orpheus_streams import SHAPES, build_checkpoint
 
     from cadenza.config import CpuConfig, EngineConfig, LimitsConfig
-    from cadenza.engine.engine import Engine
+    from cadenza.engine.builder import build_engine, pretrained_config
 
     if device == "cpu":
         SHAPES["gpu-check-cpu"] = {**CPU_SHAPE, "num_hidden_layers": layers}
     shape = "gpu-check-cpu" if device == "cpu" else "3b"
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     build_checkpoint(directory, shape, device, dtype)
-    engine = Engine.from_pretrained(
+    # CUDA: the engine's own defaults (the KV a share of free memory, max_num_seqs following
+    # it, decode graphs); the CPU runs the same fixed-shape steps eagerly, in a small cache.
+    engine_config = EngineConfig(max_num_batched_tokens=4096)
+    if device == "cpu":
+        # (the torch path reads every page-table column of a fixed-shape step: few pages)
+        engine_config = EngineConfig(kv_cache_memory_bytes=8 << 20, max_num_seqs=8)
+    config = pretrained_config(
         str(directory),
         device=device,
         dtype="float32" if device == "cpu" else "bfloat16",
         codec="snac_24khz",
         cpu=CpuConfig(fused_decode=False, pack_weights=False),
-        engine_config=EngineConfig(
-            kv_cache_memory_bytes=(64 << 20) if device == "cpu" else (16 << 30),
-            max_num_seqs=8 if device == "cpu" else 128,
-            max_num_batched_tokens=512 if device == "cpu" else 4096,
-        ),
+        engine_config=engine_config,
         limits=LimitsConfig(),
     )
+    engine = build_engine(config, fixed_decode_shapes=True)
     return engine, {"family": "orpheus", **SHAPES[shape]}
 
 
@@ -235,77 +241,101 @@ def _finish(engine: Any, ids: list[str]) -> None:
     engine.take_report()
 
 
+def _graphs(engine: Any) -> dict[str, Any]:
+    static = engine.runner.static_decode
+    return {
+        "graphs": {
+            "captured": static is not None and static.graphed,
+            "sizes": [] if static is None else list(static.sizes),
+            "memory_mb": round(engine.runner.graph_memory_bytes / 1e6, 1),
+        },
+        "kv_pages": engine.kv.pool.num_pages,
+        "max_num_seqs": engine.scheduler.max_num_seqs,
+    }
+
+
 def _fullgraph(engine: Any) -> dict[str, Any]:
-    """Whether the model's forward over a decode batch traces as one graph: the inputs the
-    runner builds for one step, recorded and replayed through ``torch.compile(fullgraph=True,
-    backend=...)`` with a backend that runs the traced graph as it is (the trace, not compiled
-    kernels)."""
+    """Whether the fixed-shape decode step traces as one graph, at the bucket of two running
+    streams: ``torch.compile(fullgraph=True, backend=...)`` with a backend that runs the traced
+    graph as it is (the trace, not compiled kernels)."""
     import torch
 
-    model = engine.model
-    recorded: list[tuple[Any, ...]] = []
-    original = model.hidden_states
-
-    def record(*inputs: Any) -> Any:
-        recorded.append(inputs)
-        return original(*inputs)
-
+    static = engine.runner.static_decode
+    if static is None:
+        return {"fullgraph_compiled": False, "fullgraph_break": "no fixed-shape decode step"}
     graphs: list[int] = []
 
-    def keep(graph: Any, _: Any) -> Any:  # a backend that runs the traced graph as it is
+    def keep(graph: Any, _: Any) -> Any:
         graphs.append(sum(node.op == "call_function" for node in graph.graph.nodes))
         return graph.forward
 
     ids = _requests(engine, 2, 2.0, "trace")
     _until_decoding(engine, ids)
-    model.hidden_states = record
     try:
-        engine.step()
-    finally:
-        del model.hidden_states  # the class's method again
-    try:
-        if not recorded:
-            return {"fullgraph_compiled": False, "fullgraph_break": "no forward recorded"}
-        # Replayed while its streams still own their pages (it writes what the step wrote), with
-        # fresh copies of the step's dataclasses: nothing the step derived and cached in them.
-        fresh = tuple(_fresh(value) for value in recorded[0])
+        _decoding(engine, ids)  # their next slots, as a step gives them
         torch._dynamo.reset()
-        with torch.no_grad():
-            torch.compile(original, fullgraph=True, backend=keep)(*fresh)  # type: ignore[no-untyped-call]
+        with torch.inference_mode():
+            torch.compile(static.forward_at, fullgraph=True, backend=keep)(2)  # type: ignore[no-untyped-call]
     except Exception as error:  # a graph break is the answer, not a failure of the check
         text = str(error).strip()
         first = text.splitlines()[0] if text else type(error).__name__
         return {"fullgraph_compiled": False, "fullgraph_break": first[:300]}
     finally:
+        torch._dynamo.reset()
         _finish(engine, ids)
     return {"fullgraph_compiled": len(graphs) == 1, "fullgraph_break": None, "graph_ops": graphs}
 
 
-def _fresh(value: Any) -> Any:
-    """A new instance of a dataclass ``value`` (its fields, not its cached properties)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.replace(value)
-    return value
+def _decoding(engine: Any, ids: list[str]) -> list[Any]:
+    """The sequences of ``ids``, each with a cache slot for its next token."""
+    seqs = [engine.sequence(request_id) for request_id in ids]
+    for seq in seqs:
+        if not engine.kv.allocate_slots(seq, 1):
+            raise RuntimeError("the KV cache is full")
+    return seqs
 
 
-def _decode_step_ms(engine: Any, batch: int, steps: int = 8) -> float:
-    """The median step of ``batch`` streams that all decode (no prefill in the step)."""
-    ids = _requests(engine, batch, 30.0, f"bucket{batch}")
+def _bucket(engine: Any, batch: int, steps: int = 8) -> dict[str, Any]:
+    """Medians at ``batch`` streams that all decode: the engine's whole step, and the decode
+    forward at the bucket's fixed shapes, eager and replayed as a graph (where captured)."""
+    import torch
+
+    ids = _requests(engine, batch, _stream_s(engine), f"bucket{batch}")
     _until_decoding(engine, ids)
-    times = []
-    for _ in range(steps):
-        began = time.perf_counter()
-        engine.step()
-        _synchronize(engine)
-        times.append(1000 * (time.perf_counter() - began))
+    step_ms = _median_ms(engine, engine.step, steps)
+    static = engine.runner.static_decode
+    seqs = _decoding(engine, ids)
+    eager_ms = graphed_ms = None
+    with torch.inference_mode():
+        if static is not None:
+            eager_ms = _median_ms(engine, partial(static.eager, seqs), steps)
+            if static.graphed:
+                graphed_ms = _median_ms(engine, partial(static.run, seqs), steps)
     _finish(engine, ids)
-    return round(statistics.median(times), 3)
+    return {"batch": batch, "step_ms": step_ms, "eager_ms": eager_ms, "graphed_ms": graphed_ms}
+
+
+def _stream_s(engine: Any) -> float:
+    """Seconds of audio a measured stream asks for: 30 (about 2,500 positions) on CUDA, 8 in
+    the CPU's small cache."""
+    return 30.0 if engine.model.device.type == "cuda" else 8.0
+
+
+def _median_ms(engine: Any, call: Any, times: int) -> float:
+    """The median of ``times`` calls of ``call``, each waited for on the device."""
+    spans = []
+    for _ in range(times):
+        began = time.perf_counter()
+        call()
+        _synchronize(engine)
+        spans.append(1000 * (time.perf_counter() - began))
+    return round(statistics.median(spans), 3)
 
 
 def _audit(engine: Any, batch: int, steps: int = 8) -> dict[str, Any]:
     from cadenza.engine.device_audit import DeviceAudit
 
-    ids = _requests(engine, batch, 30.0, "audit")
+    ids = _requests(engine, batch, _stream_s(engine), "audit")
     _until_decoding(engine, ids)
     with DeviceAudit() as audit:
         for _ in range(steps):

@@ -30,7 +30,12 @@ class EngineConfig(Section):
     max_num_batched_tokens: int = Field(
         512, ge=1, description="token budget of one engine step (decodes + prefill chunks)"
     )
-    max_num_seqs: int = Field(64, ge=1, description="most sequences running at once")
+    max_num_seqs: int | None = Field(
+        None,
+        ge=1,
+        description="most sequences running at once (unset: 64 on the CPU; on CUDA as many "
+        "nominal streams as the KV cache holds, up to 256 and max_num_batched_tokens)",
+    )
     enable_prefix_caching: bool = Field(True, description="share KV pages of equal prefixes")
     reserve_max_output: bool = Field(
         True,
@@ -39,16 +44,24 @@ class EngineConfig(Section):
     kv_cache_memory_bytes: int | None = Field(
         None, ge=1, description="KV cache size in bytes (unset: a fraction of free memory)"
     )
-    kv_cache_memory_fraction: float = Field(
-        0.05,
+    kv_cache_memory_fraction: float | None = Field(
+        None,
         gt=0,
         le=0.95,
-        description="share of free device memory for the KV cache (raise it on a GPU)",
+        description="share of free device memory for the KV cache (unset: 5 % on the CPU; on "
+        "CUDA 90 % of what the weights left, less the CUDA graphs' memory, measured)",
+    )
+
+    cuda_graphs: bool = Field(
+        True,
+        description="on CUDA, decode steps run at fixed batch sizes (1, 2, 4, 8, then steps of "
+        "8 and 16 up to max_num_seqs), each captured once as a CUDA graph and replayed; the "
+        "graphs' memory is taken before the KV budget. The CPU runs its steps eagerly",
     )
 
     @model_validator(mode="after")
     def _budget_covers_every_decode(self) -> EngineConfig:
-        if self.max_num_batched_tokens < self.max_num_seqs:
+        if self.max_num_seqs is not None and self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(
                 "max_num_batched_tokens must be at least max_num_seqs, so every running "
                 "sequence can decode in every step"

@@ -7,6 +7,7 @@ which native kernels it runs."""
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Callable
 
@@ -23,7 +24,9 @@ from cadenza.config import (
     RealtimeConfig,
 )
 from cadenza.contract.cpu_replicas import replica_count
+from cadenza.contract.kv_memory import StreamShape
 from cadenza.contract.native_kernels import NativeKernel, summary
+from cadenza.contract.stream_length import stream_length
 from cadenza.engine.audio_stage import AudioStage, TokenOutputs
 from cadenza.engine.chunk_policy import NO_FRAMES, config_in_codec_frames
 from cadenza.engine.device import resolve_device, resolve_dtype, resolve_kv_dtype
@@ -32,6 +35,7 @@ from cadenza.engine.identity import describe, plan_of, shape_of
 from cadenza.engine.kv.kv_cache_manager import KVCacheManager
 from cadenza.engine.kv.page_pool import PagePool
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache, kv_budget_bytes
+from cadenza.engine.model_runner import ModelRunner
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.models.registry import checkpoint_identity, load_model
 from cadenza.engine.precision import codec_dtype as resolve_codec_dtype
@@ -41,6 +45,7 @@ from cadenza.engine.realtime.step_telemetry import StepTelemetry
 from cadenza.engine.request_intake import RequestIntake
 from cadenza.engine.scheduler import Scheduler
 from cadenza.engine.serving_engine import ServingEngine
+from cadenza.engine.static_decode import uses_fixed_decode_shapes
 from cadenza.kernels.native import loader
 
 log = logging.getLogger(__name__)
@@ -105,13 +110,16 @@ def pretrained_config(
     )
 
 
-def build_engine(config: CadenzaConfig) -> Engine:
+def build_engine(config: CadenzaConfig, fixed_decode_shapes: bool | None = None) -> Engine:
     """The engine ``config`` describes: ``model.name`` (a built-in name, a checkpoint directory
     or a hub id in the local hub cache) on ``model.device`` in its dtypes, with its codec
     (``model.codec`` instead of the one the model names; ``model.codec_noise`` off switches a
     codec's noise layers, SNAC's, off), its KV cache and batch (``engine``), its chunk plan and
     targets (``realtime``) and the CPU's fast paths (``cpu``). ``model.weights_dtype = int8``
-    makes every linear layer weight-only int8 (W8A16)."""
+    makes every linear layer weight-only int8 (W8A16). ``fixed_decode_shapes``: whether
+    decode steps run at fixed shapes (:mod:`cadenza.engine.static_decode`); ``None``: where
+    the builder captures them as CUDA graphs (CUDA, ``engine.cuda_graphs``); ``True`` on the
+    CPU runs them eagerly there, to check what a GPU replays."""
     if config.model.torch_threads:
         torch.set_num_threads(config.model.torch_threads)
     model_config, engine_config = config.model, config.engine
@@ -140,8 +148,15 @@ def build_engine(config: CadenzaConfig) -> Engine:
         model_dtype,
         steps_read_bf16=fused is not None and fused.weight_dtype == torch.bfloat16,
     )
-    kv_budget = kv_budget_bytes(engine_config, torch_device)
-    max_num_seqs = streams_with_state(model, engine_config.max_num_seqs, kv_budget)
+    fixed_shapes = uses_fixed_decode_shapes(model, torch_device, engine_config.cuda_graphs)
+    if fixed_decode_shapes is not None:
+        fixed_shapes = fixed_decode_shapes and not model.keeps_stream_state
+    max_num_seqs = engine_config.max_num_seqs or default_max_num_seqs(engine_config, torch_device)
+    graph_bytes = 0
+    if fixed_shapes:
+        graph_bytes = decode_graph_bytes(model, kv_dtype, engine_config.page_size, max_num_seqs)
+    kv_budget = kv_budget_bytes(engine_config, torch_device, reserved=graph_bytes)
+    max_num_seqs = streams_with_state(model, max_num_seqs, kv_budget)
     kv_budget -= max_num_seqs * model.state_bytes_per_stream
     kv_cache = PagedKVCache.from_budget(
         model.kv_spec,
@@ -149,6 +164,7 @@ def build_engine(config: CadenzaConfig) -> Engine:
         engine_config.page_size,
         kv_dtype,
         torch_device,
+        pad_page=fixed_shapes,
     )
     # Decode steps that run fused read each sequence's own pages: no padding to the longest.
     decodes_padded = fused is None or not fused.supports_cache(kv_cache)
@@ -206,6 +222,13 @@ def build_engine(config: CadenzaConfig) -> Engine:
         f"linear={linear_dtype}",
         f"codec_dtype={codec_dtype}",
     )
+    shape = shape_of(model, engine_config.page_size)
+    follows_kv = engine_config.max_num_seqs is None and torch_device.type == "cuda"
+    if follows_kv and codec_model is not None:
+        held = nominal_streams_held(
+            kv_cache.num_pages, shape, codec_model.frame_rate, config.admission.nominal_stream_s
+        )
+        max_num_seqs = min(max_num_seqs, held)
     scheduler = Scheduler(kv, layout, engine_config.max_num_batched_tokens, max_num_seqs, policy)
     precision = precision_of(
         model,
@@ -214,7 +237,6 @@ def build_engine(config: CadenzaConfig) -> Engine:
         named,
         int8_weights=weights_dtype == "int8",
     )
-    shape = shape_of(model, engine_config.page_size)
     frame_rate = 0.0 if codec_model is None else codec_model.frame_rate
     announced = describe(
         model,
@@ -256,6 +278,48 @@ def build_engine(config: CadenzaConfig) -> Engine:
         telemetry=telemetry,
         announced=announced,
     )
+
+
+CPU_MAX_NUM_SEQS = 64
+"""``engine.max_num_seqs`` unset, on the CPU."""
+CUDA_MAX_NUM_SEQS = 256
+"""``engine.max_num_seqs`` unset, on CUDA: the most; fewer where the KV cache holds fewer
+nominal streams (``admission.nominal_stream_s``)."""
+
+
+def default_max_num_seqs(config: EngineConfig, device: torch.device) -> int:
+    """The most sequences a step runs when ``engine.max_num_seqs`` is unset, before the KV
+    cache is sized: :data:`CPU_MAX_NUM_SEQS` or :data:`CUDA_MAX_NUM_SEQS`, within the step's
+    token budget and the requests the engine holds."""
+    most = CUDA_MAX_NUM_SEQS if device.type == "cuda" else CPU_MAX_NUM_SEQS
+    return min(most, config.max_num_batched_tokens, config.max_pending_requests)
+
+
+def nominal_streams_held(
+    kv_pages: int, shape: StreamShape, frame_rate: float, nominal_stream_s: float
+) -> int:
+    """How many nominal streams (``admission.nominal_stream_s`` of audio from the nominal
+    text, as admission counts them) ``kv_pages`` pages hold; at least 1."""
+    frames = stream_length(nominal_stream_s, frame_rate, shape).frames
+    return max(kv_pages // shape.pages(shape.nominal_prompt_tokens, frames), 1)
+
+
+def decode_graph_bytes(
+    model: AudioTokenModel, kv_dtype: torch.dtype, page_size: int, max_num_seqs: int
+) -> int:
+    """The device memory the decode steps' CUDA graphs take for up to ``max_num_seqs`` decodes,
+    measured: captured once over a one-page cache, then released (the KV budget leaves this
+    much free for the engine's own capture). 0 off CUDA: nothing is captured there."""
+    if model.device.type != "cuda":
+        return 0
+    probe = PagedKVCache(model.kv_spec, 1, page_size, kv_dtype, model.device, pad_page=True)
+    runner = ModelRunner(model, probe, max_num_seqs=max_num_seqs, cuda_graphs=True)
+    taken = runner.graph_memory_bytes
+    del runner, probe
+    gc.collect()
+    torch.cuda.empty_cache()
+    log.info("decode graphs for up to %d streams take %.0f MB", max_num_seqs, taken / 1e6)
+    return taken
 
 
 STATE_SHARE = 0.5

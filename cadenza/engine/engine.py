@@ -75,7 +75,12 @@ class Engine:
         self.kv_cache = kv_cache
         self.kv = kv
         self.scheduler = scheduler
-        self.runner = ModelRunner(model, kv_cache)
+        self.runner = ModelRunner(
+            model,
+            kv_cache,
+            max_num_seqs=scheduler.max_num_seqs,
+            cuda_graphs=config.engine.cuda_graphs,
+        )
         self.intake = intake
         self.audio = audio
         self.policy = policy

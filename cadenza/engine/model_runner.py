@@ -14,6 +14,10 @@ through the model's :meth:`~AudioTokenModel.process_logits` before they are samp
 that samples its own rows (:attr:`AudioTokenModel.samples_rows`, continuous latents) gets what
 its forward returned there instead of the sampler.
 
+A step of decodes alone runs at fixed shapes where the KV cache has a pad page
+(:mod:`cadenza.engine.static_decode`: batch sizes, static buffers, CUDA graphs where
+``cuda_graphs`` and the device has them); the output heads then run on its real rows.
+
 A bad request must fail alone: if the batched forward raises, each sequence is run by itself
 and only the ones that raise fail; a sequence whose logits hold NaN fails; a sampler error fails
 that step's samplers. The runner changes no sequence: it reports rows and failures in a
@@ -35,6 +39,8 @@ from cadenza.engine.models.stream_state import StepStreams, StreamState
 from cadenza.engine.sampler import sample_rows
 from cadenza.engine.scheduler import ScheduledBatch, StepResult
 from cadenza.engine.sequence import Sequence
+from cadenza.engine.static_decode import DecodeForward, StaticDecodeStep, fixed_decode_width
+from cadenza.kernels.attention_backends import attention_backend_for
 from cadenza.kernels.attention_context import AttentionContext, PrefillSpan, decode_keys
 from cadenza.kernels.dense_decode_kv import DenseDecodeKV
 
@@ -42,7 +48,18 @@ log = logging.getLogger(__name__)
 
 
 class ModelRunner:
-    def __init__(self, model: AudioTokenModel, kv_cache: PagedKVCache) -> None:
+    """Runs steps of ``model`` over ``kv_cache``. With a pad page in the cache, steps of at
+    most ``max_num_seqs`` decodes alone run at fixed shapes (:attr:`static_decode`), captured
+    as CUDA graphs on CUDA when ``cuda_graphs``."""
+
+    def __init__(
+        self,
+        model: AudioTokenModel,
+        kv_cache: PagedKVCache,
+        *,
+        max_num_seqs: int = 64,
+        cuda_graphs: bool = False,
+    ) -> None:
         self.model = model
         self.layout: TokenLayout = model.layout
         self.kv_cache = kv_cache
@@ -69,6 +86,30 @@ class ModelRunner:
                 self.device,
                 max_bytes=min(kv_cache.nbytes, available_memory_bytes(self.device) // 4),
             )
+        self.static_decode = self._static_decode(max_num_seqs)
+        self.graph_memory_bytes = 0
+        if self.static_decode is not None and cuda_graphs and self.device.type == "cuda":
+            self.graph_memory_bytes = self.static_decode.capture()
+
+    def _static_decode(self, max_num_seqs: int) -> StaticDecodeStep | None:
+        """The fixed-shape decode step where the cache has a pad page and the model's decode
+        forward can run at fixed shapes (no per-stream state, no fused CPU step)."""
+        cache, model = self.kv_cache, self.model
+        if cache.pad_page is None or model.keeps_stream_state or self.fused_decode:
+            return None
+        forward: DecodeForward = model
+        if model.restricted_outputs is not None or model.depth is not None:
+            forward = model.hidden_states
+        backend = attention_backend_for(self.device, model.dtype)
+        return StaticDecodeStep(
+            forward,
+            cache,
+            num_codebooks=self.layout.num_codebooks,
+            max_batch=max_num_seqs,
+            max_pages=fixed_decode_width(cache.num_pages, self.page_size, model.max_positions),
+            gathers_keys=backend.name == "torch",
+            device=self.device,
+        )
 
     def run(self, batch: ScheduledBatch) -> StepResult:
         """Forward ``batch`` and sample; never raises for a single bad sequence."""
@@ -223,6 +264,11 @@ class ModelRunner:
         sample a row), a two-level model's hidden states ``[S, H]`` there (``None`` for
         others), and those sequences, in order. With ``masks`` (a model with restricted heads:
         :meth:`_restricted_masks`), ``logits [S, 1, C]`` over :meth:`restricted_columns`."""
+        static = self.static_decode
+        if static is not None and not batch.prefills and static.takes(len(batch.decodes)):
+            reads_hidden = static.forward is not self.model
+            if reads_hidden == self._reads_hidden(masks):
+                return self._heads(static.run(batch.decodes), list(batch.decodes), masks)
         rows: list[list[int]] = []
         positions: list[int] = []
         slots: list[int] = []
@@ -305,15 +351,29 @@ class ModelRunner:
         if self.model.keeps_stream_state:
             streams = self._streams(batch)
             return self.model(*inputs, streams=streams), None, sampling
+        if self._reads_hidden(masks):
+            return self._heads(self.model.hidden_states(*inputs), sampling, masks)
+        return self._heads(self.model(*inputs), sampling, masks)
+
+    def _reads_hidden(self, masks: tuple[int, ...] | None) -> bool:
+        """Whether a step's heads start from the hidden states (restricted heads over
+        ``masks``, a depth decoder) rather than the model's logits."""
+        restricted = self.model.restricted_outputs is not None and masks is not None
+        return restricted or self.model.depth is not None
+
+    def _heads(
+        self, out: torch.Tensor, sampling: list[Sequence], masks: tuple[int, ...] | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, list[Sequence]]:
+        """What :meth:`forward` returns, from the model's output at ``sampling``'s tokens:
+        hidden states (:meth:`_reads_hidden`) through the restricted heads or the first
+        codebook's head, else the logits as they are."""
+        if not self._reads_hidden(masks):
+            return out, None, sampling
         restricted = self.model.restricted_outputs
         if restricted is not None and masks is not None:
-            hidden = self.model.hidden_states(*inputs)
             row_masks = [self.layout.constraints(seq)[0] for seq in sampling]
-            return restricted.logits(hidden, row_masks, masks), None, sampling
-        if self.model.depth is None:
-            return self.model(*inputs), None, sampling
-        hidden = self.model.hidden_states(*inputs)
-        return self.model.first_logits(hidden), hidden, sampling
+            return restricted.logits(out, row_masks, masks), None, sampling
+        return self.model.first_logits(out), out, sampling
 
     def _streams(self, batch: ScheduledBatch) -> StepStreams:
         """The states of ``batch``'s streams in its token order, each made the first time its

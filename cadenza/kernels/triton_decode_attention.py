@@ -1,12 +1,15 @@
 """Paged decode attention in Triton: one query token per sequence against its KV pages.
 
 Grid ``(batch, kv_heads, splits)``. Each program takes one sequence, one KV head and one
-*split* (a run of ``pages_per_split`` pages of that sequence's context), and computes the
+*split* (its share of that sequence's own pages: the pages cut into ``splits`` runs), and
+computes the
 attention of all the query heads that share the KV head (GQA packing: ``group = Hq / Hkv``
 rows, padded to at least 16 for ``tl.dot``) over those pages with an online softmax. It writes
 the split's normalised output and its log-sum-exp; a second kernel merges the splits
 (``out = Σ_s exp(lse_s − max) o_s / Σ_s exp(lse_s − max)``). Splitting the context keeps the
-GPU busy when the batch is small and contexts are long.
+GPU busy when the batch is small and contexts are long. The runs follow each sequence's
+length, not the page table's width: a table as wide as the longest context a model takes (a
+fixed-shape step's, :mod:`cadenza.engine.static_decode`) keeps every split busy.
 
 Only pages a sequence really has are read (the loop stops at ``ceil(seq_len / page_size)``),
 so a ``-1``-padded page table costs nothing past its end. With int8 caches each token's keys
@@ -52,7 +55,6 @@ def _decode_split_kernel(
     stride_os,
     stride_lb,
     stride_lh,
-    pages_per_split,
     GROUP: tl.constexpr,
     GROUP_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -65,6 +67,7 @@ def _decode_split_kernel(
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
     num_pages = tl.cdiv(seq_len, PAGE_SIZE)
+    pages_per_split = tl.cdiv(num_pages, tl.num_programs(2))
     first = split * pages_per_split
     last = tl.minimum(first + pages_per_split, num_pages)
 
@@ -237,7 +240,6 @@ def triton_paged_decode_attention(
         partial.stride(2),
         lse.stride(0),
         lse.stride(1),
-        per_split,
         GROUP=group,
         GROUP_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim,

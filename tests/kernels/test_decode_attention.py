@@ -116,3 +116,21 @@ def test_garbage_is_refused_clearly():
         paged_decode_attention(q, k_cache, v_cache, tables, seq_lens, 0.1)
     with pytest.raises(ValueError, match="group"):
         paged_decode_attention(q[:, :3], k_cache, v_cache, tables, seq_lens, 0.1, k_scale, v_scale)
+
+
+def test_a_table_wider_than_every_context_splits_each_sequence_s_own_pages():
+    """A fixed-shape step's page table is as wide as the longest context the model takes: the
+    splits then cut each sequence's own pages (every split works), with the same result."""
+    from cadenza.kernels.triton_decode_attention import triton_paged_decode_attention
+
+    q, k_cache, v_cache, tables, seq_lens, _, _ = _case(
+        3, [1, 20, 70], 4, 2, 64, 16, torch.float32, False
+    )
+    wide = torch.full((tables.shape[0], 64), -1, dtype=tables.dtype)
+    wide[:, : tables.shape[1]] = tables
+    expected = _reference(q, k_cache, v_cache, tables, seq_lens, 0.125, None, None)
+    for pages_per_split in (None, 1, 8):
+        out = triton_paged_decode_attention(
+            q, k_cache, v_cache, wide, seq_lens, 0.125, pages_per_split=pages_per_split
+        )
+        torch.testing.assert_close(out, expected, atol=2e-5, rtol=2e-5)

@@ -37,11 +37,15 @@ def test_the_gpu_check_runs_on_the_cpu_at_tiny_shapes():
     report = json.loads(done.stdout)
     assert report["device"].startswith("cpu") and report["triton_ok"] is True
     assert report["shape"]["family"] == "orpheus"
-    # The decode forward traces as one graph on a fresh step's inputs: no host read inside it.
+    # The fixed-shape decode step traces as one graph: no host read inside it.
     assert report["fullgraph_compiled"] is True and report["fullgraph_break"] is None
+    # The CPU runs the fixed shapes a GPU captures, eagerly: no graph, no memory for one.
+    assert report["graphs"] == {"captured": False, "sizes": [1, 2, 4, 8], "memory_mb": 0.0}
+    assert report["max_num_seqs"] == 8 and report["kv_pages"] > 0
     assert [bucket["batch"] for bucket in report["buckets"]] == [1, 2, 4]
     for bucket in report["buckets"]:
-        assert bucket["eager_ms"] > 0 and bucket["graphed_ms"] is None
+        assert bucket["step_ms"] > 0 and bucket["eager_ms"] > 0
+        assert bucket["graphed_ms"] is None
     # Counted by the instrumentation a GPU run uses (cadenza.engine.device_audit).
     assert report["launches_per_step"] > 0 and report["host_reads_per_step"] >= 0
     # The runner no longer reads the longest length nor every slot's being set, the restricted

@@ -6,6 +6,11 @@ knows how many pages a byte budget buys (:func:`~cadenza.contract.kv_memory.kv_b
 the formula admission and ``cadenza plan`` use too). An int8 cache also holds ``key_scales,
 value_scales [num_layers, num_pages, page_size, num_kv_heads]`` (float16, one per token and
 head; see :mod:`cadenza.kernels.kv_quant`).
+
+A cache made with ``pad_page`` has one page more than :attr:`PagedKVCache.num_pages`, at index
+:attr:`PagedKVCache.pad_page`, that the pool never hands out: the padded rows of a fixed-shape
+decode step (:mod:`cadenza.engine.static_decode`) write their keys there and read them back,
+so they touch no sequence's KV.
 """
 
 from __future__ import annotations
@@ -37,11 +42,24 @@ class KVSpec:
         return page_size * self.bytes_per_token(dtype)
 
 
-def kv_budget_bytes(config: EngineConfig, device: torch.device) -> int:
-    """``engine.kv_cache_memory_bytes``, or that share of the device's free memory."""
+CPU_KV_FRACTION = 0.05
+"""The share of free memory the KV cache takes on the CPU when none is configured (the
+rest is the OS's, the codec's and the edge's)."""
+CUDA_KV_FRACTION = 0.9
+"""The share of free device memory (after the weights) the KV cache takes on CUDA when none
+is configured; the other tenth holds activations and a prefill's temporaries."""
+
+
+def kv_budget_bytes(config: EngineConfig, device: torch.device, reserved: int = 0) -> int:
+    """``engine.kv_cache_memory_bytes``; else ``engine.kv_cache_memory_fraction`` (by default
+    :data:`CPU_KV_FRACTION` or :data:`CUDA_KV_FRACTION`) of the device's free memory, less
+    ``reserved`` bytes that are not free yet but will be taken (the CUDA graphs)."""
     if config.kv_cache_memory_bytes:
         return config.kv_cache_memory_bytes
-    return int(available_memory_bytes(device) * config.kv_cache_memory_fraction)
+    fraction = config.kv_cache_memory_fraction
+    if fraction is None:
+        fraction = CUDA_KV_FRACTION if device.type == "cuda" else CPU_KV_FRACTION
+    return max(int(available_memory_bytes(device) * fraction) - reserved, 0)
 
 
 class PagedKVCache:
@@ -52,12 +70,15 @@ class PagedKVCache:
         page_size: int,
         dtype: torch.dtype,
         device: torch.device,
+        pad_page: bool = False,
     ) -> None:
         if num_pages < 1 or page_size < 1:
             raise ValueError("the KV cache needs at least one page of at least one token")
-        shape = (spec.num_layers, num_pages, page_size, spec.num_kv_heads, spec.head_dim)
+        allocated = num_pages + 1 if pad_page else num_pages
+        shape = (spec.num_layers, allocated, page_size, spec.num_kv_heads, spec.head_dim)
         self.spec = spec
-        self.num_pages = num_pages
+        self.num_pages = num_pages  # the pool's pages (the pad page is not one of them)
+        self.pad_page: int | None = num_pages if pad_page else None
         self.page_size = page_size
         self.dtype = dtype
         self.keys = torch.zeros(shape, dtype=dtype, device=device)
@@ -76,15 +97,17 @@ class PagedKVCache:
         page_size: int,
         dtype: torch.dtype,
         device: torch.device,
+        pad_page: bool = False,
     ) -> PagedKVCache:
-        """As many pages as ``memory_bytes`` holds. Raises ``ValueError`` if not even one."""
-        num_pages = memory_bytes // spec.bytes_per_page(page_size, dtype)
+        """As many pages as ``memory_bytes`` holds (the pad page, with ``pad_page``, among
+        them). Raises ``ValueError`` if not even one is left for the pool."""
+        num_pages = memory_bytes // spec.bytes_per_page(page_size, dtype) - int(pad_page)
         if num_pages < 1:
             raise ValueError(
                 f"KV budget of {memory_bytes} bytes holds no page of {page_size} tokens "
                 f"({spec.bytes_per_page(page_size, dtype)} bytes each)"
             )
-        return cls(spec, int(num_pages), page_size, dtype, device)
+        return cls(spec, int(num_pages), page_size, dtype, device, pad_page)
 
     def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.keys[index], self.values[index]

@@ -55,7 +55,7 @@ def measure_waves(engine: Engine, calibration: Calibration, budget_ms: float) ->
     sizes = [
         size
         for size in wave_sizes(calibration.model.decode_points, budget_ms)
-        if size <= engine.config.engine.max_num_seqs
+        if size <= engine.scheduler.max_num_seqs
         and synthetic_streams_fit(engine, size, NOMINAL_TEXT_CHARS)
     ]
     previous = engine.calibration

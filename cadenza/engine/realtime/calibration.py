@@ -207,7 +207,7 @@ def warm_up(engine: Engine, calibration: Calibration) -> list[int]:
     batches = [
         b
         for b in batches
-        if b <= engine.config.engine.max_num_seqs
+        if b <= engine.scheduler.max_num_seqs
         and synthetic_streams_fit(engine, b, SHORT_PROMPT_CHARS)
     ]
     started = time.perf_counter()
@@ -239,13 +239,13 @@ def run_sweep(engine: Engine, identity: str = "") -> Calibration:
     # see again: measured, they would inflate the smallest batch's point (and, the points
     # being monotone, the next ones too).
     smallest = min(config.calibration.batch_sizes)
-    if smallest <= config.engine.max_num_seqs and synthetic_streams_fit(
+    if smallest <= engine.scheduler.max_num_seqs and synthetic_streams_fit(
         engine, smallest, SHORT_PROMPT_CHARS
     ):
         _measure(engine, smallest, SHORT_PROMPT_CHARS)
     points: dict[int, _Point] = {}
     for batch in sorted(set(config.calibration.batch_sizes)):
-        if batch > config.engine.max_num_seqs or not synthetic_streams_fit(
+        if batch > engine.scheduler.max_num_seqs or not synthetic_streams_fit(
             engine, batch, SHORT_PROMPT_CHARS
         ):
             break

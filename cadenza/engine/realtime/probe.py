@@ -37,7 +37,7 @@ def probe_engine(
         return ProbeResult(StepReport(), 0, "unsupported")
     if engine.has_unfinished_requests():
         return ProbeResult(StepReport(), 0, "busy")
-    batch = min(max(batch, 1), engine.config.engine.max_num_seqs)
+    batch = min(max(batch, 1), engine.scheduler.max_num_seqs)
     while batch > 1 and not synthetic_streams_fit(engine, batch, SHORT_PROMPT_CHARS):
         batch -= 1
     requests = [synthetic_request(engine, SHORT_PROMPT_CHARS, "probe") for _ in range(batch)]

@@ -16,9 +16,19 @@ from cadenza.config import (
     RealtimeConfig,
     load_config,
 )
+from cadenza.contract.kv_memory import StreamShape
 from cadenza.contract.native_kernels import NO_COMPILER_NOTE
 from cadenza.engine.audio_stage import AudioStage, TokenOutputs
-from cadenza.engine.builder import build_engine, build_serving_engine, pretrained_config
+from cadenza.engine.builder import (
+    CPU_MAX_NUM_SEQS,
+    CUDA_MAX_NUM_SEQS,
+    build_engine,
+    build_serving_engine,
+    decode_graph_bytes,
+    default_max_num_seqs,
+    nominal_streams_held,
+    pretrained_config,
+)
 from cadenza.engine.device import kv_dtype_name, resolve_dtype, resolve_kv_dtype
 from cadenza.engine.engine import Engine
 from cadenza.engine.identity import prompt_overhead_tokens
@@ -158,3 +168,25 @@ def test_cpu_precisions_follow_the_settings_and_key_the_prefix_cache() -> None:
     fused = engines["bfloat16"].model.fused_decode is not None
     bf16_cache = engines["bfloat16"].runner.kv_cache.dtype
     assert bf16_cache == (torch.bfloat16 if fused else torch.float32)
+
+
+def test_max_num_seqs_unset_follows_the_device_within_the_step_budget() -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert default_max_num_seqs(EngineConfig(), cpu) == CPU_MAX_NUM_SEQS == 64
+    assert default_max_num_seqs(EngineConfig(), cuda) == CUDA_MAX_NUM_SEQS == 256
+    assert default_max_num_seqs(EngineConfig(max_num_batched_tokens=100), cuda) == 100
+    assert default_max_num_seqs(EngineConfig(max_pending_requests=8), cpu) == 8
+    engine = build_engine(pretrained_config("cadenza-tiny", kv_cache_memory_bytes=4 << 20))
+    assert engine.config.engine.max_num_seqs is None and engine.scheduler.max_num_seqs == 64
+    # On the CPU steps run eagerly: no pad page, no graphs, none of their memory reserved.
+    assert engine.kv_cache.pad_page is None and engine.runner.static_decode is None
+    assert decode_graph_bytes(engine.model, torch.float32, 16, 8) == 0
+
+
+def test_the_kv_cache_holds_nominal_streams_as_admission_counts_them() -> None:
+    shape = StreamShape(page_size=16, steps_per_frame=7, tail_steps=0, prompt_overhead_tokens=20)
+    # 10 s at 12 frames/s: 120 frames of 7 steps, after a prompt of at most 64 + 20 tokens.
+    pages = shape.pages(shape.nominal_prompt_tokens, 120)
+    assert pages == -(-(84 + 840) // 16)
+    assert nominal_streams_held(pages * 5 + 3, shape, 12.0, 10.0) == 5
+    assert nominal_streams_held(1, shape, 12.0, 10.0) == 1  # never none
