@@ -24,7 +24,8 @@ its interpreter). Prints one JSON object:
   (on CUDA from its defaults: 90 % of free memory after the weights, less the graphs).
 * ``host_reads_per_step`` and ``launches_per_step``: over the engine's decode steps at the
   largest bucket (:mod:`cadenza.engine.device_audit`: the same counting on every device), and
-  ``host_reads_by_call``.
+  ``host_reads_by_call``; ``launches_outside_forward``: those not in the fixed-shape forward
+  (what a step launches besides its one graph replay on CUDA: heads, sampler, bookkeeping).
 * ``triton_ok``: every Triton kernel equal to its torch reference (``benchmarks/gpu_kernels.py``'s
   checks).
 * ``buckets``: ``{"batch", "step_ms", "eager_ms", "graphed_ms"}`` at each batch size, medians:
@@ -197,8 +198,9 @@ def _orpheus_engine(directory: Path, device: str, layers: int) -> tuple[Any, dic
     # it, decode graphs); the CPU runs the same fixed-shape steps eagerly, in a small cache.
     engine_config = EngineConfig(max_num_batched_tokens=4096)
     if device == "cpu":
-        # (the torch path reads every page-table column of a fixed-shape step: few pages)
-        engine_config = EngineConfig(kv_cache_memory_bytes=8 << 20, max_num_seqs=8)
+        # 8,192 positions at any layer count (the torch path reads every page-table column of
+        # a fixed-shape step: few pages)
+        engine_config = EngineConfig(kv_cache_memory_bytes=layers * (4 << 20), max_num_seqs=8)
     config = pretrained_config(
         str(directory),
         device=device,
@@ -333,6 +335,8 @@ def _median_ms(engine: Any, call: Any, times: int) -> float:
 
 
 def _audit(engine: Any, batch: int, steps: int = 8) -> dict[str, Any]:
+    import torch
+
     from cadenza.engine.device_audit import DeviceAudit
 
     ids = _requests(engine, batch, _stream_s(engine), "audit")
@@ -340,10 +344,19 @@ def _audit(engine: Any, batch: int, steps: int = 8) -> dict[str, Any]:
     with DeviceAudit() as audit:
         for _ in range(steps):
             engine.step()
+    # The fixed-shape forward alone, counted eagerly: what one graph replay launches on CUDA.
+    forward = DeviceAudit()
+    static = engine.runner.static_decode
+    if static is not None:
+        seqs = _decoding(engine, ids)
+        with forward, torch.inference_mode():
+            static.eager(seqs)
     _finish(engine, ids)
+    launches = audit.launch_count / steps
     return {
         "host_reads_per_step": round(audit.host_reads / steps, 1),
-        "launches_per_step": round(audit.launch_count / steps, 1),
+        "launches_per_step": round(launches, 1),
+        "launches_outside_forward": round(launches - forward.launch_count, 1),
         "host_reads_by_call": {name: n / steps for name, n in audit.reads.most_common()},
     }
 

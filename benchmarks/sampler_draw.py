@@ -1,7 +1,8 @@
 """The two ways :mod:`cadenza.engine.sampler` draws, side by side in one process: by rank
-(top-k, then the exponential race; what top-p needs) and by threshold (a partition finds each
-row's k-th value, then inverse CDF; the default without top-p). cadenza-tiny's shape: ``K = 8``
-codebooks of 1,026 ids, ``top_k = 250``, one sequence per stream.
+(top-k, then inverse CDF in rank order; what top-p needs) and by threshold (a partition finds
+each row's k-th value, then inverse CDF in id order; the default without top-p).
+cadenza-tiny's shape: ``K = 8`` codebooks of 1,026 ids, ``top_k = 250``, one sequence per
+stream.
 
     .venv/bin/python benchmarks/sampler_draw.py --rounds 200
 
@@ -32,11 +33,12 @@ def main() -> None:
             Sequence(f"s{i}", [[0] * 8], SamplingParams(seed=i), torch.Generator(), 10)
             for i in range(batch)
         ]
+        uniform = torch.rand(batch, 8)
         times: dict[str, list[float]] = {"ranked": [], "thresholded": []}
         for _ in range(args.rounds):
             for name, draw in (("ranked", _draw_ranked), ("thresholded", _draw_thresholded)):
                 started = time.perf_counter()
-                draw(seqs, logits)
+                draw(seqs, logits, uniform)
                 times[name].append(time.perf_counter() - started)
         ranked, thresholded = (1e6 * statistics.median(times[n]) for n in times)
         print(

@@ -32,11 +32,12 @@ import numpy as np
 import torch
 
 from cadenza.engine.device import available_memory_bytes
+from cadenza.engine.host_upload import upload
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache
 from cadenza.engine.layouts.token_layout import TokenLayout
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.models.stream_state import StepStreams, StreamState
-from cadenza.engine.sampler import sample_rows
+from cadenza.engine.sampler import sample_ids, sample_rows
 from cadenza.engine.scheduler import ScheduledBatch, StepResult
 from cadenza.engine.sequence import Sequence
 from cadenza.engine.static_decode import DecodeForward, StaticDecodeStep, fixed_decode_width
@@ -124,7 +125,12 @@ class ModelRunner:
             logits = self.model.process_logits(logits, [_state(seq) for seq in sampling])
         # A NaN anywhere makes the row's sum NaN (one fast reduction instead of a comparison
         # of every logit; a row holding both +inf and -inf also fails, as it should).
-        has_nan = torch.isnan(logits.flatten(1).sum(dim=1)).tolist()
+        nan_rows = torch.isnan(logits.flatten(1).sum(dim=1))
+        if not self.model.samples_rows and self.model.depth is None:
+            return self._sample_with_flags(logits, nan_rows, sampling, columns_of, result)
+        # A model's own sampler and a depth decoder read the device as they go: the flags
+        # first, so they run on the good rows only.
+        has_nan = nan_rows.tolist()
         keep = [i for i, bad in enumerate(has_nan) if not bad]
         result.failed += [
             (sampling[i], "RuntimeError: the model produced NaN logits")
@@ -139,10 +145,8 @@ class ModelRunner:
         try:
             if self.model.samples_rows:
                 rows = self.model.sample_rows(logits[keep], seqs)
-            elif hidden is None:
-                columns = None if columns_of is None else self.restricted_columns(columns_of)
-                rows = sample_rows(logits[keep], seqs, self.masks, constraints, columns=columns)
             else:
+                assert hidden is not None, "a two-level model's forward gives hidden states"
                 rows, nan_depth = self._sample_two_levels(
                     logits[keep], hidden[keep], seqs, constraints
                 )
@@ -158,6 +162,38 @@ class ModelRunner:
             for i, (seq, row) in enumerate(zip(seqs, rows, strict=True))
             if i not in nan_depth
         ]
+        return result
+
+    def _sample_with_flags(
+        self,
+        logits: torch.Tensor,
+        nan_rows: torch.Tensor,
+        sampling: list[Sequence],
+        columns_of: tuple[int, ...] | None,
+        result: StepResult,
+    ) -> StepResult:
+        """Sample every row, NaN ones too (their logits zeroed, so the draw stays in range),
+        and read the ids with the NaN flags: the step's one read of the device. A row that
+        held NaN fails."""
+        constraints = [self.layout.constraints(seq) for seq in sampling]
+        columns = None if columns_of is None else self.restricted_columns(columns_of)
+        safe = logits.masked_fill(nan_rows.view(-1, 1, 1), 0.0)
+        try:
+            ids = sample_ids(safe, sampling, self.masks, constraints, columns=columns)
+            read: list[list[int]] = torch.cat([ids, nan_rows.view(-1, 1).long()], dim=1).tolist()
+        except Exception as exc:  # a sampler failure fails this step's samplers only
+            log.exception("sampling failed")
+            flags = nan_rows.tolist()  # (a failed step's second read: say which held NaN)
+            result.failed += [
+                (seq, "RuntimeError: the model produced NaN logits" if bad else _describe(exc))
+                for seq, bad in zip(sampling, flags, strict=True)
+            ]
+            return result
+        for seq, row in zip(sampling, read, strict=True):
+            if row[-1]:
+                result.failed.append((seq, "RuntimeError: the model produced NaN logits"))
+            else:
+                result.rows.append((seq, row[:-1]))
         return result
 
     def retain(self, running: list[Sequence]) -> None:
@@ -306,15 +342,15 @@ class ModelRunner:
                     query_start=query_start,
                     query_len=num_new,
                     context_len=start + num_new,
-                    page_table=torch.as_tensor(table, dtype=torch.int32, device=self.device),
+                    page_table=upload(table, torch.int32, self.device),
                 )
             )
             if start + num_new == seq.num_tokens:
                 sampling.append(seq)
                 logits_indices.append(len(rows) - 1)
 
-        page_tables = torch.from_numpy(decode_tables).to(self.device)
-        seq_lens = torch.from_numpy(decode_lens).to(self.device)
+        page_tables = upload(decode_tables, torch.int32, self.device)
+        seq_lens = upload(decode_lens, torch.int32, self.device)
         dense = None
         if self.dense_kv is not None and batch.decodes:
             dense = self.dense_kv.plan(
@@ -332,7 +368,7 @@ class ModelRunner:
                 page_tables, seq_lens, size, self.kv_cache.spec.num_kv_heads, max_len=longest
             )
         context = AttentionContext(
-            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=self.device),
+            slot_mapping=upload(slots, torch.int64, self.device),
             num_decodes=len(batch.decodes),
             decode_page_tables=page_tables,
             decode_seq_lens=seq_lens,
@@ -342,11 +378,11 @@ class ModelRunner:
             every_slot_set=min(slots, default=0) >= 0,  # known here: no read of the device's copy
         )
         inputs = (
-            torch.tensor(rows, dtype=torch.long, device=self.device),
-            torch.tensor(positions, dtype=torch.long, device=self.device),
+            upload(rows, torch.long, self.device),
+            upload(positions, torch.long, self.device),
             context,
             self.kv_cache,
-            torch.tensor(logits_indices, dtype=torch.long, device=self.device),
+            upload(logits_indices, torch.long, self.device),
         )
         if self.model.keeps_stream_state:
             streams = self._streams(batch)

@@ -13,10 +13,11 @@ Model-specific sampling fields the model does not take are refused by name.
 
 A resumed request (one whose engine was lost mid-stream, see
 :class:`~cadenza.contract.request.ResumePoint`) becomes the sequence it was: its generated rows
-are replayed through the layout (so the frame count and ending are where they were) and, for
-seeded sampling, through the generator (so the next draw is the one it would have made); the
-whole of prompt plus rows is prefilled, and the next row sampled is the next the stream would
-have produced. Its playout clock starts over at the frames already heard.
+are replayed through the layout (so the frame count and ending are where they were; each one
+also advances the stream's draw counter, so the next draw is the one it would have made:
+:mod:`cadenza.engine.stream_draws`); the whole of prompt plus rows is prefilled, and the next
+row sampled is the next the stream would have produced. Its playout clock starts over at the
+frames already heard.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from cadenza.engine.layouts.token_layout import ContextRestarts, layout_steps_fo
 from cadenza.engine.models.model import AudioTokenModel, PromptTurn
 from cadenza.engine.models.stream_state import StreamConditioning
 from cadenza.engine.realtime.playout_clock import PlayoutClock
-from cadenza.engine.sampler import replay_draws
 from cadenza.engine.sequence import AudioProgress, Sequence
 
 ENCODED_TURNS_KEPT = 64  # conversation turns whose encoded audio is remembered
@@ -183,7 +183,6 @@ class RequestIntake:
         width = self.layout.num_codebooks
         masks = self.layout.sampling_masks()
         vocab = self.model.vocab_size if masks is None else int(masks.shape[-1])
-        allowed = None if masks is None else masks.sum(dim=-1).amax(dim=-1).tolist()
         for row in point.rows:
             if len(row) != width or any(not 0 <= token < vocab for token in row):
                 raise RequestRejected("resume rows do not fit this model's vocabulary")
@@ -197,12 +196,8 @@ class RequestIntake:
                     raise RequestRejected(
                         f"resume rows hold id {token}, which the model could not emit there"
                     )
-            draws = vocab if allowed is None else allowed[mask_index]
-            if self.model.depth is None:
-                replay_draws(seq, draws, width)
-            else:  # a two-level model draws each codebook of a row on its own
-                for _ in range(width):
-                    replay_draws(seq, draws, 1)
+            # Appended, the row advances the stream's draw counter: its next draw is the one
+            # it would have made (cadenza.engine.stream_draws).
             self._append_resumed(seq, row)
         self._resume_at(seq, point)
 

@@ -1,23 +1,26 @@
 """Batched sampling of one row per sequence: repetition penalty, masks, greedy or
 temperature / top-k / top-p, forced ids.
 
-Every sequence's random numbers come from its own generator, so a seeded request samples the
-same ids whatever else shares its batch. Two ways to draw, chosen per sequence by its own
-settings (never by the batch):
+Every draw takes one uniform per codebook, made on the device from the stream's seed, the rows
+it has drawn and the codebook (:mod:`cadenza.engine.stream_draws`): a seeded request samples
+the same ids whatever else shares its batch, a resumed one draws on as it would have, and the
+step reads nothing back before its ids are chosen (:func:`sample_ids` leaves them on the
+device; the runner reads them with the step's NaN flags, once). Two ways to draw, chosen per
+sequence by its own settings (never by the batch), both by inverse CDF:
 
 - without top-p, the candidates are the ids at least as likely as the k-th best (and, with
   ``min_p``, as the floor it sets): one threshold per row, found by a partial partition, no
-  ranking. One uniform per codebook picks an id by inverse CDF over the candidates in id
-  order. This is the serving default: on a CPU the whole draw costs about half of what the
-  ranked draw below does (``topk`` alone is ~1.5 ms over a 16-stream cadenza-tiny batch;
+  ranking; the uniform picks an id over the candidates in id order. This is the serving
+  default: on a CPU the whole draw costs about half of what the ranked draw below does
+  (``topk`` alone is ~1.5 ms over a 16-stream cadenza-tiny batch;
   docs/journal/2026-12-01-sampling-by-threshold-codecs-time-major.md), and where a C++
   compiler is found it is one native call (:mod:`cadenza.kernels.cpu_sampling`, the same
   arithmetic per row).
-- with top-p, the nucleus needs the candidates' mass in rank order: top-k (or a sort), then
-  the exponential race (``argmax(p / E)`` with ``E ~ Exp(1)``, equivalent to drawing from
-  ``p``), one uniform per candidate, the i-th to the i-th best id.
+- with top-p, the nucleus needs the candidates' mass in rank order: top-k (or a sort), the
+  nucleus cut, then the uniform picks an id over the candidates in rank order.
 
-Everything else is one batched tensor operation over ``[S, K, V]``.
+Everything else is one batched tensor operation over ``[S, K, V]``. Values a step uploads
+(temperatures, limits, indices) go through :func:`~cadenza.engine.host_upload.upload`.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from cadenza.engine.host_upload import upload
 from cadenza.engine.sequence import Sequence
+from cadenza.engine.stream_draws import draw_keys, uniforms
 from cadenza.kernels import cpu_sampling
 
 # A shared mask banning at most one id in this many is applied by filling those ids alone.
@@ -40,7 +45,21 @@ def sample_rows(
     codebook: int = 0,
     columns: torch.Tensor | None = None,
 ) -> list[list[int]]:
-    """``logits [S, K, V]`` -> one row of ``K`` ids per sequence.
+    """:func:`sample_ids`, read to the host: one row of ``K`` ids per sequence."""
+    rows: list[list[int]] = sample_ids(logits, seqs, masks, constraints, codebook, columns).tolist()
+    return rows
+
+
+def sample_ids(
+    logits: torch.Tensor,
+    seqs: list[Sequence],
+    masks: torch.Tensor | None,
+    constraints: list[tuple[int, list[int | None] | None]],
+    codebook: int = 0,
+    columns: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``logits [S, K, V]`` -> ids ``[S, K]`` (int64, on the logits' device), one row per
+    sequence; nothing is read back to the host unless ``masks`` apply without ``columns``.
 
     ``masks [M, K, V]`` bool (``None``: no restriction) with ``constraints[i] = (mask index,
     forced ids or None)`` for sequence ``i``. Forced ids replace the sampled ones. When the
@@ -72,37 +91,47 @@ def sample_rows(
     if penalized:
         width = logits.shape[1]
         seen = torch.stack(
-            [seqs[i].seen_mask(vocab)[codebook : codebook + width] for i in penalized]
-        ).to(device)
+            [seqs[i].seen_mask(vocab, device)[codebook : codebook + width] for i in penalized]
+        )
         if columns is not None:
             seen = seen.index_select(-1, columns)
-        penalty = torch.tensor(
-            [seqs[i].sampling.repetition_penalty for i in penalized], device=device
-        ).view(-1, 1, 1)
-        sub = logits[penalized]
-        scaled = torch.where(sub > 0, sub / penalty, sub * penalty)
-        logits[penalized] = torch.where(seen, scaled, sub)
+        penalty = upload(
+            [seqs[i].sampling.repetition_penalty for i in penalized], torch.float32, device
+        )
+        penalty = penalty.view(-1, 1, 1)
+        if len(penalized) == num_seqs:
+            logits = torch.where(seen, _penalized(logits, penalty), logits)
+        else:
+            rows = upload(penalized, torch.long, device)
+            sub = logits.index_select(0, rows)
+            logits = logits.index_copy(0, rows, torch.where(seen, _penalized(sub, penalty), sub))
     if allowed is not None:
         logits = _exclude(logits, allowed)
 
     random = [i for i, s in enumerate(seqs) if not s.sampling.greedy]
     if len(random) == num_seqs:  # the usual serving batch: no argmax to throw away
-        chosen = _draw(seqs, logits)
+        chosen = _draw(seqs, logits, codebook)
     else:
         chosen = logits.argmax(dim=-1)
         if random:
-            chosen[random] = _draw([seqs[i] for i in random], logits[random])
+            rows = upload(random, torch.long, device)
+            drawn = _draw([seqs[i] for i in random], logits.index_select(0, rows), codebook)
+            chosen = chosen.index_copy(0, rows, drawn)
     if columns is not None:
         chosen = columns[chosen]
+    forced = [f for _, f in constraints]
+    if any(f is not None for f in forced):
+        width = chosen.shape[1]
+        table = [[-1] * width if f is None else [-1 if t is None else t for t in f] for f in forced]
+        wanted = upload(table, torch.long, device)
+        chosen = torch.where(wanted >= 0, wanted, chosen)
+    return chosen
 
-    rows: list[list[int]] = chosen.tolist()
-    for row, (_, forced) in zip(rows, constraints, strict=True):
-        if forced is not None:
-            for k, token in enumerate(forced):
-                if token is not None:
-                    row[k] = token
-    assert len(rows) == num_seqs
-    return rows
+
+def _penalized(logits: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
+    """Logits under the repetition penalty (transformers' rule: positive ones divided by
+    it, negative ones multiplied)."""
+    return torch.where(logits > 0, logits / penalty, logits * penalty)
 
 
 def _allowed(
@@ -133,18 +162,21 @@ def _exclude(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(~allowed, float("-inf"))
 
 
-def _draw(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
+def _draw(seqs: list[Sequence], logits: torch.Tensor, codebook: int) -> torch.Tensor:
     """Sample one id per codebook for each sequence from its top-k / top-p / min-p candidates,
-    each sequence the way its own settings call for (see the module docstring)."""
+    each sequence the way its own settings call for (see the module docstring), with the
+    uniforms of its next row at codebooks ``codebook ..``."""
+    uniform = uniforms(draw_keys(seqs, logits.device), codebook, logits.shape[1])
     ranked = [i for i, s in enumerate(seqs) if _ranks_candidates(s)]
     if not ranked:
-        return _draw_thresholded(seqs, logits)
+        return _draw_thresholded(seqs, logits, uniform)
     if len(ranked) == len(seqs):
-        return _draw_ranked(seqs, logits)
+        return _draw_ranked(seqs, logits, uniform)
     rest = [i for i, s in enumerate(seqs) if not _ranks_candidates(s)]
+    at_rank, at_rest = (upload(i, torch.long, logits.device) for i in (ranked, rest))
     chosen = torch.empty(logits.shape[:2], dtype=torch.long, device=logits.device)
-    chosen[ranked] = _draw_ranked([seqs[i] for i in ranked], logits[ranked])
-    chosen[rest] = _draw_thresholded([seqs[i] for i in rest], logits[rest])
+    chosen[at_rank] = _draw_ranked([seqs[i] for i in ranked], logits[at_rank], uniform[at_rank])
+    chosen[at_rest] = _draw_thresholded([seqs[i] for i in rest], logits[at_rest], uniform[at_rest])
     return chosen
 
 
@@ -153,29 +185,28 @@ def _ranks_candidates(seq: Sequence) -> bool:
     return seq.sampling.top_p < 1.0
 
 
-def _draw_thresholded(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
+def _draw_thresholded(
+    seqs: list[Sequence], logits: torch.Tensor, uniform: torch.Tensor
+) -> torch.Tensor:
     """One id per codebook for each sequence, among the ids at least as likely as its k-th
-    best (and its ``min_p`` floor), by inverse CDF in id order: one uniform per codebook from
-    the sequence's generator. Ties at the k-th value are all candidates."""
+    best (and its ``min_p`` floor), by inverse CDF in id order with ``uniform [S, K]``. Ties
+    at the k-th value are all candidates."""
     device = logits.device
-    num_seqs, num_codebooks, vocab = logits.shape
+    vocab = logits.shape[-1]
     top_k = [min(s.sampling.top_k or vocab, vocab) for s in seqs]
-    uniform = torch.empty(num_seqs, num_codebooks, 1, device=device)
-    for index, seq in enumerate(seqs):
-        uniform[index].uniform_(generator=seq.generator)
     if device.type == "cpu" and cpu_sampling.available():
         return cpu_sampling.draw_thresholded(
             logits,
             [s.sampling.temperature for s in seqs],
             top_k,
             [s.sampling.min_p for s in seqs],
-            uniform[..., 0],
+            uniform,
         )
-    temperature = torch.tensor([s.sampling.temperature for s in seqs], device=device)
+    temperature = upload([s.sampling.temperature for s in seqs], torch.float32, device)
     logits = logits / temperature.view(-1, 1, 1)
     threshold = _kth_largest(logits, top_k)
     best = logits.amax(dim=-1, keepdim=True)
-    min_p = torch.tensor([s.sampling.min_p for s in seqs], device=device).view(-1, 1, 1)
+    min_p = upload([s.sampling.min_p for s in seqs], torch.float32, device).view(-1, 1, 1)
     if any(s.sampling.min_p > 0 for s in seqs):  # relative to the best id: order-free filters
         threshold = torch.maximum(threshold, best + min_p.log())
     # A masked id (-inf) is never a candidate, even when fewer than k ids are allowed.
@@ -185,10 +216,18 @@ def _draw_thresholded(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tenso
     keep = (logits - threshold).sign_().add_(1.0).clamp_(max=1.0)
     weights = (logits - best).exp_().mul_(keep)
     cdf = weights.cumsum_(dim=-1)
+    return _inverse_cdf(cdf, uniform)
+
+
+def _inverse_cdf(cdf: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """``[S, K]``: where ``uniform [S, K]`` of the way through each row's cumulative weights
+    ``cdf [S, K, W]`` falls (the first index whose cumulative weight exceeds it)."""
     total = cdf[..., -1:]
     # Below the total, so the first cdf entry above the target is a candidate's (a non-zero
     # weight), even when u * total rounds up.
-    target = torch.minimum(uniform * total, torch.nextafter(total, torch.zeros_like(total)))
+    target = torch.minimum(
+        uniform[..., None] * total, torch.nextafter(total, torch.zeros_like(total))
+    )
     return torch.searchsorted(cdf, target, right=True)[..., 0]
 
 
@@ -203,67 +242,39 @@ def _kth_largest(logits: torch.Tensor, top_k: list[int]) -> torch.Tensor:
     else:  # an accelerator's top-k is fast; a copy to the host would not be
         where = [k - 1 for k in top_k]
         values = logits.topk(max(top_k), dim=-1).values
-    index = torch.tensor(where, device=logits.device).view(-1, 1, 1)
+    index = upload(where, torch.long, logits.device).view(-1, 1, 1)
     return values.gather(-1, index.expand(num_seqs, num_codebooks, 1))
 
 
-def _draw_ranked(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
-    """One id per codebook for each sequence from its top-k / top-p / min-p candidates in rank
-    order, by the exponential race with one uniform per candidate."""
+def _draw_ranked(seqs: list[Sequence], logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """One id per codebook for each sequence from its top-k / top-p / min-p candidates, by
+    inverse CDF in rank order with ``uniform [S, K]``."""
     device = logits.device
-    num_seqs, num_codebooks, vocab = logits.shape
-    temperature = torch.tensor([s.sampling.temperature for s in seqs], device=device)
+    vocab = logits.shape[-1]
+    temperature = upload([s.sampling.temperature for s in seqs], torch.float32, device)
     logits = logits / temperature.view(-1, 1, 1)
     top_k = [min(s.sampling.top_k or vocab, vocab) for s in seqs]
     top_p = [s.sampling.top_p for s in seqs]
     min_p = [s.sampling.min_p for s in seqs]
-    # Ids a mask excluded (-inf) are never candidates: no need to rank past a sequence's
-    # allowed ones (counted per sequence, so its draws still do not depend on the batch).
-    allowed = torch.isfinite(logits).sum(dim=-1).amax(dim=-1).clamp(min=1).tolist()
-    top_k = [min(k, n) for k, n in zip(top_k, allowed, strict=True)]
     width = max(top_k)
-    # Candidates, best first: top-k needs only the best ``width`` ids, not a full sort. The
-    # order is also what makes a sequence's draw independent of the batch: its i-th uniform
-    # always goes to its i-th best id, whatever ``width`` the batch needed.
+    # Candidates, best first: top-k needs only the best ``width`` ids, not a full sort. Ids a
+    # mask excluded (-inf) rank last and weigh nothing.
     if width < vocab:
         values, order = logits.topk(width, dim=-1)
     else:
         values, order = logits.sort(dim=-1, descending=True)
     ranks = torch.arange(width, device=device).view(1, 1, -1)
-    limits = torch.tensor(top_k, device=device).view(-1, 1, 1)
+    limits = upload(top_k, torch.long, device).view(-1, 1, 1)
     values = values.masked_fill(ranks >= limits, -torch.inf)
     if min(top_p) < 1.0:
         probs = values.softmax(dim=-1)
         mass_before = probs.cumsum(dim=-1) - probs
-        drop = mass_before >= torch.tensor(top_p, device=device).view(-1, 1, 1)
+        drop = mass_before >= upload(top_p, torch.float32, device).view(-1, 1, 1)
         drop[..., 0] = False  # the best id always stays
         values = values.masked_fill(drop, -torch.inf)
     if max(min_p) > 0.0:  # relative to the best id, so the filters' order does not matter
-        floor = values[..., :1] + torch.tensor(min_p, device=device).log().view(-1, 1, 1)
+        floor = values[..., :1] + upload(min_p, torch.float32, device).log().view(-1, 1, 1)
         values = values.masked_fill(values < floor, -torch.inf)
-    probs = values.softmax(dim=-1)
-    # Each sequence draws exactly top_k uniforms per codebook from its own generator, so its
-    # choice does not depend on what else is in the batch. -log(1 - u) is Exp(1); the padding
-    # past a sequence's top_k stays at u = 1, i.e. infinite noise, never chosen.
-    uniform = torch.ones(num_seqs, num_codebooks, width, device=device)
-    for index, seq in enumerate(seqs):
-        uniform[index, :, : top_k[index]].uniform_(generator=seq.generator)
-    noise = -torch.log1p(-uniform)
-    pick = (probs / noise).argmax(dim=-1, keepdim=True)
-    return order.gather(-1, pick)[..., 0]
-
-
-def replay_draws(seq: Sequence, allowed: int, num_codebooks: int) -> None:
-    """Advance ``seq``'s generator past one step's draws without sampling anything, as
-    :func:`_draw` would have drawn them for a step that left ``allowed`` ids (its mask's
-    size, the vocabulary without one) in each of ``num_codebooks``: a resumed stream does
-    this for every row it had generated, so its next draw is the one it would have made.
-    Greedy streams draw nothing."""
-    if seq.sampling.greedy:
-        return
-    if not _ranks_candidates(seq):
-        torch.empty(num_codebooks, 1, device=seq.generator.device).uniform_(generator=seq.generator)
-        return
-    top_k = min(seq.sampling.top_k or allowed, allowed)
-    device = seq.generator.device
-    torch.empty(num_codebooks, top_k, device=device).uniform_(generator=seq.generator)
+    cdf = values.softmax(dim=-1).cumsum(dim=-1)
+    pick = _inverse_cdf(cdf, uniform)
+    return order.gather(-1, pick[..., None])[..., 0]

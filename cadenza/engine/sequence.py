@@ -29,6 +29,7 @@ import torch
 
 from cadenza.contract.request import FinishReason
 from cadenza.contract.sampling import SamplingParams
+from cadenza.engine.host_upload import upload
 from cadenza.engine.kv.page_pool import PageHash
 from cadenza.engine.models.stream_state import StreamConditioning, StreamState
 from cadenza.engine.realtime.playout_clock import PlayoutClock
@@ -82,6 +83,9 @@ class Sequence:
     reserved_pages: int = 0
     prefix_pages: int = 0  # the first pages of page_table, found in the prefix cache
     seen_ids: torch.Tensor | None = None  # [K, V] bool, for the repetition penalty
+    # Rows appended over the stream's life (every context, resumed rows too): the counter of
+    # its random draws (cadenza.engine.stream_draws).
+    rows_drawn: int = 0
 
     def __post_init__(self) -> None:
         self.num_prompt_tokens = len(self.token_rows)
@@ -111,6 +115,7 @@ class Sequence:
 
     def append(self, row: list[int]) -> None:
         self.token_rows.append(row)
+        self.rows_drawn += 1
         if self.seen_ids is not None:
             _mark_seen(self.seen_ids, row)
 
@@ -126,17 +131,35 @@ class Sequence:
         if self.audio is not None:
             self.audio.rows_sent = 0
 
-    def seen_mask(self, vocab_size: int) -> torch.Tensor:
-        """Which ids each codebook has seen so far (prompt included), as ``[K, V]`` bool."""
+    def seen_mask(self, vocab_size: int, device: torch.device | None = None) -> torch.Tensor:
+        """Which ids each codebook has seen so far (prompt included), as ``[K, V]`` bool, kept
+        on ``device`` (the CPU when ``None``) from its first use: each appended row marks its
+        ids there, one scatter, no copy of the mask."""
         if self.seen_ids is None:
-            self.seen_ids = torch.zeros(len(self.token_rows[0]), vocab_size, dtype=torch.bool)
-            for row in self.token_rows:
-                _mark_seen(self.seen_ids, row)
+            seen = torch.zeros(len(self.token_rows[0]), vocab_size, dtype=torch.bool)
+            for codebook, token in _in_vocab(self.token_rows, vocab_size):
+                seen[codebook, token] = True
+            self.seen_ids = seen if device is None else seen.to(device)
         return self.seen_ids
 
 
 def _mark_seen(seen: torch.Tensor, row: list[int]) -> None:
-    vocab = seen.shape[1]
-    for codebook, token in enumerate(row):
-        if 0 <= token < vocab:
+    """Mark ``row``'s ids: one by one on the CPU (cheaper than building an index), one
+    scatter from an uploaded index on an accelerator."""
+    marks = _in_vocab([row], seen.shape[1])
+    if seen.device.type == "cpu":
+        for codebook, token in marks:
             seen[codebook, token] = True
+    elif marks:
+        index = upload(list(zip(*marks, strict=True)), torch.long, seen.device)
+        seen[index[0], index[1]] = True
+
+
+def _in_vocab(rows: list[list[int]], vocab_size: int) -> list[tuple[int, int]]:
+    """``(codebook, id)`` of every id of ``rows`` inside the vocabulary."""
+    return [
+        (codebook, token)
+        for row in rows
+        for codebook, token in enumerate(row)
+        if 0 <= token < vocab_size
+    ]

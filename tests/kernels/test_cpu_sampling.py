@@ -18,16 +18,13 @@ needs_kernel = pytest.mark.skipif(
 )
 
 
-def _sequences(settings: list[SamplingParams], seed: int) -> list[SimpleNamespace]:
-    return [
-        SimpleNamespace(sampling=s, generator=torch.Generator().manual_seed(seed + index))
-        for index, s in enumerate(settings)
-    ]
+def _sequences(settings: list[SamplingParams]) -> list[SimpleNamespace]:
+    return [SimpleNamespace(sampling=s) for s in settings]
 
 
-def _draw(logits, settings, native: bool, monkeypatch) -> torch.Tensor:
+def _draw(logits, settings, uniform, native: bool, monkeypatch) -> torch.Tensor:
     monkeypatch.setattr(cpu_sampling, "available", lambda: native)
-    return sampler._draw_thresholded(_sequences(settings, seed=7), logits.clone())
+    return sampler._draw_thresholded(_sequences(settings), logits.clone(), uniform)
 
 
 @pytest.mark.parametrize("vocab", [1026, 37])
@@ -46,8 +43,9 @@ def test_native_draws_the_ids_the_torch_path_draws(vocab, monkeypatch, isa_level
         logits[1, :, : vocab // 2] = float("-inf")  # a mask leaving fewer ids than top_k
         logits[2, 3] = 0.5  # a row of ties
         logits[4, :, ::3] = logits[4, :, :1]  # ties at the threshold
-        native = _draw(logits, settings, True, monkeypatch)
-        reference = _draw(logits, settings, False, monkeypatch)
+        uniform = torch.rand(len(settings), 8, generator=generator)
+        native = _draw(logits, settings, uniform, True, monkeypatch)
+        reference = _draw(logits, settings, uniform, False, monkeypatch)
         assert torch.equal(native, reference), trial
         assert bool((logits.gather(-1, native[..., None]) > float("-inf")).all())
 
@@ -81,5 +79,7 @@ def test_without_the_kernel_draw_refuses_and_the_sampler_uses_torch(monkeypatch)
     assert not cpu_sampling.available()
     with pytest.raises(RuntimeError, match="not built"):
         cpu_sampling.draw_thresholded(torch.zeros(1, 1, 4), [1.0], [1], [0.0], torch.rand(1, 1))
-    ids = sampler._draw_thresholded(_sequences([SamplingParams()], 0), torch.randn(1, 8, 20))
+    ids = sampler._draw_thresholded(
+        _sequences([SamplingParams()]), torch.randn(1, 8, 20), torch.rand(1, 8)
+    )
     assert ids.shape == (1, 8)

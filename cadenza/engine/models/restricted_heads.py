@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from cadenza.engine.host_upload import upload
+
 
 class RestrictedHeads(nn.Module):
     """One head per mask of ``masks [M, 1, V]`` (bool), each over its mask's ids, cut from the
@@ -53,7 +55,7 @@ class RestrictedHeads(nn.Module):
         for mask in sorted(set(row_masks)):
             # The rows at this mask, found on the host (no read of the device's copy).
             at_mask = [row for row, row_mask in enumerate(row_masks) if row_mask == mask]
-            rows = torch.tensor(at_mask, dtype=torch.long, device=hidden.device)
+            rows = upload(at_mask, torch.long, hidden.device)
             values = self.heads[mask](hidden.index_select(0, rows)).float()
             out[rows[:, None], places[mask].to(out.device)[None, :]] = values
         return out[:, None, :]

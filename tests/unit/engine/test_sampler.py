@@ -16,6 +16,16 @@ def _free(n):
     return [(0, None)] * n
 
 
+def _draws(logits, seq, masks, constraints, count):
+    """``count`` rows drawn one after another by ``seq`` (each advances its draw counter, as
+    appending a row does)."""
+    rows = []
+    for _ in range(count):
+        rows.append(sample_rows(logits, [seq], masks, constraints)[0])
+        seq.rows_drawn += 1
+    return rows
+
+
 GREEDY = SamplingParams(temperature=0.0, top_k=0)
 
 
@@ -50,22 +60,21 @@ def test_top_k_limits_choice():
     logits = torch.randn(1, 4, 50)
     top3 = torch.topk(logits[0], 3, dim=-1).indices
     seq = _seq(SamplingParams(temperature=1.0, top_k=3), seed=5)
-    for _ in range(50):
-        row = sample_rows(logits, [seq], None, _free(1))[0]
+    for row in _draws(logits, seq, None, _free(1), 50):
         assert all(row[k] in top3[k].tolist() for k in range(4))
 
 
 def test_top_p_keeps_the_nucleus():
     logits = torch.log(torch.tensor([[[0.6, 0.3, 0.05, 0.05]]]))
     seq = _seq(SamplingParams(temperature=1.0, top_k=0, top_p=0.8), seed=2)
-    seen = {sample_rows(logits, [seq], None, _free(1))[0][0] for _ in range(200)}
+    seen = {row[0] for row in _draws(logits, seq, None, _free(1), 200)}
     assert seen == {0, 1}
 
 
 def test_temperature_sampling_follows_the_distribution():
     logits = torch.log(torch.tensor([[[0.7, 0.2, 0.1]]]))
     seq = _seq(SamplingParams(temperature=1.0, top_k=0), seed=3)
-    draws = [sample_rows(logits, [seq], None, _free(1))[0][0] for _ in range(3000)]
+    draws = [row[0] for row in _draws(logits, seq, None, _free(1), 3000)]
     share = draws.count(0) / len(draws)
     assert 0.65 < share < 0.75
 
@@ -96,7 +105,7 @@ def test_top_k_draws_follow_the_renormalised_distribution():
     # of each id must match the softmax over the top k, and nothing else is ever drawn.
     logits = torch.log(torch.tensor([[[0.05, 0.4, 0.1, 0.3, 0.15]]]))
     seq = _seq(SamplingParams(temperature=1.0, top_k=3), seed=7)
-    draws = [sample_rows(logits, [seq], None, _free(1))[0][0] for _ in range(4000)]
+    draws = [row[0] for row in _draws(logits, seq, None, _free(1), 4000)]
     assert set(draws) == {1, 3, 4}
     for token, share in ((1, 0.4 / 0.85), (3, 0.3 / 0.85), (4, 0.15 / 0.85)):
         assert abs(draws.count(token) / len(draws) - share) < 0.03
@@ -106,17 +115,17 @@ def test_top_k_candidates_include_ties_and_exclude_masked_ids():
     logits = torch.tensor([[[1.0, 2.0, 2.0, 0.0, 5.0]]])
     masks = torch.tensor([[[True, True, True, True, False]]])  # the best id is not allowed
     seq = _seq(SamplingParams(temperature=1.0, top_k=2), seed=3)
-    seen = {sample_rows(logits, [seq], masks, [(0, None)])[0][0] for _ in range(300)}
+    seen = {row[0] for row in _draws(logits, seq, masks, [(0, None)], 300)}
     assert seen == {1, 2}  # both ids tied at the 2nd best value of the allowed ones
     few = _seq(SamplingParams(temperature=1.0, top_k=50), seed=4)  # k above the allowed count
-    seen = {sample_rows(logits, [few], masks, [(0, None)])[0][0] for _ in range(300)}
+    seen = {row[0] for row in _draws(logits, few, masks, [(0, None)], 300)}
     assert seen == {0, 1, 2, 3}
 
 
 def test_min_p_limits_the_thresholded_draw():
     logits = torch.log(torch.tensor([[[0.5, 0.3, 0.15, 0.05]]]))
     seq = _seq(SamplingParams(temperature=1.0, top_k=0, min_p=0.2), seed=5)
-    seen = {sample_rows(logits, [seq], None, _free(1))[0][0] for _ in range(400)}
+    seen = {row[0] for row in _draws(logits, seq, None, _free(1), 400)}
     assert seen == {0, 1, 2}  # 0.05 is below 0.2 x 0.5
 
 
