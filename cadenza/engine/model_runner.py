@@ -172,14 +172,13 @@ class ModelRunner:
         columns_of: tuple[int, ...] | None,
         result: StepResult,
     ) -> StepResult:
-        """Sample every row, NaN ones too (their logits zeroed, so the draw stays in range),
-        and read the ids with the NaN flags: the step's one read of the device. A row that
-        held NaN fails."""
+        """Sample every row, NaN ones too (the sampler keeps their ids in range), and read
+        the ids with the NaN flags: the step's one read of the device. A row that held NaN
+        fails."""
         constraints = [self.layout.constraints(seq) for seq in sampling]
         columns = None if columns_of is None else self.restricted_columns(columns_of)
-        safe = logits.masked_fill(nan_rows.view(-1, 1, 1), 0.0)
         try:
-            ids = sample_ids(safe, sampling, self.masks, constraints, columns=columns)
+            ids = sample_ids(logits, sampling, self.masks, constraints, columns=columns)
             read: list[list[int]] = torch.cat([ids, nan_rows.view(-1, 1).long()], dim=1).tolist()
         except Exception as exc:  # a sampler failure fails this step's samplers only
             log.exception("sampling failed")

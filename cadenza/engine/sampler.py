@@ -30,7 +30,7 @@ import torch
 
 from cadenza.engine.host_upload import upload
 from cadenza.engine.sequence import Sequence
-from cadenza.engine.stream_draws import draw_keys, uniforms
+from cadenza.engine.stream_draws import stream_uniforms
 from cadenza.kernels import cpu_sampling
 
 # A shared mask banning at most one id in this many is applied by filling those ids alone.
@@ -117,6 +117,9 @@ def sample_ids(
             rows = upload(random, torch.long, device)
             drawn = _draw([seqs[i] for i in random], logits.index_select(0, rows), codebook)
             chosen = chosen.index_copy(0, rows, drawn)
+    # In range even for a row of NaN (whose draw falls past the end): the caller fails
+    # such a row, but reads its ids with the others first.
+    chosen = chosen.clamp(0, logits.shape[-1] - 1)
     if columns is not None:
         chosen = columns[chosen]
     forced = [f for _, f in constraints]
@@ -166,7 +169,7 @@ def _draw(seqs: list[Sequence], logits: torch.Tensor, codebook: int) -> torch.Te
     """Sample one id per codebook for each sequence from its top-k / top-p / min-p candidates,
     each sequence the way its own settings call for (see the module docstring), with the
     uniforms of its next row at codebooks ``codebook ..``."""
-    uniform = uniforms(draw_keys(seqs, logits.device), codebook, logits.shape[1])
+    uniform = stream_uniforms(seqs, codebook, logits.shape[1], logits.device)
     ranked = [i for i, s in enumerate(seqs) if _ranks_candidates(s)]
     if not ranked:
         return _draw_thresholded(seqs, logits, uniform)

@@ -184,7 +184,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "cadenza/edge/server/state.py": ("tests/integration/test_api_keys.py", "handler wiring"),
     "cadenza/engine/device.py": ("tests/unit/engine/test_builder.py", "device helpers"),
     "cadenza/engine/identity.py": ("tests/unit/engine/test_builder.py", "one description"),
-    "cadenza/engine/kv/paged_kv_cache.py": ("tests/unit/engine/test_int8_kv.py", "tensors"),
     "cadenza/engine/layouts/flat.py": ("tests/unit/engine/test_llama_checkpoints.py", "layout"),
     "cadenza/engine/layouts/token_layout.py": (
         "tests/unit/engine/test_scheduler.py",

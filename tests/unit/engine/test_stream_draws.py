@@ -9,7 +9,7 @@ import torch
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.sampler import sample_rows
 from cadenza.engine.sequence import Sequence
-from cadenza.engine.stream_draws import _mul32, draw_keys, uniforms
+from cadenza.engine.stream_draws import _mul32, draw_keys, stream_uniforms, uniforms
 
 CPU = torch.device("cpu")
 
@@ -70,3 +70,11 @@ def test_a_stream_that_appended_rows_draws_on_as_if_it_had_drawn_them() -> None:
         resumed.append(row)
         again.append(row)
     assert again == lived[3:] and resumed.rows_drawn == 6
+
+
+def test_the_cpu_s_numpy_hash_equals_the_device_s_torch_hash() -> None:
+    seqs = [_seq(seed, rows) for seed in (0, 5, 2**40 + 3, 2**63 - 1) for rows in (0, 1, 2**20)]
+    on_host = stream_uniforms(seqs, 3, 5, CPU)
+    in_torch = uniforms(draw_keys(seqs, CPU), 3, 5)
+    assert on_host.dtype == torch.float32 and on_host.shape == (12, 5)
+    assert torch.equal(on_host, in_torch)
