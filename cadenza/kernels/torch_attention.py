@@ -149,6 +149,8 @@ def cached_causal_attention(
         raise ValueError(f"cache holds {num_keys} keys, expected {query_start + num_queries}")
     if num_q_heads % num_kv_heads:
         raise ValueError(f"{num_q_heads} query heads do not group over {num_kv_heads} KV heads")
+    if q.device.type == "cuda":
+        return batched_causal_attention(q, k, v, query_start, scale)
     mask = None
     if num_queries > 1:
         key_pos = torch.arange(num_keys, device=q.device)
@@ -163,3 +165,30 @@ def cached_causal_attention(
         enable_gqa=num_q_heads != num_kv_heads,
     )
     return out.transpose(0, 1)
+
+
+def batched_causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_start: int, scale: float
+) -> torch.Tensor:
+    """:func:`cached_causal_attention` in the shapes a GPU's fused SDPA kernels take (what
+    CUDA runs; the CPU's own path is the 3-D one above): 4-D ``[1, H, T, D]`` inputs, the key
+    heads repeated for their query heads, and the causal rule as ``is_causal`` for a chunk
+    with no cached keys before it (the flash kernel) or an additive mask for one that has
+    some (the memory-efficient kernel); a boolean mask or 3-D inputs send SDPA to its math
+    kernel. Same contract and result."""
+    num_queries, num_q_heads, _ = q.shape
+    num_keys, num_kv_heads, _ = k.shape
+    group = num_q_heads // num_kv_heads
+    if group > 1:
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+    q4, k4, v4 = (x.transpose(0, 1)[None] for x in (q, k, v))
+    if query_start == 0:
+        out = F.scaled_dot_product_attention(q4, k4, v4, is_causal=True, scale=scale)
+    else:
+        key_pos = torch.arange(num_keys, device=q.device)
+        query_pos = torch.arange(query_start, num_keys, device=q.device)
+        bias = torch.zeros(num_queries, num_keys, dtype=q.dtype, device=q.device)
+        bias = bias.masked_fill(key_pos[None, :] > query_pos[:, None], float("-inf"))
+        out = F.scaled_dot_product_attention(q4, k4, v4, attn_mask=bias[None, None], scale=scale)
+    return out[0].transpose(0, 1)

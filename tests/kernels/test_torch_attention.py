@@ -95,3 +95,23 @@ def test_int8_pages_decode_to_the_attention_of_their_dequantized_values():
         0.125,
     )
     torch.testing.assert_close(out.double(), expected, atol=2e-6, rtol=2e-6)
+
+
+@pytest.mark.parametrize(("query_start", "num_queries"), [(0, 1), (0, 7), (5, 1), (9, 6)])
+@pytest.mark.parametrize("group", [1, 3])
+def test_the_gpu_shaped_prefill_attends_as_the_cpu_s(query_start, num_queries, group) -> None:
+    """CUDA's 4-D prefill (``is_causal`` for a fresh chunk, an additive mask after cached
+    keys, key heads repeated) against the 3-D path the CPU serves with, and by hand."""
+    generator = torch.Generator().manual_seed(query_start * 10 + num_queries + group)
+    keys = query_start + num_queries
+    q = torch.randn(num_queries, 2 * group, 16, generator=generator)
+    k = torch.randn(keys, 2, 16, generator=generator)
+    v = torch.randn(keys, 2, 16, generator=generator)
+    got = torch_attention.batched_causal_attention(q, k, v, query_start, 0.25)
+    cpu = torch_attention.cached_causal_attention(q, k, v, query_start, 0.25)
+    torch.testing.assert_close(got, cpu, atol=1e-5, rtol=1e-5)
+    for i in range(num_queries):  # query i sees keys 0 .. query_start + i
+        seen = query_start + i + 1
+        for head in range(2 * group):
+            weights = (k[:seen, head // group] @ q[i, head] * 0.25).softmax(0)
+            torch.testing.assert_close(got[i, head], weights @ v[:seen, head // group])
