@@ -76,8 +76,10 @@ class ModelRunner:
         # place: it needs neither the copy nor the gathered key positions.
         fused = model.fused_decode
         self.fused_decode = fused is not None and fused.supports_cache(kv_cache)
+        self.static_decode = self._static_decode(max_num_seqs)
+        # (A fixed-shape step reads the pages themselves: a dense copy would miss its tokens.)
         self.dense_kv: DenseDecodeKV | None = None
-        if self.device.type == "cpu" and not self.fused_decode:
+        if self.device.type == "cpu" and not self.fused_decode and self.static_decode is None:
             spec = kv_cache.spec
             self.dense_kv = DenseDecodeKV(
                 spec.num_layers,
@@ -87,10 +89,21 @@ class ModelRunner:
                 self.device,
                 max_bytes=min(kv_cache.nbytes, available_memory_bytes(self.device) // 4),
             )
-        self.static_decode = self._static_decode(max_num_seqs)
         self.graph_memory_bytes = 0
         if self.static_decode is not None and cuda_graphs and self.device.type == "cuda":
-            self.graph_memory_bytes = self.static_decode.capture()
+            self.graph_memory_bytes = self.capture_graphs()
+
+    def capture_graphs(self) -> int:
+        """Capture the fixed-shape decode steps as CUDA graphs; the memory they took. A
+        capture that fails leaves the steps eager, said in the log (serving goes on, slower):
+        0 then."""
+        assert self.static_decode is not None, "graphs capture the fixed-shape decode step"
+        try:
+            return self.static_decode.capture()
+        except Exception:
+            log.exception("capturing the decode steps as CUDA graphs failed; they run eagerly")
+            self.static_decode.forget_graphs()
+            return 0
 
     def _static_decode(self, max_num_seqs: int) -> StaticDecodeStep | None:
         """The fixed-shape decode step where the cache has a pad page and the model's decode

@@ -160,6 +160,10 @@ class StaticDecodeStep:
         torch.cuda.synchronize(self.device)
         return torch.cuda.memory_reserved(self.device) - before
 
+    def forget_graphs(self) -> None:
+        """Drop every captured graph: steps run eagerly again."""
+        self._graphs.clear()
+
     def _stage(self, decodes: list[Sequence], size: int) -> int:
         """Write the rows of ``decodes`` and ``size - len(decodes)`` padding rows into the
         staging buffers; returns the page-table width in use."""

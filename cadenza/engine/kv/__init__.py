@@ -3,8 +3,8 @@ are free, cached or in use (``page_pool``), and which sequence holds which (``kv
 prefix matching, reservation, growth, release).
 
 The cache is allocated once, when the engine is built: ``engine.kv_cache_memory_bytes``, or
-``engine.kv_cache_memory_fraction`` (5 % by default; raise it on a GPU) of the device's free
-memory once the weights are loaded, in pages of ``engine.page_size`` tokens (16) of every
+``engine.kv_cache_memory_fraction`` (by default 5 % on the CPU, 90 % on CUDA less the decode
+graphs' memory) of the device's free memory once the weights are loaded, in pages of ``engine.page_size`` tokens (16) of every
 layer. What a token costs is the one formula of :mod:`cadenza.contract.kv_memory`, which
 admission and ``cadenza plan`` use too; ``engine.kv_dtype`` sets the cache's dtype (int8 pages
 carry a float16 scale per token and KV head, :mod:`cadenza.kernels.kv_quant`).

@@ -232,3 +232,14 @@ def test_the_fixed_width_covers_the_model_s_context_within_the_pool() -> None:
     assert fixed_decode_width(100, 16, 2048) == 100
     assert fixed_decode_width(1000, 16, 2048) == 128
     assert fixed_decode_width(1000, 16, 1) == 1
+
+
+def test_a_failed_capture_leaves_the_steps_eager_and_serving(checkpoint, caplog) -> None:
+    engine = _engine(checkpoint[0], fixed=True)
+    step = _static(engine)
+    # On the CPU the capture refuses (no CUDA device): as a failing capture on a GPU would.
+    assert engine.runner.capture_graphs() == 0
+    assert "run eagerly" in caplog.text and not step.graphed
+    seqs = _decoding(engine, 2)
+    with torch.inference_mode():
+        assert step.run(seqs).shape[0] == 2
