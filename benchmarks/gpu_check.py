@@ -21,7 +21,8 @@ its interpreter). Prints one JSON object:
   shape that depends on values); ``graph_ops``, the operators of the traced graph.
 * ``graphs``: whether the engine captured its decode steps as CUDA graphs, at which batch
   sizes, and the memory they took; ``kv_pages`` and ``max_num_seqs`` as the engine sized them
-  (on CUDA from its defaults: 90 % of free memory after the weights, less the graphs).
+  (on CUDA from its defaults: 90 % of free memory after the weights, less the graphs);
+  ``overlaps_steps``: whether a step's forward is launched before the last one's audio.
 * ``host_reads_per_step`` and ``launches_per_step``: over the engine's decode steps at the
   largest bucket (:mod:`cadenza.engine.device_audit`: the same counting on every device), and
   ``host_reads_by_call``; ``launches_outside_forward``: those not in the fixed-shape forward
@@ -253,6 +254,7 @@ def _graphs(engine: Any) -> dict[str, Any]:
         },
         "kv_pages": engine.kv.pool.num_pages,
         "max_num_seqs": engine.scheduler.max_num_seqs,
+        "overlaps_steps": engine.overlaps_steps,
     }
 
 
@@ -347,6 +349,7 @@ def _audit(engine: Any, batch: int, steps: int = 8) -> dict[str, Any]:
     # The fixed-shape forward alone, counted eagerly: what one graph replay launches on CUDA.
     forward = DeviceAudit()
     static = engine.runner.static_decode
+    _synchronize(engine)
     if static is not None:
         seqs = _decoding(engine, ids)
         with forward, torch.inference_mode():

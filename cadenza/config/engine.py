@@ -59,6 +59,13 @@ class EngineConfig(Section):
         "graphs' memory is taken before the KV budget. The CPU runs its steps eagerly",
     )
 
+    overlap_steps: bool | None = Field(
+        None,
+        description="launch each step's forward pass before the previous step's audio is "
+        "decoded and sent, so the host's work overlaps the device's (unset: on CUDA; a CPU "
+        "computes while it launches, nothing to overlap)",
+    )
+
     @model_validator(mode="after")
     def _budget_covers_every_decode(self) -> EngineConfig:
         if self.max_num_seqs is not None and self.max_num_batched_tokens < self.max_num_seqs:

@@ -8,8 +8,17 @@ Each :meth:`Engine.step` is the algorithm, in four calls::
     outputs = audio.emit(outcome)               due chunks decoded in one batched codec call
 
 and the step's cost goes to the telemetry (the deadline policy's online correction, the edge's
-reports). Requests come in through :class:`RequestIntake`; the parts, and the announcement
-the edge reads (:mod:`cadenza.engine.identity`), are built by :mod:`cadenza.engine.builder`.
+reports). With ``engine.overlap_steps`` (on CUDA by default) the runner's half is split: the
+next step's forward and sampling are launched (:meth:`ModelRunner.launch`) right after
+``postprocess`` and before ``audio.emit``, and read back (:meth:`ModelRunner.collect`) at the
+start of the next :meth:`Engine.step`, so the device computes while the host decodes and
+sends audio. Nothing is late: a step is scheduled only after the one before it was applied
+(an ending stops the stream before its next step); a stream aborted while its step is in
+flight has its pages freed at once (the device runs its queued work in order, so the stale
+write lands before any later step's) and its result ignored; a request that arrives then
+waits one step more. Requests come in through :class:`RequestIntake`; the parts, and the
+announcement the edge reads (:mod:`cadenza.engine.identity`), are built by
+:mod:`cadenza.engine.builder`.
 
 What drives an engine from outside lives beside it as module functions over an ``Engine``, so
 this module imports none of them: offline use (:func:`cadenza.engine.offline.synthesize`,
@@ -37,7 +46,7 @@ from cadenza.engine.audio_stage import AudioStage, TokenOutputs, ending
 from cadenza.engine.chunk_policy import CodecFrames
 from cadenza.engine.kv.kv_cache_manager import KVCacheManager
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache
-from cadenza.engine.model_runner import ModelRunner
+from cadenza.engine.model_runner import LaunchedStep, ModelRunner
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.realtime.deadline_policy import DeadlinePolicy
 from cadenza.engine.realtime.step_telemetry import StepTelemetry
@@ -91,6 +100,9 @@ class Engine:
         self.calibration: Calibration | None = None
         self._live: dict[str, Sequence] = {}
         self._outputs: list[StreamOutput] = []
+        overlap = config.engine.overlap_steps
+        self.overlaps_steps = model.device.type == "cuda" if overlap is None else overlap
+        self._launched: LaunchedStep | None = None  # the next step, in flight
         self._last_step_end: float | None = None
         self._resting = False  # idle_s() said to wait since the last step
         intake.first_chunk_due_after_s = self.first_chunk_due_after_s
@@ -185,8 +197,9 @@ class Engine:
         return seq
 
     def abort_request(self, request_id: str) -> bool:
-        """Stop a stream; its pages are free at once (steps are synchronous, so none is using
-        them) and its last output, ``CANCELLED``, comes from the next :meth:`step`."""
+        """Stop a stream; its pages are free at once (no step uses them: an overlapped step
+        still in flight writes there before any later step reads them) and its last output,
+        ``CANCELLED``, comes from the next :meth:`step`."""
         seq = self._live.get(request_id)
         if seq is None:
             return False
@@ -198,13 +211,13 @@ class Engine:
         return self._live.get(request_id)
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self._live) or bool(self._outputs)
+        return bool(self._live) or bool(self._outputs) or self._launched is not None
 
     def idle_s(self) -> float:
         """How long every running stream can go without a step (0: step now): only when
         all of them are audio streams decoding more than ``realtime.max_lead_ms`` ahead of
         their listeners, nothing waits and no output is pending."""
-        if self.policy is None or self.scheduler.waiting or self._outputs:
+        if self.policy is None or self.scheduler.waiting or self._outputs or self._launched:
             return 0.0
         idle = self.policy.idle_s(self.scheduler.running)
         self._resting = self._resting or idle > 0
@@ -221,9 +234,13 @@ class Engine:
         if self._resting and self._last_step_end is not None:
             rested_s = started - self._last_step_end
         self._resting = False
-        batch = self.scheduler.schedule()
-        outcome = self.scheduler.postprocess(batch, self.runner.run(batch))
+        launched = self._launched or self.runner.launch(self.scheduler.schedule())
+        self._launched = None
+        batch = launched.batch
+        outcome = self.scheduler.postprocess(batch, self.runner.collect(launched))
         self.runner.retain(self.scheduler.running)
+        if self.overlaps_steps and (self.scheduler.running or self.scheduler.waiting):
+            self._launched = self.runner.launch(self.scheduler.schedule())
         self._outputs += self.audio.emit(outcome)
         for seq in (*outcome.finished, *outcome.failed):
             del self._live[seq.request_id]

@@ -27,6 +27,7 @@ that step's samplers. The runner changes no sequence: it reports rows and failur
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -46,6 +47,18 @@ from cadenza.kernels.attention_context import AttentionContext, PrefillSpan, dec
 from cadenza.kernels.dense_decode_kv import DenseDecodeKV
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class LaunchedStep:
+    """A step queued on the device (:meth:`ModelRunner.launch`): its batch, what is known
+    already (failures, and the rows of a model that reads as it samples), and the ids not
+    read yet: ``ids [S, K + 1]``, each sampling sequence's row and its NaN flag."""
+
+    batch: ScheduledBatch
+    result: StepResult
+    ids: torch.Tensor | None = None
+    sampling: list[Sequence] = field(default_factory=list)
 
 
 class ModelRunner:
@@ -127,20 +140,61 @@ class ModelRunner:
 
     def run(self, batch: ScheduledBatch) -> StepResult:
         """Forward ``batch`` and sample; never raises for a single bad sequence."""
+        return self.collect(self.launch(batch))
+
+    def launch(self, batch: ScheduledBatch) -> LaunchedStep:
+        """Queue ``batch``'s forward pass and sampling on the device without reading their
+        ids back (:meth:`collect` does): on an accelerator the host is free until then. A
+        model that samples its own rows or has a depth decoder reads as it goes: its step is
+        done at launch. Never raises for a single bad sequence."""
         result = StepResult()
+        launched = LaunchedStep(batch, result)
         if batch.is_empty:
-            return result
+            return launched
         columns_of = self._restricted_masks(batch)
         logits, hidden, sampling = self._forward_isolated(batch, result, columns_of)
         if not sampling:
-            return result
+            return launched
         if self.model.keeps_stream_state:
             logits = self.model.process_logits(logits, [_state(seq) for seq in sampling])
         # A NaN anywhere makes the row's sum NaN (one fast reduction instead of a comparison
         # of every logit; a row holding both +inf and -inf also fails, as it should).
         nan_rows = torch.isnan(logits.flatten(1).sum(dim=1))
         if not self.model.samples_rows and self.model.depth is None:
-            return self._sample_with_flags(logits, nan_rows, sampling, columns_of, result)
+            self._sample_with_flags(logits, nan_rows, sampling, columns_of, launched)
+            return launched
+        self._sample_as_read(logits, hidden, nan_rows, sampling, result)
+        return launched
+
+    def collect(self, launched: LaunchedStep) -> StepResult:
+        """The result of a :meth:`launch`: its ids read with their NaN flags (the step's one
+        read of the device), rows for the good ones, failures for the others."""
+        result, ids = launched.result, launched.ids
+        if ids is None:
+            return result
+        try:
+            read: list[list[int]] = ids.tolist()
+        except Exception as exc:  # an error the device met while sampling, found at the read
+            log.exception("sampling failed")
+            result.failed += [(seq, _describe(exc)) for seq in launched.sampling]
+            return result
+        for seq, row in zip(launched.sampling, read, strict=True):
+            if row[-1]:
+                result.failed.append((seq, "RuntimeError: the model produced NaN logits"))
+            else:
+                result.rows.append((seq, row[:-1]))
+        return result
+
+    def _sample_as_read(
+        self,
+        logits: torch.Tensor,
+        hidden: torch.Tensor | None,
+        nan_rows: torch.Tensor,
+        sampling: list[Sequence],
+        result: StepResult,
+    ) -> None:
+        """Rows of a model that samples its own rows or has a depth decoder, into
+        ``result``."""
         # A model's own sampler and a depth decoder read the device as they go: the flags
         # first, so they run on the good rows only.
         has_nan = nan_rows.tolist()
@@ -152,7 +206,7 @@ class ModelRunner:
         ]
         seqs = [sampling[i] for i in keep]
         if not seqs:
-            return result
+            return
         constraints = [self.layout.constraints(seq) for seq in seqs]
         nan_depth: set[int] = set()
         try:
@@ -166,7 +220,7 @@ class ModelRunner:
         except Exception as exc:  # a sampler failure fails this step's samplers only
             log.exception("sampling failed")
             result.failed += [(seq, _describe(exc)) for seq in seqs]
-            return result
+            return
         result.failed += [
             (seqs[i], "RuntimeError: the depth decoder produced NaN logits") for i in nan_depth
         ]
@@ -175,7 +229,6 @@ class ModelRunner:
             for i, (seq, row) in enumerate(zip(seqs, rows, strict=True))
             if i not in nan_depth
         ]
-        return result
 
     def _sample_with_flags(
         self,
@@ -183,30 +236,24 @@ class ModelRunner:
         nan_rows: torch.Tensor,
         sampling: list[Sequence],
         columns_of: tuple[int, ...] | None,
-        result: StepResult,
-    ) -> StepResult:
-        """Sample every row, NaN ones too (the sampler keeps their ids in range), and read
-        the ids with the NaN flags: the step's one read of the device. A row that held NaN
-        fails."""
+        launched: LaunchedStep,
+    ) -> None:
+        """Sample every row, NaN ones too (the sampler keeps their ids in range), into
+        ``launched.ids`` beside the NaN flags, for :meth:`collect` to read at once."""
         constraints = [self.layout.constraints(seq) for seq in sampling]
         columns = None if columns_of is None else self.restricted_columns(columns_of)
         try:
             ids = sample_ids(logits, sampling, self.masks, constraints, columns=columns)
-            read: list[list[int]] = torch.cat([ids, nan_rows.view(-1, 1).long()], dim=1).tolist()
         except Exception as exc:  # a sampler failure fails this step's samplers only
             log.exception("sampling failed")
-            flags = nan_rows.tolist()  # (a failed step's second read: say which held NaN)
-            result.failed += [
+            flags = nan_rows.tolist()  # (a failed step's read: say which held NaN)
+            launched.result.failed += [
                 (seq, "RuntimeError: the model produced NaN logits" if bad else _describe(exc))
                 for seq, bad in zip(sampling, flags, strict=True)
             ]
-            return result
-        for seq, row in zip(sampling, read, strict=True):
-            if row[-1]:
-                result.failed.append((seq, "RuntimeError: the model produced NaN logits"))
-            else:
-                result.rows.append((seq, row[:-1]))
-        return result
+            return
+        launched.ids = torch.cat([ids, nan_rows.view(-1, 1).long()], dim=1)
+        launched.sampling = sampling
 
     def retain(self, running: list[Sequence]) -> None:
         """Forget what the runner keeps for sequences that are no longer ``running`` (their

@@ -158,6 +158,8 @@ class Scheduler:
         changes their progress after a forward pass)."""
         outcome = StepOutcome()
         for seq, error in result.failed:
+            if seq.status is not SequenceStatus.RUNNING:
+                continue  # ended while its step was in flight (an overlapped step's abort)
             self.finish(seq, FinishReason.ERROR, error)
             outcome.failed[seq] = error
         for seq, num_new in batch.items():

@@ -14,9 +14,9 @@ step's (tested exactly on the CPU).
 
 Host to device: the rows are written on the host into staging buffers (pinned on CUDA) and
 copied without blocking; only the page-table columns in use this step are copied (the
-columns past a sequence's own pages are never read: its length bounds every read). The
-staging buffers are written again only after the step's results came back to the host, which
-waits for those copies.
+columns past a sequence's own pages are never read: its length bounds every read). Before the
+staging buffers are written again the host waits for the last step's copies (an event: in
+the engine long done, since the step's ids came back to the host in between).
 
 On CUDA (:meth:`StaticDecodeStep.capture`) each size is captured once as a CUDA graph, largest
 first, sharing one memory pool, and a step is one replay. Elsewhere the step runs eagerly on
@@ -103,6 +103,7 @@ class StaticDecodeStep:
         self._tables = torch.full((rows, max_pages), -1, dtype=torch.int32, device=device)
         self._indices = torch.arange(rows, device=device)
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._copied: torch.cuda.Event | None = None  # the last upload's copies, on CUDA
 
     @property
     def max_batch(self) -> int:
@@ -167,6 +168,8 @@ class StaticDecodeStep:
     def _stage(self, decodes: list[Sequence], size: int) -> int:
         """Write the rows of ``decodes`` and ``size - len(decodes)`` padding rows into the
         staging buffers; returns the page-table width in use."""
+        if self._copied is not None:
+            self._copied.synchronize()  # the staging buffers' last copies are done
         staged = self._staged
         ids, positions, slots, lens = (staged[k] for k in ("ids", "positions", "slots", "lens"))
         page = self.page_size
@@ -199,6 +202,9 @@ class StaticDecodeStep:
         self._lens[:size].copy_(host["lens"][:size], non_blocking=True)
         tables = host["tables"][: size * width].view(size, width)
         self._tables[:size, :width].copy_(tables, non_blocking=True)
+        if self.device.type == "cuda":
+            self._copied = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            self._copied.record()
 
     def forward_at(self, size: int) -> torch.Tensor:
         """The forward over the static buffers' first ``size`` rows (what a graph captures)."""

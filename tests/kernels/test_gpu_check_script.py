@@ -42,6 +42,7 @@ def test_the_gpu_check_runs_on_the_cpu_at_tiny_shapes():
     # The CPU runs the fixed shapes a GPU captures, eagerly: no graph, no memory for one.
     assert report["graphs"] == {"captured": False, "sizes": [1, 2, 4, 8], "memory_mb": 0.0}
     assert report["max_num_seqs"] == 8 and report["kv_pages"] > 0
+    assert report["overlaps_steps"] is False  # CUDA's default; a CPU has nothing to overlap
     assert [bucket["batch"] for bucket in report["buckets"]] == [1, 2, 4]
     for bucket in report["buckets"]:
         assert bucket["step_ms"] > 0 and bucket["eager_ms"] > 0

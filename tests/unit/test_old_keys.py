@@ -28,7 +28,7 @@ PREVIOUS_ENGINE_KEYS = {
     "calibration_cache_dir",
 }  # fmt: skip
 # Keys this release added to [engine].
-NEW_ENGINE_KEYS = {"cuda_graphs"}
+NEW_ENGINE_KEYS = {"cuda_graphs", "overlap_steps"}
 
 
 @pytest.fixture(autouse=True)
