@@ -17,6 +17,7 @@ endings.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -92,6 +93,7 @@ class AudioStage(TokenOutputs):
         replay_frames: int = 750,
         telemetry: StepTelemetry,
         clock: Callable[[], float] = time.monotonic,
+        device: torch.device | None = None,
     ) -> None:
         if codec.num_codebooks != layout.codebooks_per_frame:
             raise ValueError(
@@ -107,12 +109,24 @@ class AudioStage(TokenOutputs):
         self.restarts = isinstance(layout, ContextRestarts)
         self.telemetry = telemetry
         self.clock = clock
+        # On CUDA the codec works on a stream of its own: its chunks decode, and their audio
+        # comes back to the host, while the model's next step runs (engine.overlap_steps).
+        self._stream = None
+        if device is not None and device.type == "cuda":
+            self._stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+
+    def _on_codec_stream(self) -> contextlib.AbstractContextManager[object]:
+        """Where every decoder call runs: the codec's own CUDA stream, else as it is."""
+        if self._stream is None:
+            return contextlib.nullcontext()
+        return torch.cuda.stream(self._stream)
 
     def open(self, seq: Sequence) -> None:
         """Give ``seq`` its decoder slot (a resumed stream's rebuilt from the frames already
         heard). Raises ``CodecError`` when none is free or the frames are not codes."""
         assert seq.audio is not None, "an audio stream needs its playout clock"
-        slot = self.decoder.open()
+        with self._on_codec_stream():
+            slot = self.decoder.open()
         seq.audio.codec_slot = slot
         heard = seq.audio.frames_sent
         if heard > 0 and self.replay_frames > 0:
@@ -122,7 +136,8 @@ class AudioStage(TokenOutputs):
             try:
                 self._replay(seq)
             except Exception:
-                self.decoder.release(slot)
+                with self._on_codec_stream():
+                    self.decoder.release(slot)
                 seq.audio.codec_slot = None
                 raise
 
@@ -132,13 +147,15 @@ class AudioStage(TokenOutputs):
         heard = seq.audio.frames_sent
         codes = self.layout.frame_codes(seq, max(heard - self.replay_frames, 0), heard)
         chunk = torch.tensor(codes, dtype=torch.long).reshape(-1, self.codec.num_codebooks).T
-        self.decoder.decode({seq.audio.codec_slot: chunk})
+        with self._on_codec_stream():
+            self.decoder.decode({seq.audio.codec_slot: chunk})
         seq.audio.replay_pending = False
 
     def release(self, seq: Sequence) -> None:
         """Free ``seq``'s slot without decoding what it holds (cancelled or failed)."""
         if seq.audio is not None and seq.audio.codec_slot is not None:
-            self.decoder.release(seq.audio.codec_slot)
+            with self._on_codec_stream():
+                self.decoder.release(seq.audio.codec_slot)
             seq.audio.codec_slot = None
 
     def emit(self, outcome: StepOutcome) -> list[StreamOutput]:
@@ -193,7 +210,9 @@ class AudioStage(TokenOutputs):
             seq.audio.frames_sent = end
         final = frozenset(slot for slot, seq in owners.items() if seq in finished)
         started = time.perf_counter()
-        decoded = self.decoder.decode(chunks, final)
+        with self._on_codec_stream():
+            decoded = self.decoder.decode(chunks, final)
+            audio = {slot: pcm.clamp(-1.0, 1.0).cpu().numpy() for slot, pcm in decoded.items()}
         now = self.clock()
         self.telemetry.record_codec(
             time.perf_counter() - started, sum(int(c.shape[1]) for c in chunks.values())
@@ -202,14 +221,11 @@ class AudioStage(TokenOutputs):
             assert seq.audio is not None
             # A chunk is delivered when the listener gets sound from it: a first chunk shorter
             # than the codec's context decodes to nothing yet and must not start the clock.
-            if decoded[slot].numel() > 0:
+            if audio[slot].size > 0:
                 self.telemetry.record_chunk(seq.audio.playout.delivered(first_frames[slot], now))
             if slot in final:
                 seq.audio.codec_slot = None  # the decoder closed it after the flush
         return {
-            owners[slot]: (
-                pcm.clamp(-1.0, 1.0).cpu().numpy(),
-                chunks[slot].T.numpy().astype(np.uint16),
-            )
-            for slot, pcm in decoded.items()
+            owners[slot]: (pcm, chunks[slot].T.numpy().astype(np.uint16))
+            for slot, pcm in audio.items()
         }

@@ -211,6 +211,7 @@ def build_engine(config: CadenzaConfig, fixed_decode_shapes: bool | None = None)
             chunk_frames=frames.chunk_frames,
             replay_frames=frames.replay_frames,
             telemetry=telemetry,
+            device=torch_device,
         )
     # Prefix-cache keys: equal token rows mean equal KV only for the same weights and dtypes.
     extra_keys = (
