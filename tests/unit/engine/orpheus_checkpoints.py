@@ -10,6 +10,8 @@ import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessor, PreTrainedTokenizerFast
 
+from cadenza.contract.request import SynthesisRequest
+from cadenza.engine.engine import Engine
 from cadenza.engine.models import orpheus
 
 VOCAB = 156_940
@@ -152,3 +154,16 @@ def reference_frames(tokens: list[int]) -> torch.Tensor:
         # Orpheus spells L0, L1a, L2a, L2b, L1b, L2c, L2d
         codes[0, :, f] = torch.tensor([spelled[j] for j in orpheus.FRAME_ORDER])
     return codes
+
+
+def run_to_the_end(engine: Engine, requests: list[SynthesisRequest]) -> dict[str, list[int]]:
+    """Each request's generated ids (the first of each row), run until the engine is idle;
+    the pool's integrity checked at the end."""
+    seqs = {}
+    for request in requests:
+        engine.add_request(request)
+        seqs[request.request_id] = engine.sequence(request.request_id)
+    while engine.has_unfinished_requests():
+        engine.step()
+    engine.check_integrity()
+    return {rid: [row[0] for row in seq.output_rows] for rid, seq in seqs.items()}

@@ -27,6 +27,7 @@ from tests.unit.engine.orpheus_checkpoints import (
     reference_frames,
     reference_prompt,
     reference_tokens,
+    run_to_the_end,
     save_tiny_orpheus,
 )
 
@@ -97,17 +98,6 @@ def test_explicit_declaration_overrides_recognition(checkpoint, tmp_path) -> Non
         load_model(str(tmp_path), seed=0, device=torch.device("cpu"), dtype=torch.float32)
 
 
-def _run(engine: Engine, requests: list[SynthesisRequest]) -> dict[str, list[int]]:
-    seqs = {}
-    for request in requests:
-        engine.add_request(request)
-        seqs[request.request_id] = engine.sequence(request.request_id)
-    while engine.has_unfinished_requests():
-        engine.step()
-    engine.check_integrity()
-    return {rid: [row[0] for row in seq.output_rows] for rid, seq in seqs.items()}
-
-
 @pytest.mark.parametrize("penalty", [1.0, 1.3])
 def test_greedy_tokens_equal_transformers_batched_chunked_and_prefix_cached(
     checkpoint, snac_dir, penalty
@@ -125,8 +115,8 @@ def test_greedy_tokens_equal_transformers_batched_chunked_and_prefix_cached(
         SynthesisRequest(f"r{i}", text, voice, 0.35, _greedy(penalty))
         for i, (voice, text) in enumerate(texts)
     ]
-    first = _run(engine, requests[:1])
-    rest = _run(engine, requests[1:])  # the second "tara" prompt starts from cached pages
+    first = run_to_the_end(engine, requests[:1])
+    rest = run_to_the_end(engine, requests[1:])  # the second "tara" prompt starts from cached pages
     got = {**first, **rest}
     for i, (voice, text) in enumerate(texts):
         prompt = reference_prompt(tokenizer, voice, text)
@@ -175,7 +165,9 @@ def test_a_stop_id_ends_the_speech_at_a_frame_boundary(checkpoint, snac_dir) -> 
     mid_frame, boundary = tokens[3], tokens[7]  # position 3 of frame 0; position 0 of frame 1
     engine = _engine(directory, snac_dir[0])
     sampling = SamplingParams(temperature=0.0, top_k=0, stop_ids=(mid_frame, boundary))
-    got = _run(engine, [SynthesisRequest("r", "Good morning to you all.", "leo", 0.35, sampling)])
+    got = run_to_the_end(
+        engine, [SynthesisRequest("r", "Good morning to you all.", "leo", 0.35, sampling)]
+    )
     assert got["r"] == tokens[:8]  # the mid-frame id did not stop it; the boundary one did
 
 

@@ -23,6 +23,7 @@ from tests.support.float32_compute import float32_cpu_config
 from tests.unit.engine.orpheus_checkpoints import (
     reference_prompt,
     reference_tokens,
+    run_to_the_end,
     save_tiny_orpheus,
 )
 
@@ -93,16 +94,10 @@ def test_greedy_tokens_equal_transformers_through_padded_steps(checkpoint) -> No
         SynthesisRequest(f"r{i}", text, voice, 0.35, GREEDY)
         for i, (voice, text) in enumerate(TEXTS)
     ]
-    seqs = {}
-    for request in requests:
-        engine.add_request(request)
-        seqs[request.request_id] = engine.sequence(request.request_id)
-    while engine.has_unfinished_requests():
-        engine.step()
-    engine.check_integrity()
+    tokens = run_to_the_end(engine, requests)  # checks the pool's integrity at the end
     assert 3 in sizes  # three decodes ran in a step of four
     for i, (voice, text) in enumerate(TEXTS):
-        got = [row[0] for row in seqs[f"r{i}"].output_rows]
+        got = tokens[f"r{i}"]
         prompt = reference_prompt(tokenizer, voice, text)
         assert got == reference_tokens(reference, prompt, len(got), 1.3)
 
