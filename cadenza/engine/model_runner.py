@@ -308,10 +308,11 @@ class ModelRunner:
     def _restricted_masks(self, batch: ScheduledBatch) -> tuple[int, ...] | None:
         """The masks the batch's rows are at, when the model's heads are restricted (their
         logits then cover these masks' ids: :meth:`restricted_columns`); else ``None``."""
-        if self.model.restricted_outputs is None:
+        restricted = self.model.restricted_outputs
+        if restricted is None:
             return None
         seqs = [*batch.decodes, *(seq for seq, _ in batch.prefills)]
-        return tuple(sorted({self.layout.constraints(seq)[0] for seq in seqs}))
+        return restricted.step_masks({self.layout.constraints(seq)[0] for seq in seqs})
 
     def restricted_columns(self, masks: tuple[int, ...]) -> torch.Tensor:
         """The ids a restricted step's logits are over (see :meth:`forward`)."""

@@ -7,6 +7,12 @@ head per mask over that mask's ids (Orpheus: 4,097 of 156,940 rows per token). A
 are then ``[S, 1, C]`` over the step's *columns*, the ids of every mask its rows are at, with
 ``-inf`` at the ids a row's own mask excludes; the sampler draws over those columns as it would
 over the full vocabulary's allowed ids (:func:`~cadenza.engine.sampler.sample_rows`).
+
+On CUDA the heads are one: a single head over the union of every mask's ids, each row's own
+mask applied by a masked fill (``union``). A step then always has the same columns and shapes,
+one product instead of one per mask present and nothing found per mask (at a batch holding
+every mask, the same bytes read); the CPU keeps the split heads, which read a seventh of the
+weights for a batch at one mask.
 """
 
 from __future__ import annotations
@@ -19,26 +25,45 @@ from cadenza.engine.host_upload import upload
 
 class RestrictedHeads(nn.Module):
     """One head per mask of ``masks [M, 1, V]`` (bool), each over its mask's ids, cut from the
-    full head ``weight [V, H]``. :meth:`columns` and :meth:`logits` as the module says."""
+    full head ``weight [V, H]``; with ``union`` (by default where ``weight`` is on CUDA) one
+    head over every mask's ids instead. :meth:`step_masks`, :meth:`columns` and
+    :meth:`logits` as the module says."""
 
-    linears_giving_logits = ("heads",)
+    linears_giving_logits = ("heads", "union")
+    allowed: torch.Tensor  # the union head's [M, C]: which of its columns each mask allows
 
-    def __init__(self, weight: torch.Tensor, masks: torch.Tensor) -> None:
+    def __init__(
+        self, weight: torch.Tensor, masks: torch.Tensor, union: bool | None = None
+    ) -> None:
         super().__init__()
         if masks.dim() != 3 or masks.shape[1] != 1 or masks.shape[2] != weight.shape[0]:
             raise ValueError(f"masks {tuple(masks.shape)} do not fit a head of {weight.shape[0]}")
         self.vocab_size = weight.shape[0]
         self.ids = [mask[0].nonzero().squeeze(1) for mask in masks]
-        self.heads = nn.ModuleList()
-        for ids in self.ids:
-            head = nn.Linear(weight.shape[1], len(ids), bias=False, device=weight.device)
-            head.weight = nn.Parameter(weight.detach()[ids].clone(), requires_grad=False)
-            self.heads.append(head)
         self._columns: dict[tuple[int, ...], tuple[torch.Tensor, dict[int, torch.Tensor]]] = {}
+        self.heads = nn.ModuleList()
+        self.union: nn.Linear | None = None
+        if union if union is not None else weight.device.type == "cuda":
+            columns, places = self._plan(tuple(range(len(self.ids))))
+            self.union = _linear(weight.detach()[columns])
+            allowed = torch.zeros(len(self.ids), len(columns), dtype=torch.bool)
+            for mask, place in places.items():
+                allowed[mask, place] = True
+            self.register_buffer("allowed", allowed.to(weight.device), persistent=False)
+            return
+        for ids in self.ids:
+            self.heads.append(_linear(weight.detach()[ids]))
 
     @property
     def num_masks(self) -> int:
         return len(self.ids)
+
+    def step_masks(self, present: set[int]) -> tuple[int, ...]:
+        """The masks a step's logits cover when its rows are at masks ``present``: those, or
+        every mask for the union head (its columns never change)."""
+        if self.union is not None:
+            return tuple(range(self.num_masks))
+        return tuple(sorted(present))
 
     def columns(self, masks: tuple[int, ...]) -> torch.Tensor:
         """The ids the rows at ``masks`` (mask indices, sorted, distinct) may emit, sorted."""
@@ -50,6 +75,12 @@ class RestrictedHeads(nn.Module):
         """``hidden [S, H]`` of rows at mask ``row_masks[i]`` -> logits ``[S, 1, C]`` over
         :meth:`columns` of ``masks`` (which must hold every row's mask): each row's mask's ids
         computed by its head, ``-inf`` elsewhere. float32."""
+        if self.union is not None:
+            if masks != self.step_masks(set()):
+                raise ValueError("the union head's logits cover every mask")
+            rows = upload(row_masks, torch.long, hidden.device)
+            logits = self.union(hidden).float()
+            return logits.masked_fill(~self.allowed[rows], float("-inf"))[:, None, :]
         columns, places = self._plan(masks)
         out = torch.full((hidden.shape[0], len(columns)), float("-inf"), device=hidden.device)
         for mask in sorted(set(row_masks)):
@@ -68,3 +99,10 @@ class RestrictedHeads(nn.Module):
             places = {m: torch.searchsorted(columns, self.ids[m]) for m in masks}
             plan = self._columns[masks] = (columns, places)
         return plan
+
+
+def _linear(weight: torch.Tensor) -> nn.Linear:
+    """A bias-free linear layer holding a copy of ``weight [out, in]``, on its device."""
+    head = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device)
+    head.weight = nn.Parameter(weight.clone(), requires_grad=False)
+    return head

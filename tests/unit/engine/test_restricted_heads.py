@@ -43,3 +43,20 @@ def test_columns_are_the_sorted_union_of_the_masks_ids() -> None:
 def test_masks_that_do_not_fit_the_head_are_refused() -> None:
     with pytest.raises(ValueError, match="do not fit"):
         RestrictedHeads(torch.randn(10, 4), torch.ones(2, 1, 12, dtype=torch.bool))
+
+
+def test_the_union_head_gives_every_row_its_mask_s_logits_over_every_mask_s_ids() -> None:
+    """CUDA's one head (forced here on the CPU): the same logits as the split heads at each
+    row's mask, over columns that never change, so a step's shapes do not either."""
+    weight, masks, split = _heads()
+    union = RestrictedHeads(weight, masks, union=True)
+    assert len(union.heads) == 0 and union.union is not None and split.union is None
+    everything = union.step_masks({2})
+    assert everything == (0, 1, 2) and split.step_masks({2, 0}) == (0, 2)
+    hidden = torch.randn(5, 16)
+    row_masks = [0, 2, 1, 2, 0]
+    logits = union.logits(hidden, row_masks, everything)
+    assert logits.shape == (5, 1, len(union.columns(everything)))
+    torch.testing.assert_close(logits, split.logits(hidden, row_masks, everything))
+    with pytest.raises(ValueError, match="every mask"):
+        union.logits(hidden, row_masks, (0, 2))

@@ -16,6 +16,7 @@ from cadenza.engine.builder import build_engine, pretrained_config
 from cadenza.engine.device_audit import DeviceAudit
 from cadenza.engine.engine import Engine
 from cadenza.engine.kv.paged_kv_cache import KVSpec, PagedKVCache
+from cadenza.engine.models.restricted_heads import RestrictedHeads
 from cadenza.engine.sequence import Sequence
 from cadenza.engine.static_decode import StaticDecodeStep, fixed_decode_width
 from cadenza.kernels.attention_context import AttentionContext, decode_keys
@@ -77,9 +78,15 @@ def _static(engine: Engine) -> StaticDecodeStep:
     return step
 
 
-def test_greedy_tokens_equal_transformers_through_padded_steps(checkpoint) -> None:
+@pytest.mark.parametrize("union", [False, True])
+def test_greedy_tokens_equal_transformers_through_padded_steps(checkpoint, union) -> None:
+    """As CUDA runs Orpheus: fixed shapes, and (``union``) its one restricted head."""
     directory, reference, tokenizer = checkpoint
     engine = _engine(directory, fixed=True)
+    if union:
+        masks = engine.layout.sampling_masks()
+        heads = RestrictedHeads(engine.model.lm_head.weight, masks, union=True)
+        engine.model.output_heads = heads
     step = _static(engine)
     assert engine.kv_cache.pad_page == engine.kv.pool.num_pages  # one page past the pool's
     sizes = []
