@@ -101,7 +101,15 @@ class AudioStage(TokenOutputs):
                 f"the codec has {codec.num_codebooks}"
             )
         self.codec = codec
-        self.decoder = codec.streaming_decoder(max_streams, compute_dtype)
+        # On CUDA the codec works on a stream of its own: its chunks decode, and their audio
+        # comes back to the host, while the model's next step runs (engine.overlap_steps). Its
+        # decoder's state is made there too, so every block the decoder frees was its own.
+        self._stream = None
+        if device is not None and device.type == "cuda":
+            self._stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+            self._stream.wait_stream(torch.cuda.current_stream(device))  # the codec's weights
+        with self._on_codec_stream():
+            self.decoder = codec.streaming_decoder(max_streams, compute_dtype)
         self.layout = layout
         self.first_chunk_frames = first_chunk_frames
         self.chunk_frames = chunk_frames
@@ -109,11 +117,6 @@ class AudioStage(TokenOutputs):
         self.restarts = isinstance(layout, ContextRestarts)
         self.telemetry = telemetry
         self.clock = clock
-        # On CUDA the codec works on a stream of its own: its chunks decode, and their audio
-        # comes back to the host, while the model's next step runs (engine.overlap_steps).
-        self._stream = None
-        if device is not None and device.type == "cuda":
-            self._stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
 
     def _on_codec_stream(self) -> contextlib.AbstractContextManager[object]:
         """Where every decoder call runs: the codec's own CUDA stream, else as it is."""

@@ -45,7 +45,7 @@ from cadenza.engine.realtime.step_telemetry import StepTelemetry
 from cadenza.engine.request_intake import RequestIntake
 from cadenza.engine.scheduler import Scheduler
 from cadenza.engine.serving_engine import ServingEngine
-from cadenza.engine.static_decode import uses_fixed_decode_shapes
+from cadenza.engine.static_decode import fixed_decode_width, uses_fixed_decode_shapes
 from cadenza.kernels.native import loader
 
 log = logging.getLogger(__name__)
@@ -153,8 +153,16 @@ def build_engine(config: CadenzaConfig, fixed_decode_shapes: bool | None = None)
         fixed_shapes = fixed_decode_shapes and not model.keeps_stream_state
     max_num_seqs = engine_config.max_num_seqs or default_max_num_seqs(engine_config, torch_device)
     graph_bytes = 0
-    if fixed_shapes:
-        graph_bytes = decode_graph_bytes(model, kv_dtype, engine_config.page_size, max_num_seqs)
+    if fixed_shapes and engine_config.cuda_graphs:
+        page_bytes = model.kv_spec.bytes_per_page(engine_config.page_size, kv_dtype)
+        width = fixed_decode_width(
+            max(kv_budget_bytes(engine_config, torch_device) // page_bytes, 1),
+            engine_config.page_size,
+            model.max_positions,
+        )
+        graph_bytes = decode_graph_bytes(
+            model, kv_dtype, engine_config.page_size, max_num_seqs, width
+        )
     kv_budget = kv_budget_bytes(engine_config, torch_device, reserved=graph_bytes)
     max_num_seqs = streams_with_state(model, max_num_seqs, kv_budget)
     kv_budget -= max_num_seqs * model.state_bytes_per_stream
@@ -306,15 +314,22 @@ def nominal_streams_held(
 
 
 def decode_graph_bytes(
-    model: AudioTokenModel, kv_dtype: torch.dtype, page_size: int, max_num_seqs: int
+    model: AudioTokenModel,
+    kv_dtype: torch.dtype,
+    page_size: int,
+    max_num_seqs: int,
+    width: int,
 ) -> int:
-    """The device memory the decode steps' CUDA graphs take for up to ``max_num_seqs`` decodes,
-    measured: captured once over a one-page cache, then released (the KV budget leaves this
-    much free for the engine's own capture). 0 off CUDA: nothing is captured there."""
+    """The device memory the decode steps' CUDA graphs take for up to ``max_num_seqs`` decodes
+    with page tables ``width`` pages wide, measured: captured once over a one-page cache, then
+    released (the KV budget leaves this much free for the engine's own capture). 0 off CUDA:
+    nothing is captured there."""
     if model.device.type != "cuda":
         return 0
     probe = PagedKVCache(model.kv_spec, 1, page_size, kv_dtype, model.device, pad_page=True)
-    runner = ModelRunner(model, probe, max_num_seqs=max_num_seqs, cuda_graphs=True)
+    runner = ModelRunner(
+        model, probe, max_num_seqs=max_num_seqs, cuda_graphs=True, decode_width=width
+    )
     taken = runner.graph_memory_bytes
     del runner, probe
     gc.collect()

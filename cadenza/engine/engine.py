@@ -239,7 +239,7 @@ class Engine:
         batch = launched.batch
         outcome = self.scheduler.postprocess(batch, self.runner.collect(launched))
         self.runner.retain(self.scheduler.running)
-        if self.overlaps_steps and (self.scheduler.running or self.scheduler.waiting):
+        if self.overlaps_steps and self._next_step_is_due():
             self._launched = self.runner.launch(self.scheduler.schedule())
         self._outputs += self.audio.emit(outcome)
         for seq in (*outcome.finished, *outcome.failed):
@@ -248,6 +248,16 @@ class Engine:
         self.telemetry.record_step(batch, self._last_step_end - started, rested_s)
         outputs, self._outputs = self._outputs, []
         return outputs
+
+    def _next_step_is_due(self) -> bool:
+        """Whether to launch the next step now (overlapped): there is work, and the engine
+        would not rest first (every running stream far ahead of its listener, nothing
+        waiting: see :meth:`idle_s`)."""
+        if not self.scheduler.running and not self.scheduler.waiting:
+            return False
+        if self.policy is None or self.scheduler.waiting:
+            return True
+        return self.policy.idle_s(self.scheduler.running) <= 0
 
     def stats(self) -> EngineStats:
         return EngineStats(

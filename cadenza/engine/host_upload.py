@@ -16,11 +16,13 @@ import torch
 
 
 def upload(values: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``values`` (nested lists, numbers or a numpy array) as a tensor of ``dtype`` on
-    ``device``, copied without blocking the host on CUDA."""
+    """``values`` (nested lists, numbers, a numpy array or a host tensor) as a tensor of
+    ``dtype`` on ``device``, copied without blocking the host on CUDA."""
     if device.type != "cuda":
         if isinstance(values, np.ndarray):
             return torch.from_numpy(values).to(dtype)
+        if isinstance(values, torch.Tensor):
+            return values.to(device=device, dtype=dtype)
         return torch.tensor(values, dtype=dtype, device=device)
     host = torch.as_tensor(values, dtype=dtype).pin_memory()
     return host.to(device, non_blocking=True)

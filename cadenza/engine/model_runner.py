@@ -63,8 +63,9 @@ class LaunchedStep:
 
 class ModelRunner:
     """Runs steps of ``model`` over ``kv_cache``. With a pad page in the cache, steps of at
-    most ``max_num_seqs`` decodes alone run at fixed shapes (:attr:`static_decode`), captured
-    as CUDA graphs on CUDA when ``cuda_graphs``."""
+    most ``max_num_seqs`` decodes alone run at fixed shapes (:attr:`static_decode`, page
+    tables ``decode_width`` pages wide when given), captured as CUDA graphs on CUDA when
+    ``cuda_graphs``."""
 
     def __init__(
         self,
@@ -73,6 +74,7 @@ class ModelRunner:
         *,
         max_num_seqs: int = 64,
         cuda_graphs: bool = False,
+        decode_width: int | None = None,
     ) -> None:
         self.model = model
         self.layout: TokenLayout = model.layout
@@ -89,7 +91,7 @@ class ModelRunner:
         # place: it needs neither the copy nor the gathered key positions.
         fused = model.fused_decode
         self.fused_decode = fused is not None and fused.supports_cache(kv_cache)
-        self.static_decode = self._static_decode(max_num_seqs)
+        self.static_decode = self._static_decode(max_num_seqs, decode_width)
         # (A fixed-shape step reads the pages themselves: a dense copy would miss its tokens.)
         self.dense_kv: DenseDecodeKV | None = None
         if self.device.type == "cpu" and not self.fused_decode and self.static_decode is None:
@@ -118,9 +120,12 @@ class ModelRunner:
             self.static_decode.forget_graphs()
             return 0
 
-    def _static_decode(self, max_num_seqs: int) -> StaticDecodeStep | None:
+    def _static_decode(
+        self, max_num_seqs: int, width: int | None = None
+    ) -> StaticDecodeStep | None:
         """The fixed-shape decode step where the cache has a pad page and the model's decode
-        forward can run at fixed shapes (no per-stream state, no fused CPU step)."""
+        forward can run at fixed shapes (no per-stream state, no fused CPU step); its page
+        tables ``width`` pages wide (by default the model's longest context in the cache)."""
         cache, model = self.kv_cache, self.model
         if cache.pad_page is None or model.keeps_stream_state or self.fused_decode:
             return None
@@ -133,7 +138,8 @@ class ModelRunner:
             cache,
             num_codebooks=self.layout.num_codebooks,
             max_batch=max_num_seqs,
-            max_pages=fixed_decode_width(cache.num_pages, self.page_size, model.max_positions),
+            max_pages=width
+            or fixed_decode_width(cache.num_pages, self.page_size, model.max_positions),
             gathers_keys=backend.name == "torch",
             device=self.device,
         )

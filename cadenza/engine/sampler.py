@@ -231,7 +231,10 @@ def _inverse_cdf(cdf: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     target = torch.minimum(
         uniform[..., None] * total, torch.nextafter(total, torch.zeros_like(total))
     )
-    return torch.searchsorted(cdf, target, right=True)[..., 0]
+    # In range even for a row of NaN (or no candidate), whose target falls past the end: the
+    # caller fails such a row, but indexes with its pick before it knows.
+    index = torch.searchsorted(cdf, target, right=True)[..., 0]
+    return index.clamp(max=cdf.shape[-1] - 1)
 
 
 def _kth_largest(logits: torch.Tensor, top_k: list[int]) -> torch.Tensor:

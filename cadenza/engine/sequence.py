@@ -139,7 +139,7 @@ class Sequence:
             seen = torch.zeros(len(self.token_rows[0]), vocab_size, dtype=torch.bool)
             for codebook, token in _in_vocab(self.token_rows, vocab_size):
                 seen[codebook, token] = True
-            self.seen_ids = seen if device is None else seen.to(device)
+            self.seen_ids = seen if device is None else upload(seen, torch.bool, device)
         return self.seen_ids
 
 

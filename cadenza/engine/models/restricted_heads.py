@@ -39,6 +39,7 @@ class RestrictedHeads(nn.Module):
         if masks.dim() != 3 or masks.shape[1] != 1 or masks.shape[2] != weight.shape[0]:
             raise ValueError(f"masks {tuple(masks.shape)} do not fit a head of {weight.shape[0]}")
         self.vocab_size = weight.shape[0]
+        self.device = weight.device  # where a step's columns and places are kept
         self.ids = [mask[0].nonzero().squeeze(1) for mask in masks]
         self._columns: dict[tuple[int, ...], tuple[torch.Tensor, dict[int, torch.Tensor]]] = {}
         self.heads = nn.ModuleList()
@@ -48,7 +49,7 @@ class RestrictedHeads(nn.Module):
             self.union = _linear(weight.detach()[columns])
             allowed = torch.zeros(len(self.ids), len(columns), dtype=torch.bool)
             for mask, place in places.items():
-                allowed[mask, place] = True
+                allowed[mask, place.cpu()] = True
             self.register_buffer("allowed", allowed.to(weight.device), persistent=False)
             return
         for ids in self.ids:
@@ -88,16 +89,21 @@ class RestrictedHeads(nn.Module):
             at_mask = [row for row, row_mask in enumerate(row_masks) if row_mask == mask]
             rows = upload(at_mask, torch.long, hidden.device)
             values = self.heads[mask](hidden.index_select(0, rows)).float()
-            out[rows[:, None], places[mask].to(out.device)[None, :]] = values
+            out[rows[:, None], places[mask][None, :]] = values
         return out[:, None, :]
 
     def _plan(self, masks: tuple[int, ...]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        """The columns of ``masks`` and where each mask's ids sit among them (cached)."""
+        """The columns of ``masks`` and where each mask's ids sit among them, on the heads'
+        device (found once on the host, then cached: a step uploads nothing)."""
         plan = self._columns.get(masks)
         if plan is None:
-            columns = torch.unique(torch.cat([self.ids[m] for m in masks]))
-            places = {m: torch.searchsorted(columns, self.ids[m]) for m in masks}
-            plan = self._columns[masks] = (columns, places)
+            ids = [self.ids[m].cpu() for m in masks]
+            columns = torch.unique(torch.cat(ids))
+            places = {m: torch.searchsorted(columns, i) for m, i in zip(masks, ids, strict=True)}
+            plan = self._columns[masks] = (
+                columns.to(self.device),
+                {m: place.to(self.device) for m, place in places.items()},
+            )
         return plan
 
 

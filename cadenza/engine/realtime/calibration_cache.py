@@ -47,7 +47,8 @@ def calibration_identity(engine: Engine, seed: int, neighbours: int = 0) -> str:
         "batch_sizes": list(config.calibration.batch_sizes),
         "steps": engine.frames.calibration_steps,
         "long_context": config.calibration.long_context_tokens,
-        "max_num_seqs": engine.scheduler.max_num_seqs,
+        # As configured (unset on CUDA it follows the free memory of the moment).
+        "max_num_seqs": config.engine.max_num_seqs,
         "max_num_batched_tokens": config.engine.max_num_batched_tokens,
         "headroom": config.realtime.headroom,
     }

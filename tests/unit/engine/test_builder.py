@@ -180,7 +180,7 @@ def test_max_num_seqs_unset_follows_the_device_within_the_step_budget() -> None:
     assert engine.config.engine.max_num_seqs is None and engine.scheduler.max_num_seqs == 64
     # On the CPU steps run eagerly: no pad page, no graphs, none of their memory reserved.
     assert engine.kv_cache.pad_page is None and engine.runner.static_decode is None
-    assert decode_graph_bytes(engine.model, torch.float32, 16, 8) == 0
+    assert decode_graph_bytes(engine.model, torch.float32, 16, 8, 4) == 0
 
 
 def test_the_kv_cache_holds_nominal_streams_as_admission_counts_them() -> None:

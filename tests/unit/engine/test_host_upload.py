@@ -16,6 +16,8 @@ def test_lists_numbers_and_arrays_arrive_in_the_dtype_asked_for() -> None:
     assert upload([0.5, 2.0], torch.float32, CPU).dtype == torch.float32
     assert upload(np.arange(3, dtype=np.int32), torch.long, CPU).tolist() == [0, 1, 2]
     assert upload(7, torch.long, CPU).item() == 7
+    mask = torch.tensor([True, False])
+    assert upload(mask, torch.bool, CPU) is mask  # a host tensor already where it goes
 
 
 def test_garbage_is_refused_by_torch() -> None:

@@ -7,6 +7,8 @@ would have; the KV pool checks out after every step."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -131,3 +133,30 @@ def test_a_resumed_stream_goes_on_as_it_would_have(overlapped) -> None:
     tail = _drain(overlapped)["head"]
     assert tail[-1].finished and not tail[-1].error
     np.testing.assert_array_equal(np.concatenate([_rows(head), _rows(tail)]), _rows(whole))
+
+
+def test_a_stream_far_ahead_lets_the_engine_rest_with_nothing_in_flight(
+    overlapped, monkeypatch
+) -> None:
+    """Overlapped, the engine still rests when every stream is far ahead of its listener:
+    it launches no step it would then leave waiting."""
+    policy = overlapped.policy
+    monkeypatch.setattr(policy, "max_lead_s", 0.3)
+    now = [time.monotonic()]
+
+    def slow_clock() -> float:  # slower than the engine however busy the machine is
+        now[0] += 1e-4
+        return now[0]
+
+    monkeypatch.setattr(policy, "clock", slow_clock)
+    monkeypatch.setattr(overlapped.audio, "clock", slow_clock)
+    overlapped.add_request(SynthesisRequest("ahead", "x" * 70, max_duration_s=5.0))
+    for _ in range(200):
+        overlapped.step()
+        if overlapped.idle_s() > 0:
+            break
+    assert overlapped._launched is None and 0 < overlapped.idle_s() <= 5.0
+    overlapped.add_request(SynthesisRequest("new", "hello"))
+    assert overlapped.idle_s() == 0.0
+    assert overlapped.abort_request("ahead") and overlapped.abort_request("new")
+    _drain(overlapped)

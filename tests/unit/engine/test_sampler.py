@@ -3,7 +3,7 @@ import torch
 from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
 
 from cadenza.contract.sampling import SamplingParams
-from cadenza.engine.sampler import _exclude, sample_rows
+from cadenza.engine.sampler import _exclude, sample_ids, sample_rows
 from cadenza.engine.sequence import Sequence
 
 
@@ -157,3 +157,27 @@ def test_excluded_ids_are_minus_infinity_and_nothing_else_changes(
     out = _exclude(logits, allowed)
     assert torch.equal(out, logits.masked_fill(~allowed, float("-inf")))
     assert torch.equal(logits, base[..., :-1]) and out.data_ptr() != logits.data_ptr()
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=1.0, top_k=0, top_p=0.8, seed=3),  # ranked (Orpheus' default)
+        SamplingParams(temperature=1.0, top_k=5, seed=3),  # thresholded
+        GREEDY,
+    ],
+)
+def test_a_row_of_nan_or_of_no_candidate_still_gives_ids_in_range(params):
+    """Rows are sampled before anyone knows they held NaN (the runner reads the flags with
+    the ids): such a row's ids must index nothing out of range, and the others draw as alone."""
+    torch.manual_seed(4)
+    logits = torch.randn(3, 2, 12)
+    logits[1] = float("nan")
+    logits[2, 0] = float("-inf")
+    columns = torch.arange(100, 112)
+    masks = torch.ones(1, 2, 200, dtype=torch.bool)
+    seqs = [_seq(params), _seq(params, seed=1), _seq(params, seed=2)]
+    ids = sample_ids(logits, seqs, masks, _free(3), columns=columns)
+    assert bool(((ids >= 100) & (ids < 112)).all())
+    alone = sample_ids(logits[:1], seqs[:1], masks, _free(1), columns=columns)
+    assert torch.equal(ids[:1], alone)
