@@ -38,6 +38,7 @@ from cadenza.engine.kv.paged_kv_cache import PagedKVCache
 from cadenza.engine.layouts.token_layout import TokenLayout
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.models.stream_state import StepStreams, StreamState
+from cadenza.engine.repetition_state import RepetitionState
 from cadenza.engine.sampler import sample_ids, sample_rows
 from cadenza.engine.scheduler import ScheduledBatch, StepResult
 from cadenza.engine.sequence import Sequence
@@ -91,6 +92,7 @@ class ModelRunner:
         # place: it needs neither the copy nor the gathered key positions.
         fused = model.fused_decode
         self.fused_decode = fused is not None and fused.supports_cache(kv_cache)
+        self.repetition = RepetitionState(self.device)  # the streams' seen ids, on the device
         self.static_decode = self._static_decode(max_num_seqs, decode_width)
         # (A fixed-shape step reads the pages themselves: a dense copy would miss its tokens.)
         self.dense_kv: DenseDecodeKV | None = None
@@ -249,7 +251,14 @@ class ModelRunner:
         constraints = [self.layout.constraints(seq) for seq in sampling]
         columns = None if columns_of is None else self.restricted_columns(columns_of)
         try:
-            ids = sample_ids(logits, sampling, self.masks, constraints, columns=columns)
+            ids = sample_ids(
+                logits,
+                sampling,
+                self.masks,
+                constraints,
+                columns=columns,
+                repetition=self.repetition,
+            )
         except Exception as exc:  # a sampler failure fails this step's samplers only
             log.exception("sampling failed")
             flags = nan_rows.tolist()  # (a failed step's read: say which held NaN)
@@ -263,12 +272,15 @@ class ModelRunner:
 
     def retain(self, running: list[Sequence]) -> None:
         """Forget what the runner keeps for sequences that are no longer ``running`` (their
-        rows of the dense decode copy). The engine calls it after every step."""
+        rows of the dense decode copy, of the seen-id table). The engine calls it after every
+        step and abort."""
+        self.repetition.retain(running)
         if self.dense_kv is not None:
             self.dense_kv.retain(running)
 
     def check_integrity(self, running: list[Sequence]) -> None:
         """Assert the runner keeps nothing for a sequence that is not ``running``."""
+        assert set(self.repetition.owners()) <= set(running), "seen-id rows leaked"
         if self.dense_kv is not None:
             assert set(self.dense_kv.owners()) <= set(running), "dense decode rows leaked"
 
@@ -293,7 +305,7 @@ class ModelRunner:
         def forced_at(level: int) -> list[tuple[int, list[int | None] | None]]:
             return [(m, None if f is None else [f[level]]) for m, f in constraints]
 
-        first = sample_rows(logits, seqs, level_masks(0), forced_at(0))
+        first = sample_rows(logits, seqs, level_masks(0), forced_at(0), repetition=self.repetition)
         ids = torch.tensor([row[0] for row in first], dtype=torch.long, device=self.device)
         columns = [ids]
         loop = depth.begin(hidden, ids)
@@ -302,7 +314,12 @@ class ModelRunner:
         for level in range(1, depth.num_levels + 1):
             nan |= torch.isnan(level_logits).any(dim=-1)
             sampled = sample_rows(
-                level_logits[:, None, :], seqs, level_masks(level), forced_at(level), level
+                level_logits[:, None, :],
+                seqs,
+                level_masks(level),
+                forced_at(level),
+                level,
+                repetition=self.repetition,
             )
             ids = torch.tensor([row[0] for row in sampled], dtype=torch.long, device=self.device)
             columns.append(ids)

@@ -39,6 +39,7 @@ from cadenza.engine.models.registry import (
     naive_baseline_model,
 )
 from cadenza.engine.realtime.plan import realtime_plan
+from cadenza.engine.repetition_state import RepetitionState
 from cadenza.engine.sampler import sample_rows
 from cadenza.engine.sequence import Sequence
 from cadenza.kernels.native import loader
@@ -250,6 +251,7 @@ class NaiveEngine:
         )
         seq.target_frames = length.frames
         cache = DynamicCache()
+        repetition = RepetitionState(torch.device("cpu"))  # this stream's seen ids
         rows = torch.tensor(prompt)
         frames_sent = 0
         while True:
@@ -259,7 +261,8 @@ class NaiveEngine:
             logits = self.baseline.heads(out.last_hidden_state[0, -1:]).view(
                 1, self.layout.num_codebooks, -1
             )
-            row = sample_rows(logits, [seq], self._masks, [self.layout.constraints(seq)])[0]
+            constraints = [self.layout.constraints(seq)]
+            row = sample_rows(logits, [seq], self._masks, constraints, repetition=repetition)[0]
             seq.append(row)
             seq.end_frame, reason = self.layout.on_row(seq, row)
             if reason is None and seq.num_generated >= seq.max_new_steps:

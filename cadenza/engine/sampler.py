@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from cadenza.engine.host_upload import upload
+from cadenza.engine.repetition_state import RepetitionState
 from cadenza.engine.sequence import Sequence
 from cadenza.engine.stream_draws import stream_uniforms
 from cadenza.kernels import cpu_sampling
@@ -44,9 +45,11 @@ def sample_rows(
     constraints: list[tuple[int, list[int | None] | None]],
     codebook: int = 0,
     columns: torch.Tensor | None = None,
+    repetition: RepetitionState | None = None,
 ) -> list[list[int]]:
     """:func:`sample_ids`, read to the host: one row of ``K`` ids per sequence."""
-    rows: list[list[int]] = sample_ids(logits, seqs, masks, constraints, codebook, columns).tolist()
+    ids = sample_ids(logits, seqs, masks, constraints, codebook, columns, repetition)
+    rows: list[list[int]] = ids.tolist()
     return rows
 
 
@@ -57,9 +60,12 @@ def sample_ids(
     constraints: list[tuple[int, list[int | None] | None]],
     codebook: int = 0,
     columns: torch.Tensor | None = None,
+    repetition: RepetitionState | None = None,
 ) -> torch.Tensor:
     """``logits [S, K, V]`` -> ids ``[S, K]`` (int64, on the logits' device), one row per
     sequence; nothing is read back to the host unless ``masks`` apply without ``columns``.
+    ``repetition``: the engine's seen-id table, read for the penalized sequences and marked
+    with what they drew (without one, a table made from their token rows for this call).
 
     ``masks [M, K, V]`` bool (``None``: no restriction) with ``constraints[i] = (mask index,
     forced ids or None)`` for sequence ``i``. Forced ids replace the sampled ones. When the
@@ -90,9 +96,10 @@ def sample_ids(
     penalized = [i for i, s in enumerate(seqs) if s.sampling.repetition_penalty != 1.0]
     if penalized:
         width = logits.shape[1]
-        seen = torch.stack(
-            [seqs[i].seen_mask(vocab, device)[codebook : codebook + width] for i in penalized]
-        )
+        row_width = len(seqs[0].token_rows[0])
+        state = repetition or RepetitionState(device)
+        seen = state.seen([seqs[i] for i in penalized], row_width, vocab)
+        seen = seen[:, codebook : codebook + width]
         if columns is not None:
             seen = seen.index_select(-1, columns)
         penalty = upload(
@@ -125,9 +132,16 @@ def sample_ids(
     forced = [f for _, f in constraints]
     if any(f is not None for f in forced):
         width = chosen.shape[1]
-        table = [[-1] * width if f is None else [-1 if t is None else t for t in f] for f in forced]
-        wanted = upload(table, torch.long, device)
+        spelled = [
+            [-1] * width if f is None else [-1 if t is None else t for t in f] for f in forced
+        ]
+        wanted = upload(spelled, torch.long, device)
         chosen = torch.where(wanted >= 0, wanted, chosen)
+    if penalized and repetition is not None:
+        drawn = chosen
+        if len(penalized) < num_seqs:
+            drawn = chosen.index_select(0, upload(penalized, torch.long, device))
+        repetition.mark([seqs[i] for i in penalized], drawn, codebook)
     return chosen
 
 

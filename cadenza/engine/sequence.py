@@ -29,7 +29,6 @@ import torch
 
 from cadenza.contract.request import FinishReason
 from cadenza.contract.sampling import SamplingParams
-from cadenza.engine.host_upload import upload
 from cadenza.engine.kv.page_pool import PageHash
 from cadenza.engine.models.stream_state import StreamConditioning, StreamState
 from cadenza.engine.realtime.playout_clock import PlayoutClock
@@ -82,7 +81,6 @@ class Sequence:
     page_hashes: list[PageHash] = field(default_factory=list)
     reserved_pages: int = 0
     prefix_pages: int = 0  # the first pages of page_table, found in the prefix cache
-    seen_ids: torch.Tensor | None = None  # [K, V] bool, for the repetition penalty
     # Rows appended over the stream's life (every context, resumed rows too): the counter of
     # its random draws (cadenza.engine.stream_draws).
     rows_drawn: int = 0
@@ -116,8 +114,6 @@ class Sequence:
     def append(self, row: list[int]) -> None:
         self.token_rows.append(row)
         self.rows_drawn += 1
-        if self.seen_ids is not None:
-            _mark_seen(self.seen_ids, row)
 
     def begin_context(self, rows: list[list[int]]) -> None:
         """Make ``rows`` the prompt of a fresh context (a restarting layout's next one: the
@@ -127,39 +123,5 @@ class Sequence:
             raise ValueError("a context needs at least one prompt row")
         self.token_rows = [list(row) for row in rows]
         self.num_prompt_tokens = len(rows)
-        self.seen_ids = None
         if self.audio is not None:
             self.audio.rows_sent = 0
-
-    def seen_mask(self, vocab_size: int, device: torch.device | None = None) -> torch.Tensor:
-        """Which ids each codebook has seen so far (prompt included), as ``[K, V]`` bool, kept
-        on ``device`` (the CPU when ``None``) from its first use: each appended row marks its
-        ids there, one scatter, no copy of the mask."""
-        if self.seen_ids is None:
-            seen = torch.zeros(len(self.token_rows[0]), vocab_size, dtype=torch.bool)
-            for codebook, token in _in_vocab(self.token_rows, vocab_size):
-                seen[codebook, token] = True
-            self.seen_ids = seen if device is None else upload(seen, torch.bool, device)
-        return self.seen_ids
-
-
-def _mark_seen(seen: torch.Tensor, row: list[int]) -> None:
-    """Mark ``row``'s ids: one by one on the CPU (cheaper than building an index), one
-    scatter from an uploaded index on an accelerator."""
-    marks = _in_vocab([row], seen.shape[1])
-    if seen.device.type == "cpu":
-        for codebook, token in marks:
-            seen[codebook, token] = True
-    elif marks:
-        index = upload(list(zip(*marks, strict=True)), torch.long, seen.device)
-        seen[index[0], index[1]] = True
-
-
-def _in_vocab(rows: list[list[int]], vocab_size: int) -> list[tuple[int, int]]:
-    """``(codebook, id)`` of every id of ``rows`` inside the vocabulary."""
-    return [
-        (codebook, token)
-        for row in rows
-        for codebook, token in enumerate(row)
-        if 0 <= token < vocab_size
-    ]
