@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import time
 
 import httpx
@@ -16,7 +17,7 @@ import websockets
 from cadenza.client import StreamError, TokenMintError, connect, mint_client_token
 from cadenza.client.webrtc import WebRTCPeer
 from cadenza.edge.auth.client_tokens import ClientTokens, TokenScope
-from cadenza.edge.auth.principal import Principal
+from cadenza.edge.auth.principal import TOKEN_LEEWAY_S, Principal
 from tests.integration.server import serving
 
 KEY = "app-server-key-1"
@@ -48,6 +49,19 @@ def server(tmp_path_factory):
 def _mint(server, credential=KEY, **body):
     headers = {"Authorization": f"Bearer {credential}"} if credential else {}
     return httpx.post(f"{server.url}/v1/client_tokens", json=body, headers=headers, timeout=10)
+
+
+def _short_lived_token() -> str:
+    """A token the server accepts for one to two more seconds, whatever the fraction of the
+    current second: it expired its leeway ago, counted from the next whole second (tokens carry
+    whole seconds). Mint it just before use; a session sleeping ``SHORT_TOKEN_GONE_S`` outlives
+    it."""
+    expires = math.ceil(time.time()) + 1 - TOKEN_LEEWAY_S
+    token, _ = ClientTokens(SECRET).mint(MINTER, 1, TokenScope(), now=expires - 1)
+    return token
+
+
+SHORT_TOKEN_GONE_S = 2.5
 
 
 def _speech(server, token, origin=None, **fields):
@@ -184,18 +198,15 @@ def test_the_sdk_mints_for_an_app_server_and_streams_with_the_token(server):
 
 
 def test_a_session_outliving_its_token_renews_it_with_a_hello(server):
-    tokens = ClientTokens(SECRET)
-    # Valid for about one more second (expired four seconds ago; five of clock skew allowed).
-    short, _ = tokens.mint(MINTER, 1, TokenScope(), now=time.time() - 5)
     fresh = _mint(server, ttl_s=60).json()["token"]
     foreign = _mint(server, ADMIN, ttl_s=60).json()["token"]  # another key's: another client
     url = server.url.replace("http", "ws") + "/v1/stream"
 
     async def main():
         async with websockets.connect(url) as raw:
-            await raw.send(json.dumps({"type": "hello", "api_key": short}))
+            await raw.send(json.dumps({"type": "hello", "api_key": _short_lived_token()}))
             assert json.loads(await raw.recv())["type"] == "ready"
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(SHORT_TOKEN_GONE_S)
             await raw.send(json.dumps({"type": "speak", "text": "hi", "format": "pcm"}))
             expired = json.loads(await raw.recv())
             await raw.send(json.dumps({"type": "hello", "api_key": foreign}))
@@ -226,14 +237,13 @@ def test_an_expired_token_opens_no_webrtc_session_and_its_relay_expires_with_it(
 
 
 def test_the_sdk_renews_a_sessions_token(server):
-    short, _ = ClientTokens(SECRET).mint(MINTER, 1, TokenScope(), now=time.time() - 5)
     fresh = mint_client_token(server.url, KEY, ttl_s=60)
     foreign = mint_client_token(server.url, ADMIN, ttl_s=60)
     url = server.url.replace("http", "ws") + "/v1/stream"
 
     async def main():
-        async with connect(url, api_key=short) as session:
-            await asyncio.sleep(1.5)
+        async with connect(url, api_key=_short_lived_token()) as session:
+            await asyncio.sleep(SHORT_TOKEN_GONE_S)
             with pytest.raises(StreamError) as expired:
                 async for _ in session.speak("hi", format="pcm"):
                     pass
