@@ -23,10 +23,11 @@ from cadenza.config import EngineConfig
 from cadenza.contract.request import SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.engine import Engine
+from cadenza.engine.sampling_masks import MaskPlan
 
 
-def masked_fill(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    return logits.masked_fill(~allowed, float("-inf"))
+def masked_fill(logits: torch.Tensor, plan: MaskPlan) -> torch.Tensor:
+    return logits.masked_fill(plan.excluded, float("-inf"))
 
 
 def main() -> None:
@@ -49,7 +50,7 @@ def main() -> None:
     while len(running) < max(rows) or any(seq.is_prefilling for seq in running):
         engine.step()
     masks = engine.runner.masks
-    ways: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    ways: dict[str, Callable[[torch.Tensor, MaskPlan], torch.Tensor]] = {
         "masked_fill": masked_fill,
         "banned ids": sampler._exclude,
     }

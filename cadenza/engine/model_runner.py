@@ -39,7 +39,8 @@ from cadenza.engine.layouts.token_layout import TokenLayout
 from cadenza.engine.models.model import AudioTokenModel
 from cadenza.engine.models.stream_state import StepStreams, StreamState
 from cadenza.engine.repetition_state import RepetitionState
-from cadenza.engine.sampler import sample_ids, sample_rows
+from cadenza.engine.sampler import sample_ids
+from cadenza.engine.sampling_masks import SamplingMasks
 from cadenza.engine.scheduler import ScheduledBatch, StepResult
 from cadenza.engine.sequence import Sequence
 from cadenza.engine.static_decode import DecodeForward, StaticDecodeStep, fixed_decode_width
@@ -50,11 +51,16 @@ from cadenza.kernels.dense_decode_kv import DenseDecodeKV
 log = logging.getLogger(__name__)
 
 
+NAN_LOGITS = 1  # the model's logits held NaN
+NAN_DEPTH_LOGITS = 2  # a depth decoder's logits held NaN at some level
+
+
 @dataclass
 class LaunchedStep:
     """A step queued on the device (:meth:`ModelRunner.launch`): its batch, what is known
-    already (failures, and the rows of a model that reads as it samples), and the ids not
-    read yet: ``ids [S, K + 1]``, each sampling sequence's row and its NaN flag."""
+    already (failures, and the rows of a model that samples its own rows), and the ids not
+    read yet: ``ids [S, K + 1]``, each sampling sequence's row and its NaN flag (a sum of
+    :data:`NAN_LOGITS` and :data:`NAN_DEPTH_LOGITS`, 0 for a good row)."""
 
     batch: ScheduledBatch
     result: StepResult
@@ -83,7 +89,7 @@ class ModelRunner:
         self.device = model.device
         self.page_size = kv_cache.page_size
         masks = self.layout.sampling_masks()
-        self.masks = None if masks is None else masks.to(self.device)
+        self.masks = None if masks is None else SamplingMasks(masks, self.device)
         # On the CPU, decode attention reads a dense copy of the decoding sequences' keys,
         # kept between steps, instead of gathering their pages every layer of every step. The
         # copy may use as much memory as the paged cache itself, and at most a quarter of what
@@ -152,9 +158,9 @@ class ModelRunner:
 
     def launch(self, batch: ScheduledBatch) -> LaunchedStep:
         """Queue ``batch``'s forward pass and sampling on the device without reading their
-        ids back (:meth:`collect` does): on an accelerator the host is free until then. A
-        model that samples its own rows or has a depth decoder reads as it goes: its step is
-        done at launch. Never raises for a single bad sequence."""
+        ids back (:meth:`collect` does): on an accelerator the host is free until then (a
+        depth decoder's levels included). A model that samples its own rows reads as it goes:
+        its step is done at launch. Never raises for a single bad sequence."""
         result = StepResult()
         launched = LaunchedStep(batch, result)
         if batch.is_empty:
@@ -168,10 +174,10 @@ class ModelRunner:
         # A NaN anywhere makes the row's sum NaN (one fast reduction instead of a comparison
         # of every logit; a row holding both +inf and -inf also fails, as it should).
         nan_rows = torch.isnan(logits.flatten(1).sum(dim=1))
-        if not self.model.samples_rows and self.model.depth is None:
-            self._sample_with_flags(logits, nan_rows, sampling, columns_of, launched)
-            return launched
-        self._sample_as_read(logits, hidden, nan_rows, sampling, result)
+        if self.model.samples_rows:
+            self._sample_as_read(logits, nan_rows, sampling, result)
+        else:
+            self._sample_with_flags(logits, hidden, nan_rows, sampling, columns_of, launched)
         return launched
 
     def collect(self, launched: LaunchedStep) -> StepResult:
@@ -187,8 +193,10 @@ class ModelRunner:
             result.failed += [(seq, _describe(exc)) for seq in launched.sampling]
             return result
         for seq, row in zip(launched.sampling, read, strict=True):
-            if row[-1]:
+            if row[-1] & NAN_LOGITS:
                 result.failed.append((seq, "RuntimeError: the model produced NaN logits"))
+            elif row[-1] & NAN_DEPTH_LOGITS:
+                result.failed.append((seq, "RuntimeError: the depth decoder produced NaN logits"))
             else:
                 result.rows.append((seq, row[:-1]))
         return result
@@ -196,15 +204,13 @@ class ModelRunner:
     def _sample_as_read(
         self,
         logits: torch.Tensor,
-        hidden: torch.Tensor | None,
         nan_rows: torch.Tensor,
         sampling: list[Sequence],
         result: StepResult,
     ) -> None:
-        """Rows of a model that samples its own rows or has a depth decoder, into
+        """Rows of a model that samples its own rows (reading the device as it goes), into
         ``result``."""
-        # A model's own sampler and a depth decoder read the device as they go: the flags
-        # first, so they run on the good rows only.
+        # The flags first, so the model's sampler runs on the good rows only.
         has_nan = nan_rows.tolist()
         keep = [i for i, bad in enumerate(has_nan) if not bad]
         result.failed += [
@@ -215,59 +221,52 @@ class ModelRunner:
         seqs = [sampling[i] for i in keep]
         if not seqs:
             return
-        constraints = [self.layout.constraints(seq) for seq in seqs]
-        nan_depth: set[int] = set()
         try:
-            if self.model.samples_rows:
-                rows = self.model.sample_rows(logits[keep], seqs)
-            else:
-                assert hidden is not None, "a two-level model's forward gives hidden states"
-                rows, nan_depth = self._sample_two_levels(
-                    logits[keep], hidden[keep], seqs, constraints
-                )
+            rows = self.model.sample_rows(logits[keep], seqs)
         except Exception as exc:  # a sampler failure fails this step's samplers only
             log.exception("sampling failed")
             result.failed += [(seq, _describe(exc)) for seq in seqs]
             return
-        result.failed += [
-            (seqs[i], "RuntimeError: the depth decoder produced NaN logits") for i in nan_depth
-        ]
-        result.rows = [
-            (seq, row)
-            for i, (seq, row) in enumerate(zip(seqs, rows, strict=True))
-            if i not in nan_depth
-        ]
+        result.rows = list(zip(seqs, rows, strict=True))
 
     def _sample_with_flags(
         self,
         logits: torch.Tensor,
+        hidden: torch.Tensor | None,
         nan_rows: torch.Tensor,
         sampling: list[Sequence],
         columns_of: tuple[int, ...] | None,
         launched: LaunchedStep,
     ) -> None:
         """Sample every row, NaN ones too (the sampler keeps their ids in range), into
-        ``launched.ids`` beside the NaN flags, for :meth:`collect` to read at once."""
+        ``launched.ids`` beside the NaN flags, for :meth:`collect` to read at once; a
+        two-level model's rows through its depth decoder, level by level on the device."""
         constraints = [self.layout.constraints(seq) for seq in sampling]
         columns = None if columns_of is None else self.restricted_columns(columns_of)
+        flags = nan_rows.long() * NAN_LOGITS
         try:
-            ids = sample_ids(
-                logits,
-                sampling,
-                self.masks,
-                constraints,
-                columns=columns,
-                repetition=self.repetition,
-            )
+            if self.model.depth is None:
+                ids = sample_ids(
+                    logits,
+                    sampling,
+                    self.masks,
+                    constraints,
+                    columns=columns,
+                    repetition=self.repetition,
+                )
+            else:
+                assert hidden is not None, "a two-level model's forward gives hidden states"
+                ids, nan_depth = self._sample_two_levels(logits, hidden, sampling, constraints)
+                flags = flags + nan_depth.long() * NAN_DEPTH_LOGITS
         except Exception as exc:  # a sampler failure fails this step's samplers only
             log.exception("sampling failed")
-            flags = nan_rows.tolist()  # (a failed step's read: say which held NaN)
+            has_nan = nan_rows.tolist()  # (a failed step's read: say which held NaN)
             launched.result.failed += [
                 (seq, "RuntimeError: the model produced NaN logits" if bad else _describe(exc))
-                for seq, bad in zip(sampling, flags, strict=True)
+                for seq, bad in zip(sampling, has_nan, strict=True)
             ]
             return
-        launched.ids = torch.cat([ids, nan_rows.view(-1, 1).long()], dim=1)
+        launched.ids = torch.cat([ids, flags.view(-1, 1)], dim=1)
         launched.sampling = sampling
 
     def retain(self, running: list[Sequence]) -> None:
@@ -291,42 +290,43 @@ class ModelRunner:
         hidden: torch.Tensor,
         seqs: list[Sequence],
         constraints: list[tuple[int, list[int | None] | None]],
-    ) -> tuple[list[list[int]], set[int]]:
-        """Rows of a two-level model: the first id from the backbone's ``logits [S, 1, V]``,
-        the others from the depth decoder, level by level; and the indices of the sequences
-        whose depth logits held NaN at some level (their rows mean nothing)."""
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows ``[S, K]`` of a two-level model, on the device: the first id from the
+        backbone's ``logits [S, 1, V]``, the others from the depth decoder, level by level;
+        and per sequence whether its depth logits held NaN at some level (its row then means
+        nothing). Nothing is read back."""
         depth = self.model.depth
         assert depth is not None
         masks = self.masks
 
-        def level_masks(level: int) -> torch.Tensor | None:
-            return None if masks is None else masks[:, level : level + 1]
+        def level_masks(level: int) -> SamplingMasks | None:
+            return None if masks is None else masks.codebooks(level, 1)
 
         def forced_at(level: int) -> list[tuple[int, list[int | None] | None]]:
             return [(m, None if f is None else [f[level]]) for m, f in constraints]
 
-        first = sample_rows(logits, seqs, level_masks(0), forced_at(0), repetition=self.repetition)
-        ids = torch.tensor([row[0] for row in first], dtype=torch.long, device=self.device)
+        def sample(level_logits: torch.Tensor, level: int) -> torch.Tensor:
+            return sample_ids(
+                level_logits,
+                seqs,
+                level_masks(level),
+                forced_at(level),
+                level,
+                repetition=self.repetition,
+            )[:, 0]
+
+        ids = sample(logits, 0)
         columns = [ids]
         loop = depth.begin(hidden, ids)
         level_logits = loop.logits
         nan = torch.zeros(len(seqs), dtype=torch.bool, device=level_logits.device)
         for level in range(1, depth.num_levels + 1):
             nan |= torch.isnan(level_logits).any(dim=-1)
-            sampled = sample_rows(
-                level_logits[:, None, :],
-                seqs,
-                level_masks(level),
-                forced_at(level),
-                level,
-                repetition=self.repetition,
-            )
-            ids = torch.tensor([row[0] for row in sampled], dtype=torch.long, device=self.device)
+            ids = sample(level_logits[:, None, :], level)
             columns.append(ids)
             if level < depth.num_levels:
                 level_logits = loop.advance(ids)
-        rows: list[list[int]] = torch.stack(columns, dim=1).tolist()
-        return rows, set(nan.nonzero().flatten().tolist())
+        return torch.stack(columns, dim=1), nan
 
     def _restricted_masks(self, batch: ScheduledBatch) -> tuple[int, ...] | None:
         """The masks the batch's rows are at, when the model's heads are restricted (their

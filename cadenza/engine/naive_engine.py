@@ -41,6 +41,7 @@ from cadenza.engine.models.registry import (
 from cadenza.engine.realtime.plan import realtime_plan
 from cadenza.engine.repetition_state import RepetitionState
 from cadenza.engine.sampler import sample_rows
+from cadenza.engine.sampling_masks import SamplingMasks
 from cadenza.engine.sequence import Sequence
 from cadenza.kernels.native import loader
 
@@ -100,7 +101,7 @@ class NaiveEngine:
             self.layout.steps_per_frame,
         )
         masks = self.layout.sampling_masks()
-        self._masks = masks
+        self._masks = None if masks is None else SamplingMasks(masks, "cpu")
         self._outputs: queue.Queue[StreamOutput] = queue.Queue()
         self._cancelled: dict[str, threading.Event] = {}
         self._lock = threading.Lock()

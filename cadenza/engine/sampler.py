@@ -30,18 +30,16 @@ import torch
 
 from cadenza.engine.host_upload import upload
 from cadenza.engine.repetition_state import RepetitionState
+from cadenza.engine.sampling_masks import MaskPlan, SamplingMasks
 from cadenza.engine.sequence import Sequence
 from cadenza.engine.stream_draws import stream_uniforms
 from cadenza.kernels import cpu_sampling
-
-# A shared mask banning at most one id in this many is applied by filling those ids alone.
-_FEW_BANNED = 4
 
 
 def sample_rows(
     logits: torch.Tensor,
     seqs: list[Sequence],
-    masks: torch.Tensor | None,
+    masks: SamplingMasks | torch.Tensor | None,
     constraints: list[tuple[int, list[int | None] | None]],
     codebook: int = 0,
     columns: torch.Tensor | None = None,
@@ -56,43 +54,44 @@ def sample_rows(
 def sample_ids(
     logits: torch.Tensor,
     seqs: list[Sequence],
-    masks: torch.Tensor | None,
+    masks: SamplingMasks | torch.Tensor | None,
     constraints: list[tuple[int, list[int | None] | None]],
     codebook: int = 0,
     columns: torch.Tensor | None = None,
     repetition: RepetitionState | None = None,
 ) -> torch.Tensor:
     """``logits [S, K, V]`` -> ids ``[S, K]`` (int64, on the logits' device), one row per
-    sequence; nothing is read back to the host unless ``masks`` apply without ``columns``.
+    sequence; nothing is read back to the host (masks given as a bare tensor are planned on a
+    host copy, made by this call: serving passes :class:`SamplingMasks`, planned once).
     ``repetition``: the engine's seen-id table, read for the penalized sequences and marked
     with what they drew (without one, a table made from their token rows for this call).
 
-    ``masks [M, K, V]`` bool (``None``: no restriction) with ``constraints[i] = (mask index,
-    forced ids or None)`` for sequence ``i``. Forced ids replace the sampled ones. When the
-    masks leave at most half the vocabulary, everything works on the allowed ids only (same
-    result: an excluded id can never be drawn). ``codebook``: the row's first codebook, for
-    a part of a row (a depth decoder samples a row one codebook at a time); the repetition
-    penalty then looks at the ids seen in those codebooks. ``columns``: the ids ``logits``
+    ``masks [M, K, V]`` bool or their :class:`SamplingMasks` (``None``: no restriction) with
+    ``constraints[i] = (mask index, forced ids or None)`` for sequence ``i``. Forced ids
+    replace the sampled ones. When the masks leave at most half the vocabulary, everything
+    works on the allowed ids only (same result: an excluded id can never be drawn).
+    ``codebook``: the row's first codebook, for a part of a row (a depth decoder samples a
+    row one codebook at a time); the repetition penalty then looks at the ids seen in those
+    codebooks. ``columns``: the ids ``logits``
     are over when a restricted head computed only those
     (:class:`~cadenza.engine.models.restricted_heads.RestrictedHeads`; ``masks`` required),
-    whose logits are already ``-inf`` outside each row's mask: the mask is not applied again
-    (finding the ids it bans would be a read of the device's copy every step).
+    whose logits are already ``-inf`` outside each row's mask: the mask is not applied again.
     """
     logits = logits.float()
     num_seqs, _, vocab = logits.shape
     device = logits.device
-    allowed: torch.Tensor | None = None
+    if isinstance(masks, torch.Tensor):
+        masks = SamplingMasks(masks, device)
+    plan: MaskPlan | None = None
     if columns is not None:  # logits already over a restricted head's columns, masked by it
         assert masks is not None, "restricted logits need the masks they were cut by"
-        vocab = masks.shape[-1]
+        vocab = masks.vocab
         columns = columns.to(device)
     elif masks is not None:
-        allowed = _allowed(masks, constraints, device)
-        used = allowed.any(dim=1).any(dim=0).nonzero().squeeze(1)
-        if used.numel() <= vocab // 2:  # e.g. one frame position's codes out of a text vocab
-            columns = used
+        plan = masks.plan([c[0] for c in constraints])
+        columns = plan.columns
+        if columns is not None:  # e.g. one frame position's codes out of a text vocab
             logits = logits.index_select(-1, columns)
-            allowed = allowed.index_select(-1, columns)
     penalized = [i for i, s in enumerate(seqs) if s.sampling.repetition_penalty != 1.0]
     if penalized:
         width = logits.shape[1]
@@ -112,8 +111,8 @@ def sample_ids(
             rows = upload(penalized, torch.long, device)
             sub = logits.index_select(0, rows)
             logits = logits.index_copy(0, rows, torch.where(seen, _penalized(sub, penalty), sub))
-    if allowed is not None:
-        logits = _exclude(logits, allowed)
+    if plan is not None:
+        logits = _exclude(logits, plan)
 
     random = [i for i, s in enumerate(seqs) if not s.sampling.greedy]
     if len(random) == num_seqs:  # the usual serving batch: no argmax to throw away
@@ -151,32 +150,19 @@ def _penalized(logits: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
     return torch.where(logits > 0, logits / penalty, logits * penalty)
 
 
-def _allowed(
-    masks: torch.Tensor,
-    constraints: list[tuple[int, list[int | None] | None]],
-    device: torch.device,
-) -> torch.Tensor:
-    """Each sequence's mask ``[1 or S, K, V]``: one broadcast mask when the whole batch is at
-    the same one (the usual batch), not copied."""
-    which = [c[0] for c in constraints]
-    if len(set(which)) == 1:
-        return masks[which[0] : which[0] + 1].to(device)
-    return masks[torch.tensor(which, device=masks.device)].to(device)
-
-
-def _exclude(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """``logits [S, K, V]`` with ``-inf`` wherever ``allowed [1 or S, K, V]`` is False, as a
-    new tensor. One mask for several rows that bans few ids (a layout's special tokens) is
-    filled at those ids only: ``masked_fill`` broadcasting the mask over every row took
-    150 us for ten cadenza-tiny rows on the CPU, finding and filling the banned ids 12 (for
-    one row, ``masked_fill`` is the cheaper)."""
-    if allowed.shape[0] == 1 and logits.shape[0] > 1:
-        banned = (~allowed[0]).flatten().nonzero().squeeze(1)
-        if _FEW_BANNED * banned.numel() <= allowed[0].numel():
-            out = logits.clone(memory_format=torch.contiguous_format)
-            out.view(out.shape[0], -1).index_fill_(1, banned, float("-inf"))
-            return out
-    return logits.masked_fill(~allowed, float("-inf"))
+def _exclude(logits: torch.Tensor, plan: MaskPlan) -> torch.Tensor:
+    """``logits [S, K, W]`` with ``-inf`` wherever ``plan`` excludes, as a new tensor
+    (``logits`` itself where it excludes nothing). One mask for several rows that bans few
+    ids (a layout's special tokens) is filled at those ids only: ``masked_fill`` broadcasting
+    the mask over every row took 150 us for ten cadenza-tiny rows on the CPU, filling the
+    banned ids 12 (for one row, ``masked_fill`` is the cheaper)."""
+    if plan.banned is not None and plan.banned.numel() == 0:
+        return logits
+    if plan.banned is not None and logits.shape[0] > 1:
+        out = logits.clone(memory_format=torch.contiguous_format)
+        out.view(out.shape[0], -1).index_fill_(1, plan.banned, float("-inf"))
+        return out
+    return logits.masked_fill(plan.excluded, float("-inf"))
 
 
 def _draw(seqs: list[Sequence], logits: torch.Tensor, codebook: int) -> torch.Tensor:

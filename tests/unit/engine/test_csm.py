@@ -19,7 +19,11 @@ from cadenza.engine.models import csm
 from cadenza.engine.models.checkpoint import CheckpointError
 from cadenza.engine.models.registry import load_model
 from cadenza.engine.offline import synthesize
-from tests.support.float32_compute import assert_float32_named_with_the_fused_step
+from tests.support.float32_compute import (
+    assert_float32_named_with_the_fused_step,
+    float32_cpu_config,
+)
+from tests.support.step_audit import decode_step_audit
 from tests.unit.engine.csm_checkpoints import (
     reference_generate,
     reference_prompt_ids,
@@ -298,3 +302,20 @@ def test_plan_reads_the_paged_backbone_of_a_csm_checkpoint(checkpoint) -> None:
 
     shape = paged_backbone_config(str(checkpoint[0]))
     assert (shape.num_layers, shape.num_kv_heads, shape.head_dim) == (2, 2, 16)
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SamplingParams(top_k=0, top_p=0.9, seed=4)])
+def test_a_decode_step_through_the_depth_decoder_reads_the_device_once(
+    checkpoint, sampling
+) -> None:
+    # Every level's ids stay on the device; the step's one read is the rows with their flags.
+    # (The torch path a GPU runs: the audit cannot see the fused CPU step's kernels.)
+    engine = Engine.from_pretrained(
+        str(checkpoint[0]),
+        dtype="float32",
+        cpu=float32_cpu_config(fused_decode=False),
+        engine_config=EngineConfig(page_size=8, kv_cache_memory_bytes=8 << 20),
+    )
+    requests = [SynthesisRequest(f"r{i}", "Hi there.", "0", 2.0, sampling) for i in range(3)]
+    audit = decode_step_audit(engine, requests, steps=4)
+    assert dict(audit.reads) == {"tolist": 4}

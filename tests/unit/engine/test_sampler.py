@@ -4,6 +4,7 @@ from transformers.generation.logits_process import RepetitionPenaltyLogitsProces
 
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.sampler import _exclude, sample_ids, sample_rows
+from cadenza.engine.sampling_masks import SamplingMasks
 from cadenza.engine.sequence import Sequence
 
 
@@ -154,7 +155,9 @@ def test_excluded_ids_are_minus_infinity_and_nothing_else_changes(
     allowed = torch.rand(masks_shape, generator=generator) >= ban_share
     base = torch.randn(3, masks_shape[1], masks_shape[2] + 1, generator=generator)
     logits = base[..., :-1]  # not contiguous: the fill must not assume it
-    out = _exclude(logits, allowed)
+    plan = SamplingMasks(allowed, "cpu").plan([0, 0, 0] if masks_shape[0] == 1 else [0, 1, 2])
+    assert plan.columns is None  # (masks allowing most ids: the whole vocabulary stays)
+    out = _exclude(logits, plan)
     assert torch.equal(out, logits.masked_fill(~allowed, float("-inf")))
     assert torch.equal(logits, base[..., :-1]) and out.data_ptr() != logits.data_ptr()
 
