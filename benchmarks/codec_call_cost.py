@@ -19,21 +19,22 @@ from typing import Any
 
 import torch
 
+from cadenza.codecs.slot_batch import SlotBatch
 from cadenza.engine.engine import Engine
 
 GRID = [(streams, frames) for frames in (5, 8, 15, 30) for streams in (1, 2, 4, 8, 16)]
 
 
-def call_ms(decoder: Any, slots: torch.Tensor, lengths: list[int]) -> float:
+def call_ms(decoder: Any, slots: SlotBatch, lengths: list[int]) -> float:
     """One ``decode_batch`` of ``lengths`` frames on the first ``len(lengths)`` slots, in ms."""
     count = len(lengths)
     codes = torch.randint(0, 1024, (count, 8, max(lengths)))
     started = time.perf_counter()
-    decoder.decode_batch(codes, lengths, slots[:count], [False] * count)
+    decoder.decode_batch(codes, lengths, slots.rows(list(range(count))), [False] * count)
     return 1000 * (time.perf_counter() - started)
 
 
-def per_frame_ms(decoder: Any, slots: torch.Tensor, calls: list[list[int]]) -> float:
+def per_frame_ms(decoder: Any, slots: SlotBatch, calls: list[list[int]]) -> float:
     total = sum(call_ms(decoder, slots, lengths) for lengths in calls)
     return total / sum(sum(lengths) for lengths in calls)
 
@@ -46,7 +47,7 @@ def main() -> None:
     torch.set_grad_enabled(False)
     engine = Engine.from_pretrained("cadenza-tiny", kv_cache_memory_bytes=64 << 20)
     decoder: Any = engine._audio_stage().decoder  # the engine's own streaming decoder
-    slots = torch.tensor([decoder.open() for _ in range(16)])
+    slots = SlotBatch.on([decoder.open() for _ in range(16)], "cpu")
     rng = random.Random(0)
     mixed = [[rng.randint(5, 15) for _ in range(rng.randint(1, 8))] for _ in range(100)]
     per_call: dict[tuple[int, int], list[float]] = {shape: [] for shape in GRID}

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from cadenza.codecs.slot_batch import SlotBatch
 from cadenza.engine.engine import Engine
 from cadenza.kernels import cpu_elu
 
@@ -36,7 +37,7 @@ def main() -> None:
     torch.set_grad_enabled(False)
     engine = Engine.from_pretrained("cadenza-tiny", kv_cache_memory_bytes=64 << 20)
     decoder: Any = engine._audio_stage().decoder  # the engine's own streaming decoder
-    slots = torch.tensor([decoder.open() for _ in range(args.streams)])
+    slots = SlotBatch.on([decoder.open() for _ in range(args.streams)], "cpu")
     lengths = [args.frames] * args.streams
     final = [False] * args.streams
     codes = torch.randint(0, 1024, (args.streams, 8, args.frames))

@@ -22,20 +22,21 @@ from typing import Any
 import torch
 
 from cadenza.codecs.encodec_streaming import EncodecStreamingDecoder
+from cadenza.codecs.slot_batch import SlotBatch
 from cadenza.engine.engine import Engine
 from cadenza.kernels import cpu_lstm, cpu_mono_conv
 
 SHAPES = [[8], [15] * 2, [15] * 5, [15, 15, 15, 8, 5], [15] * 8, [15] * 5 + [12, 9, 6]]
 
 
-def call_ms(decoder: Any, slots: torch.Tensor, lengths: list[int], stage: int | None) -> float:
+def call_ms(decoder: Any, slots: SlotBatch, lengths: list[int], stage: int | None) -> float:
     """One decode of ``lengths`` frames (the whole decoder, or only stage ``stage``, fed
     random input of its shape), in ms."""
     count = len(lengths)
     if stage is None:
         codes = torch.randint(0, 1024, (count, 8, max(lengths)))
         started = time.perf_counter()
-        decoder.decode_batch(codes, lengths, slots[:count], [False] * count)
+        decoder.decode_batch(codes, lengths, slots.rows(list(range(count))), [False] * count)
         return 1000 * (time.perf_counter() - started)
     if stage == len(decoder._stages) - 1:  # the output conv, at the waveform's rate
         channels, hop = decoder._stages[stage].in_channels, decoder.hop_length
@@ -44,7 +45,7 @@ def call_ms(decoder: Any, slots: torch.Tensor, lengths: list[int], stage: int | 
         channels = 512
     x = torch.randn(count, max(lengths), channels, dtype=decoder.compute_dtype).transpose(1, 2)
     started = time.perf_counter()
-    decoder._stages[stage].forward(x, lengths, slots[:count], [False] * count)
+    decoder._stages[stage].forward(x, lengths, slots.rows(list(range(count))), [False] * count)
     return 1000 * (time.perf_counter() - started)
 
 
@@ -66,7 +67,9 @@ def main() -> None:
     output_stage = len(native._stages) - 1
     assert native._stages[output_stage].conv.mono is not None, "no native output conv"
     decoders = {"native": native, "torch": plain}
-    slots = {name: torch.tensor([d.open() for _ in range(8)]) for name, d in decoders.items()}
+    slots = {
+        name: SlotBatch.on([d.open() for _ in range(8)], "cpu") for name, d in decoders.items()
+    }
     times: dict[tuple[str, str, str], list[float]] = {}
     for _ in range(args.rounds + 1):  # the first round warms up, unrecorded
         for shape in SHAPES:

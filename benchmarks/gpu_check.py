@@ -26,7 +26,9 @@ its interpreter). Prints one JSON object:
 * ``host_reads_per_step`` and ``launches_per_step``: over the engine's decode steps at the
   largest bucket (:mod:`cadenza.engine.device_audit`: the same counting on every device), and
   ``host_reads_by_call``; ``launches_outside_forward``: those not in the fixed-shape forward
-  (what a step launches besides its one graph replay on CUDA: heads, sampler, bookkeeping).
+  (what a step launches besides its one graph replay on CUDA: heads, sampler, bookkeeping);
+  ``blocking_uploads_per_step``: tensors made from host values straight on the device, each a
+  wait on a GPU as a read is.
 * ``triton_ok``: every Triton kernel equal to its torch reference (``benchmarks/gpu_kernels.py``'s
   checks).
 * ``buckets``: ``{"batch", "step_ms", "eager_ms", "graphed_ms"}`` at each batch size, medians:
@@ -343,11 +345,11 @@ def _audit(engine: Any, batch: int, steps: int = 8) -> dict[str, Any]:
 
     ids = _requests(engine, batch, _stream_s(engine), "audit")
     _until_decoding(engine, ids)
-    with DeviceAudit() as audit:
+    with DeviceAudit(engine.model.device) as audit:
         for _ in range(steps):
             engine.step()
     # The fixed-shape forward alone, counted eagerly: what one graph replay launches on CUDA.
-    forward = DeviceAudit()
+    forward = DeviceAudit(engine.model.device)
     static = engine.runner.static_decode
     _synchronize(engine)
     if static is not None:
@@ -361,6 +363,7 @@ def _audit(engine: Any, batch: int, steps: int = 8) -> dict[str, Any]:
         "launches_per_step": round(launches, 1),
         "launches_outside_forward": round(launches - forward.launch_count, 1),
         "host_reads_by_call": {name: n / steps for name, n in audit.reads.most_common()},
+        "blocking_uploads_per_step": round(audit.blocking_uploads / steps, 1),
     }
 
 

@@ -41,6 +41,7 @@ from torch import nn
 
 from cadenza.codecs.encodec_streaming import EncodecStreamingDecoder
 from cadenza.codecs.ragged import Conv
+from cadenza.codecs.slot_batch import SlotBatch
 from cadenza.engine.engine import Engine
 from cadenza.engine.offline import synthesize
 from cadenza.kernels.cpu_linear import PackedLinear
@@ -190,7 +191,9 @@ def codec(engine: Engine, rounds: int) -> None:
         "int8 product convs": _int8_codec(bf16, lstm=False),
         "int8": _int8_codec(bf16),
     }
-    slots = {name: torch.tensor([d.open() for _ in range(8)]) for name, d in decoders.items()}
+    slots = {
+        name: SlotBatch.on([d.open() for _ in range(8)], "cpu") for name, d in decoders.items()
+    }
     times: dict[tuple[str, str], list[float]] = {}
     for round_ in range(rounds + 1):  # the first round warms up, unrecorded
         for shape in CODEC_SHAPES:
@@ -199,12 +202,14 @@ def codec(engine: Engine, rounds: int) -> None:
                 for name, decoder in decoders.items():
                     count = len(shape)
                     started = time.perf_counter()
-                    decoder.decode_batch(codes, shape, slots[name][:count], [False] * count)
+                    decoder.decode_batch(
+                        codes, shape, slots[name].rows(list(range(count))), [False] * count
+                    )
                     if round_:
                         ms = 1000 * (time.perf_counter() - started)
                         times.setdefault((str(shape), name), []).append(ms)
     for name, decoder in decoders.items():
-        for slot in slots[name].tolist():
+        for slot in slots[name].ids:
             decoder.release(slot)
     print("\ncodec calls, one thread, medians")
     print("| frames per stream in the call | " + " | ".join(f"{n} ms" for n in decoders) + " |")

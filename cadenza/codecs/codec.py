@@ -30,8 +30,9 @@ class StreamingDecoder(Protocol):
     def decode(
         self, chunks: dict[int, torch.Tensor], final: frozenset[int] = frozenset()
     ) -> dict[int, torch.Tensor]:
-        """New codes ``{slot: [K, n]}`` -> new audio ``{slot: float32 [m]}`` in one batched
-        pass; slots in ``final`` end with this chunk (flushed, then freed)."""
+        """New codes ``{slot: [K, n]}`` (host tensors) -> new audio ``{slot: float32 [m]}`` on
+        the host, in one batched pass read back once; slots in ``final`` end with this chunk
+        (flushed, then freed)."""
         ...
 
     def release(self, slot: int) -> None:

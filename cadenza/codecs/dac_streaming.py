@@ -33,6 +33,7 @@ from cadenza.codecs.codec import CodecError
 from cadenza.codecs.dac import DacCodec
 from cadenza.codecs.ragged import Lengths, RaggedStage
 from cadenza.codecs.shared_stages import CentredConv, Pointwise, Residual, TransposedConv
+from cadenza.codecs.slot_batch import SlotBatch
 from cadenza.codecs.slot_decoder import SlotDecoder
 from cadenza.codecs.snac import snake
 
@@ -45,7 +46,7 @@ class _Snake(RaggedStage):
         self.alpha = layer.alpha.detach()
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         return snake(x, self.alpha), lengths
 
@@ -109,7 +110,7 @@ class DacStreamingDecoder(SlotDecoder):
         super().__init__(codec, max_streams)
 
     def decode_batch(
-        self, codes: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, codes: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         if codes.shape[-1] == 0:  # only flushing
             x = codes.new_zeros(codes.shape[0], self.codec.latent_channels, 0, dtype=torch.float32)

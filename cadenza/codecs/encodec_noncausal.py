@@ -56,6 +56,8 @@ from cadenza.codecs.ragged import (
     zeros,
 )
 from cadenza.codecs.shared_stages import add_into_fresh, plain_weight
+from cadenza.codecs.slot_batch import SlotBatch
+from cadenza.kernels.host_upload import upload
 
 PAD_MODES = ("reflect", "replicate", "constant")
 """The ``pad_mode`` values a streamed conv can reproduce (``circular`` reads the far end)."""
@@ -117,7 +119,7 @@ def _drop_leading(
         to_drop[slot] -= drop
     new_lengths = [n - d for n, d in zip(lengths, drops, strict=True)]
     padded = F.pad(x, (0, max(drops)))
-    starts = torch.tensor(drops, device=x.device)
+    starts = upload(drops, torch.long, x.device)
     return gather_windows(padded, starts, max(new_lengths)), new_lengths
 
 
@@ -163,9 +165,9 @@ class PaddedConv(LaggingStage):
         self.to_drop[slot] = self.right
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
-        slot_ids = slots.tolist()
+        slot_ids = slots.ids
         padded_end = [False] * len(slot_ids)
         if not all(self.started[s] for s in slot_ids):
             x, lengths, padded_end = self._start_slots(x, lengths, slot_ids, final)
@@ -177,10 +179,10 @@ class PaddedConv(LaggingStage):
             x, lengths = self._pad_ends(x, lengths, slots, ending)
         if max(lengths, default=0) == 0:
             return x.new_zeros(x.shape[0], self.conv.out_channels, 0), lengths
-        full = cat_time([self.history[slots], x])
+        full = cat_time([self.history[slots.index], x])
         out = self.conv(full)
-        starts = torch.tensor(lengths, device=x.device)
-        self.history[slots] = gather_windows(full, starts, self.width)
+        starts = upload(lengths, torch.long, x.device)
+        self.history[slots.index] = gather_windows(full, starts, self.width)
         return _drop_leading(out, lengths, self.to_drop, slot_ids)
 
     def _start_slots(
@@ -226,7 +228,7 @@ class PaddedConv(LaggingStage):
         return head.new_zeros(head.shape[0], self.left)
 
     def _pad_ends(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, ending: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, ending: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         """Append the right padding to the rows whose stream ends here (each has had more
         than ``left >= right`` samples, so its last ``right + 1`` are its own)."""
@@ -235,7 +237,7 @@ class PaddedConv(LaggingStage):
             if not ends or self.right == 0:
                 tails.append(None)
                 continue
-            recent = torch.cat([self.history[slots[row]], x[row, :, :n]], dim=-1)
+            recent = torch.cat([self.history[slots.ids[row]], x[row, :, :n]], dim=-1)
             last = recent[:, -(self.right + 1) :]
             if self.pad_mode == "reflect":
                 tails.append(last[:, : self.right].flip(-1))
@@ -255,7 +257,7 @@ class PointwiseConv(RaggedStage):
         self.conv = Conv(plain_weight(conv).to(dtype), conv.bias.detach().to(dtype))
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         if x.shape[-1] == 0:  # torch refuses empty convs: shape the empty output by hand
             return x.new_zeros(x.shape[0], self.conv.out_channels, 0), lengths
@@ -292,7 +294,7 @@ class TrimmedConvTranspose(LaggingStage):
         self.to_drop[slot] = self.left
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         kept_after = self.stride - self.right  # samples of the block after the last frame
         ending = [f and kept_after > 0 for f in final]
@@ -302,13 +304,13 @@ class TrimmedConvTranspose(LaggingStage):
         batch, _, steps = x.shape
         if max(lengths, default=0) == 0:
             return x.new_zeros(batch, self.out_channels, 0), lengths
-        full = cat_time([self.history[slots], x])
+        full = cat_time([self.history[slots.index], x])
         phases = self.conv(full)  # [B, stride * C_out, T], time-major
-        self.history[slots] = gather_windows(full, torch.tensor(lengths, device=x.device), 1)
+        self.history[slots.index] = gather_windows(full, upload(lengths, torch.long, x.device), 1)
         out = phases.transpose(1, 2).reshape(batch, steps * self.stride, self.out_channels)
         cut = self.stride - kept_after
         out_lengths = [n * self.stride - cut * e for n, e in zip(lengths, ending, strict=True)]
-        return _drop_leading(out.transpose(1, 2), out_lengths, self.to_drop, slots.tolist())
+        return _drop_leading(out.transpose(1, 2), out_lengths, self.to_drop, slots.ids)
 
 
 class DelayLine(LaggingStage):
@@ -325,7 +327,7 @@ class DelayLine(LaggingStage):
         self.to_drop[slot] = self.delay
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         if self.delay == 0:
             return x, lengths
@@ -334,10 +336,10 @@ class DelayLine(LaggingStage):
             lengths = [n + self.delay * f for n, f in zip(lengths, final, strict=True)]
         if max(lengths, default=0) == 0:
             return x[:, :, :0], lengths
-        full = cat_time([self.history[slots], x])
-        starts = torch.tensor(lengths, device=x.device)
-        self.history[slots] = gather_windows(full, starts, self.delay)
-        return _drop_leading(full[:, :, : x.shape[-1]], lengths, self.to_drop, slots.tolist())
+        full = cat_time([self.history[slots.index], x])
+        starts = upload(lengths, torch.long, x.device)
+        self.history[slots.index] = gather_windows(full, starts, self.delay)
+        return _drop_leading(full[:, :, : x.shape[-1]], lengths, self.to_drop, slots.ids)
 
 
 class Chain(RaggedStage):
@@ -351,7 +353,7 @@ class Chain(RaggedStage):
             stage.reset(slot)
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         for stage in self.stages:
             x, lengths = stage.forward(x, lengths, slots, final)
@@ -381,7 +383,7 @@ class DelayedResidual(LaggingStage):
             stage.reset(slot)
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         h, block_lengths = x, lengths
         for stage in self.block:

@@ -67,8 +67,10 @@ from cadenza.codecs.ragged import (
     zeros,
 )
 from cadenza.codecs.shared_stages import Elu, Residual, plain_weight
+from cadenza.codecs.slot_batch import SlotBatch
 from cadenza.codecs.slot_decoder import SlotDecoder
 from cadenza.kernels.cpu_lstm import NativeLstm
+from cadenza.kernels.host_upload import upload
 
 
 class _CausalConv(RaggedStage):
@@ -91,19 +93,19 @@ class _CausalConv(RaggedStage):
         self.history[slot] = 0
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
-        slot_ids = slots.tolist()
+        slot_ids = slots.ids
         if not all(self.started[s] for s in slot_ids):
             x, lengths = self._start_slots(x, lengths, slot_ids, final)
         if x.shape[-1] == 0:
             return x.new_zeros(x.shape[0], self.conv.out_channels, 0), lengths
         if self.pad == 0:
             return self.conv(x), lengths
-        full = cat_time([self.history[slots], x])
+        full = cat_time([self.history[slots.index], x])
         out = self.conv(full)
-        starts = torch.tensor(lengths, device=x.device)
-        self.history[slots] = gather_windows(full, starts, self.pad)
+        starts = upload(lengths, torch.long, x.device)
+        self.history[slots.index] = gather_windows(full, starts, self.pad)
         return out, lengths
 
     def _start_slots(
@@ -153,15 +155,15 @@ class _CausalConvTranspose(RaggedStage):
         self.history[slot] = 0
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         batch, _, steps = x.shape
         if steps == 0:
             return x.new_zeros(batch, self.out_channels, 0), lengths
-        full = cat_time([self.history[slots], x])
+        full = cat_time([self.history[slots.index], x])
         phases = self.conv(full)  # [B, stride * C_out, T], time-major
-        starts = torch.tensor(lengths, device=x.device)
-        self.history[slots] = gather_windows(full, starts, 1)
+        starts = upload(lengths, torch.long, x.device)
+        self.history[slots.index] = gather_windows(full, starts, 1)
         out = phases.transpose(1, 2).reshape(batch, steps * self.stride, self.out_channels)
         return out.transpose(1, 2), [n * self.stride for n in lengths]
 
@@ -189,7 +191,7 @@ class _StreamingLSTM(RaggedStage):
         self.c[:, slot] = 0
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         live = [i for i, n in enumerate(lengths) if n > 0]
         if not live:
@@ -198,10 +200,10 @@ class _StreamingLSTM(RaggedStage):
             return self._native_forward(x, lengths, slots), lengths
         seq = x.permute(2, 0, 1)  # [T, B, C]
         if len(live) == len(lengths) and min(lengths) == seq.shape[0]:
-            out, (h, c) = self.lstm(seq, (self.h[:, slots], self.c[:, slots]))
-            self.h[:, slots], self.c[:, slots] = h, c
+            out, (h, c) = self.lstm(seq, (self.h[:, slots.index], self.c[:, slots.index]))
+            self.h[:, slots.index], self.c[:, slots.index] = h, c
             return (out + seq).permute(1, 2, 0), lengths
-        live_slots = slots[live]
+        live_slots = slots.rows(live).index
         packed = nn.utils.rnn.pack_padded_sequence(
             seq[:, live], torch.tensor([lengths[i] for i in live]), enforce_sorted=False
         )
@@ -212,15 +214,13 @@ class _StreamingLSTM(RaggedStage):
         result[:, live] = unpacked + seq[:, live]
         return result.permute(1, 2, 0), lengths
 
-    def _native_forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor
-    ) -> torch.Tensor:
+    def _native_forward(self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch) -> torch.Tensor:
         """The kernel's pass; the output is time-major (``[B, T, C]`` storage)."""
         assert self.native is not None
         storage = x.transpose(1, 2).float().contiguous()  # [B, T, C]
-        h, c = self.h[:, slots].contiguous(), self.c[:, slots].contiguous()
+        h, c = self.h[:, slots.index].contiguous(), self.c[:, slots.index].contiguous()
         out = self.native(storage, lengths, h, c)
-        self.h[:, slots], self.c[:, slots] = h, c
+        self.h[:, slots.index], self.c[:, slots.index] = h, c
         return out.add_(storage).to(x.dtype).transpose(1, 2)
 
 
@@ -301,7 +301,7 @@ class EncodecStreamingDecoder(SlotDecoder):
         super().__init__(codec, max_streams)
 
     def decode_batch(
-        self, codes: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, codes: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         x = self.codec.model.quantizer.decode(codes.transpose(0, 1)).to(self.compute_dtype)
         for stage in self._stages:

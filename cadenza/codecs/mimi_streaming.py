@@ -45,7 +45,9 @@ from cadenza.codecs.codec import CodecError
 from cadenza.codecs.mimi import MimiCodec
 from cadenza.codecs.ragged import Conv, Lengths, RaggedStage, cat_time, gather_windows, zeros
 from cadenza.codecs.shared_stages import Elu, Identity, Residual, plain_weight
+from cadenza.codecs.slot_batch import SlotBatch
 from cadenza.codecs.slot_decoder import SlotDecoder
+from cadenza.kernels.host_upload import upload
 
 
 def _bias(conv: nn.Module) -> torch.Tensor | None:
@@ -93,21 +95,21 @@ class CausalConv(RaggedStage):
         self.started[slot] = not self.replicate
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
-        slot_ids = slots.tolist()
+        slot_ids = slots.ids
         for index, slot in enumerate(slot_ids):
             if not self.started[slot] and lengths[index] > 0:  # replicate the first sample
                 self.history[slot] = x[index, :, :1]
                 self.started[slot] = True
-        full = cat_time([self.history[slots], x])
+        full = cat_time([self.history[slots.index], x])
         if any(final) and self.stride > 1:
             full, lengths = self._pad_final(full, lengths, slot_ids, final)
         leftover = [self.leftover[s] for s in slot_ids]
         pending = [r + n for r, n in zip(leftover, lengths, strict=True)]
         outputs = [p // self.stride for p in pending]
-        ends = torch.tensor(lengths, device=x.device)  # row b's inputs end at width + n_b
-        self.history[slots] = gather_windows(full, ends, self.width)
+        ends = upload(lengths, torch.long, x.device)  # row b's inputs end at width + n_b
+        self.history[slots.index] = gather_windows(full, ends, self.width)
         for slot, p in zip(slot_ids, pending, strict=True):
             self.leftover[slot] = p % self.stride
         most = max(outputs)
@@ -119,7 +121,7 @@ class CausalConv(RaggedStage):
             span = (most - 1) * self.stride + self.span
             starts = [self.stride - 1 - r for r in leftover]
             full = F.pad(full, (0, max(0, max(starts) + span - full.shape[-1])))
-            windows = gather_windows(full, torch.tensor(starts, device=x.device), span)
+            windows = gather_windows(full, upload(starts, torch.long, x.device), span)
         return self.conv(windows)[:, :, :most], outputs
 
     def _pad_final(
@@ -174,15 +176,15 @@ class CausalConvTranspose(RaggedStage):
         self.history[slot] = 0
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         batch, _, steps = x.shape
         new_lengths = [n * self.stride for n in lengths]
         if steps == 0:
             return x.new_zeros(batch, self.out_channels, 0), new_lengths
-        full = cat_time([self.history[slots], x])
+        full = cat_time([self.history[slots.index], x])
         phases = self.conv(full)  # [B, C * s, T], time-major; a group's phases are adjacent
-        self.history[slots] = gather_windows(full, torch.tensor(lengths, device=x.device), 1)
+        self.history[slots.index] = gather_windows(full, upload(lengths, torch.long, x.device), 1)
         # Storage [B, T, C, s] -> [B, T, s, C] -> time-major [B, C, T * s]: one copy.
         storage = phases.transpose(1, 2).reshape(batch, steps, self.out_channels, self.stride)
         out = storage.transpose(2, 3).reshape(batch, steps * self.stride, self.out_channels)
@@ -250,13 +252,13 @@ class SlidingWindowTransformer(RaggedStage):
         self.positions[slot] = 0
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         batch, _, steps = x.shape
         if steps == 0:
             return x, lengths
         hidden = x.transpose(1, 2)  # [B, T, C]
-        first = self.positions[slots]
+        first = self.positions[slots.index]
         steps_range = torch.arange(steps, device=x.device)
         query_pos = first[:, None] + steps_range[None, :]  # [B, T]
         past_pos = first[:, None] - self.window + torch.arange(self.window, device=x.device)
@@ -266,7 +268,7 @@ class SlidingWindowTransformer(RaggedStage):
         mask = seen[:, None]  # [B, 1, T, W + T]
         cos, sin = self.rotary(hidden, query_pos)
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
-        ends = torch.tensor(lengths, device=x.device)
+        ends = upload(lengths, torch.long, x.device)
         # Every row a whole chunk (the usual batch): each row's window is the same slice.
         whole = all(length == steps for length in lengths)
         repeats = self.heads // self.kv_heads
@@ -279,14 +281,14 @@ class SlidingWindowTransformer(RaggedStage):
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
-            keys = torch.cat([self.keys[slots, index], k], dim=2)  # [B, H_kv, W + T, D]
-            values = torch.cat([self.values[slots, index], v], dim=2)
+            keys = torch.cat([self.keys[slots.index, index], k], dim=2)  # [B, H_kv, W + T, D]
+            values = torch.cat([self.values[slots.index, index], v], dim=2)
             if whole:
-                self.keys[slots, index] = keys[:, :, steps:]
-                self.values[slots, index] = values[:, :, steps:]
+                self.keys[slots.index, index] = keys[:, :, steps:]
+                self.values[slots.index, index] = values[:, :, steps:]
             else:
-                self.keys[slots, index] = _windows4(keys, ends, self.window)
-                self.values[slots, index] = _windows4(values, ends, self.window)
+                self.keys[slots.index, index] = _windows4(keys, ends, self.window)
+                self.values[slots.index, index] = _windows4(values, ends, self.window)
             if repeats > 1:
                 keys = keys.repeat_interleave(repeats, dim=1)
                 values = values.repeat_interleave(repeats, dim=1)
@@ -297,7 +299,7 @@ class SlidingWindowTransformer(RaggedStage):
             hidden = hidden + layer.self_attn_layer_scale(attention.o_proj(attended))
             mlp = layer.mlp(layer.post_attention_layernorm(hidden))
             hidden = hidden + layer.mlp_layer_scale(mlp)
-        self.positions[slots] += ends
+        self.positions[slots.index] += ends
         return hidden.transpose(1, 2), lengths
 
 
@@ -335,7 +337,7 @@ def run_stages(
     stages: list[RaggedStage],
     x: torch.Tensor,
     lengths: Lengths,
-    slots: torch.Tensor,
+    slots: SlotBatch,
     final: list[bool],
 ) -> tuple[torch.Tensor, Lengths]:
     """``x`` through every stage in turn."""
@@ -362,7 +364,7 @@ class MimiStreamingDecoder(SlotDecoder):
         super().__init__(codec, max_streams)
 
     def decode_batch(
-        self, codes: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, codes: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         if codes.shape[-1] == 0:
             return torch.zeros(codes.shape[0], 0, device=codes.device), lengths

@@ -36,6 +36,7 @@ from cadenza.codecs.codec import CodecError
 from cadenza.codecs.mimi import MimiCodec
 from cadenza.codecs.mimi_streaming import SlidingWindowTransformer, run_stages, stage_for
 from cadenza.codecs.ragged import RaggedStage
+from cadenza.codecs.slot_batch import SlotBatch
 
 
 class MimiStreamingEncoder:
@@ -53,7 +54,7 @@ class MimiStreamingEncoder:
             SlidingWindowTransformer(encoder.encoder_transformer, 1),
             *downsample,
         ]
-        self._slots = torch.zeros(1, dtype=torch.long, device=codec.device)
+        self._slots = SlotBatch.on([0], codec.device)
         self.samples_fed = 0
         self.frames_out = 0
 

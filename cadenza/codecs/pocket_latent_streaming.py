@@ -28,6 +28,7 @@ import torch
 from cadenza.codecs.mimi_streaming import SlidingWindowTransformer, run_stages, stage_for
 from cadenza.codecs.pocket_latent import PocketLatentCodec, codes_to_latents
 from cadenza.codecs.ragged import Lengths, RaggedStage
+from cadenza.codecs.slot_batch import SlotBatch
 from cadenza.codecs.slot_decoder import SlotDecoder
 
 FAMILY = "PocketTTSAudioTokenizer"
@@ -66,7 +67,7 @@ class PocketLatentStreamingDecoder(SlotDecoder):
         super().__init__(codec, max_streams)
 
     def decode_batch(
-        self, codes: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, codes: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         if codes.shape[-1] == 0:
             return torch.zeros(codes.shape[0], 0, device=codes.device), lengths
@@ -74,7 +75,7 @@ class PocketLatentStreamingDecoder(SlotDecoder):
         hidden = self.latent_proj(latents)  # [B, hidden, T]
         audio, lengths = run_stages(self._stages, hidden, lengths, slots, final)
         audio = audio[:, 0].float()
-        self._fade_in(audio, lengths, slots.tolist())
+        self._fade_in(audio, lengths, slots.ids)
         return audio, lengths
 
     def _fade_in(self, audio: torch.Tensor, lengths: Lengths, slot_ids: list[int]) -> None:

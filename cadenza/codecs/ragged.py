@@ -14,7 +14,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from cadenza.codecs.slot_batch import SlotBatch
 from cadenza.kernels.cpu_mono_conv import MonoConv
+from cadenza.kernels.host_upload import upload
 
 Lengths = list[int]
 
@@ -57,7 +59,7 @@ def zero_padding(x: torch.Tensor, lengths: Lengths) -> torch.Tensor:
         return x
     valid = (
         torch.arange(x.shape[-1], device=x.device)[None, :]
-        < torch.tensor(lengths, device=x.device)[:, None]
+        < upload(lengths, torch.long, x.device)[:, None]
     )
     return x * valid[:, None, :]
 
@@ -142,7 +144,7 @@ class RaggedStage:
     """One layer of a streaming decoder over ragged batches, with per-slot state."""
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         """New input for the slots ``slots`` (``final``: their streams end here) -> new
         output and each row's length."""

@@ -29,7 +29,9 @@ from cadenza.codecs.ragged import (
     zero_padding,
     zeros,
 )
+from cadenza.codecs.slot_batch import SlotBatch
 from cadenza.kernels import cpu_elu
+from cadenza.kernels.host_upload import upload
 
 
 def plain_weight(module: nn.Module) -> torch.Tensor:
@@ -51,14 +53,14 @@ class Elu(RaggedStage):
         self.inplace = inplace  # only where no other branch reads the input
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         return cpu_elu.elu(x, self.alpha, inplace=self.inplace), lengths
 
 
 class Identity(RaggedStage):
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         return x, lengths
 
@@ -76,7 +78,7 @@ class Residual(RaggedStage):
             stage.reset(slot)
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         if x.shape[-1] == 0:
             return x, lengths
@@ -131,7 +133,7 @@ def _drop_leading(
     new_lengths = [n - d for n, d in zip(lengths, drops, strict=True)]
     width = max(new_lengths)
     padded = F.pad(x, (0, max(drops)))
-    starts = torch.tensor(drops, device=x.device)
+    starts = upload(drops, torch.long, x.device)
     return gather_windows(padded, starts, width), new_lengths
 
 
@@ -150,7 +152,7 @@ class Pointwise(DelayedStage):
         )
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         if self.conv is None:
             return self.layer(x), lengths
@@ -192,17 +194,17 @@ class CentredConv(DelayedStage):
         self.to_drop[slot] = self._delay
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         x, lengths = _extend_final(x, lengths, final, self._delay)
         if max(lengths, default=0) == 0:
             return x[:, :, :0] if self.conv is None else self._empty(x), lengths
-        full = cat_time([self.history[slots], x])
+        full = cat_time([self.history[slots.index], x])
         out = full[:, :, : x.shape[-1]] if self.conv is None else self.conv(full)
-        self.history[slots] = gather_windows(
-            full, torch.tensor(lengths, device=x.device), self.history_len
+        self.history[slots.index] = gather_windows(
+            full, upload(lengths, torch.long, x.device), self.history_len
         )
-        return _drop_leading(out, lengths, self.to_drop, slots.tolist())
+        return _drop_leading(out, lengths, self.to_drop, slots.ids)
 
     def _empty(self, x: torch.Tensor) -> torch.Tensor:
         assert self.conv is not None
@@ -251,18 +253,18 @@ class TransposedConv(DelayedStage):
         self.to_drop[slot] = self.padding
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         x, lengths = _extend_final(x, lengths, final, 1)
         batch, _, steps = x.shape
         if max(lengths, default=0) == 0:
             return x.new_zeros(batch, self.out_channels, 0), lengths
-        full = cat_time([self.history[slots], x])
+        full = cat_time([self.history[slots.index], x])
         phases = self.conv(full)  # [B, stride * C_out, T], time-major
-        self.history[slots] = gather_windows(full, torch.tensor(lengths, device=x.device), 1)
+        self.history[slots.index] = gather_windows(full, upload(lengths, torch.long, x.device), 1)
         out = phases.transpose(1, 2).reshape(batch, steps * self.stride, self.out_channels)
         out = out.transpose(1, 2)
         # A final row's extra zero frame contributes only its first ``padding`` samples.
         tail = self.stride - self.padding
         out_lengths = [n * self.stride - tail * f for n, f in zip(lengths, final, strict=True)]
-        return _drop_leading(out, out_lengths, self.to_drop, slots.tolist())
+        return _drop_leading(out, out_lengths, self.to_drop, slots.ids)

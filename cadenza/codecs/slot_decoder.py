@@ -11,6 +11,8 @@ import torch
 
 from cadenza.codecs.codec import CodecError
 from cadenza.codecs.ragged import Lengths
+from cadenza.codecs.slot_batch import SlotBatch
+from cadenza.kernels.host_upload import upload
 
 
 class _CheckedCodec(Protocol):
@@ -50,7 +52,8 @@ class SlotDecoder(ABC):
     def decode(
         self, chunks: dict[int, torch.Tensor], final: frozenset[int] = frozenset()
     ) -> dict[int, torch.Tensor]:
-        """New codes ``{slot: [K, n]}`` -> new audio ``{slot: float32 [m]}``, one batched pass.
+        """New codes ``{slot: [K, n]}`` (host tensors) -> new audio ``{slot: float32 [m]}``
+        on the host: one batched pass, its audio read back from the codec's device once.
 
         Slots in ``final`` end with this chunk: everything they hold back is flushed and they
         are closed. Bad codes raise :class:`CodecError` and change no slot's state.
@@ -67,19 +70,20 @@ class SlotDecoder(ABC):
             return {}
         device = self.checked_codec.device
         lengths = [chunks[s].shape[-1] for s in slot_ids]
+        # The batch is put together on the host and copied to the device once, without
+        # blocking (a copy a slot would each wait for the device on a GPU).
         codes = torch.zeros(
-            len(slot_ids),
-            self.checked_codec.num_codebooks,
-            max(lengths),
-            dtype=torch.long,
-            device=device,
+            len(slot_ids), self.checked_codec.num_codebooks, max(lengths), dtype=torch.long
         )
         for index, slot in enumerate(slot_ids):
             codes[index, :, : lengths[index]] = chunks[slot]
-        slots = torch.tensor(slot_ids, device=device)
+        codes = upload(codes, torch.long, device)
+        slots = SlotBatch.on(slot_ids, device)
         is_final = [slot in final for slot in slot_ids]
         audio, lengths = self.decode_batch(codes, lengths, slots, is_final)
-        out = {slot: audio[i, : lengths[i]].float() for i, slot in enumerate(slot_ids)}
+        # One read of the whole batch (a read a slot would each wait for the device on a GPU).
+        host = audio.float().cpu()
+        out = {slot: host[i, : lengths[i]] for i, slot in enumerate(slot_ids)}
         for slot in final & set(slot_ids):
             self.release(slot)
         return out
@@ -103,7 +107,7 @@ class SlotDecoder(ABC):
 
     @abstractmethod
     def decode_batch(
-        self, codes: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, codes: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         """Zero-padded codes ``[B, K, max n]`` (row ``b`` holds ``lengths[b]`` frames) ->
         audio ``[B, max m]`` and each row's sample count."""

@@ -39,6 +39,7 @@ from cadenza.codecs.shared_stages import (
     TransposedConv,
     add_into_fresh,
 )
+from cadenza.codecs.slot_batch import SlotBatch
 from cadenza.codecs.slot_decoder import SlotDecoder
 from cadenza.codecs.snac import DecoderBlock, NoiseBlock, ResidualUnit, SnacCodec, Snake
 
@@ -57,12 +58,12 @@ class _Noise(DelayedStage):
         self.generators[slot].manual_seed(self.seed * 1_000_003 + self.streams_started)
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         if x.shape[-1] == 0:
             return x, lengths
         noise = x.new_zeros(x.shape[0], 1, x.shape[-1])
-        for row, (slot, n) in enumerate(zip(slots.tolist(), lengths, strict=True)):
+        for row, (slot, n) in enumerate(zip(slots.ids, lengths, strict=True)):
             draw = torch.randn(n, generator=self.generators[slot])
             noise[row, 0, :n] = draw.to(device=x.device, dtype=x.dtype)
         return self.linear(x).mul_(noise).add_(x), lengths
@@ -85,7 +86,7 @@ class _Residual(DelayedStage):
             stage.reset(slot)
 
     def forward(
-        self, x: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, x: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         h, block_lengths = x, lengths
         for stage in self.block:
@@ -143,7 +144,7 @@ class SnacStreamingDecoder(SlotDecoder):
         super().__init__(codec, max_streams)
 
     def decode_batch(
-        self, codes: torch.Tensor, lengths: Lengths, slots: torch.Tensor, final: list[bool]
+        self, codes: torch.Tensor, lengths: Lengths, slots: SlotBatch, final: list[bool]
     ) -> tuple[torch.Tensor, Lengths]:
         steps = self.codec.latent_steps_per_frame
         if codes.shape[-1] == 0:  # only flushing

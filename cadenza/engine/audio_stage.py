@@ -215,7 +215,7 @@ class AudioStage(TokenOutputs):
         started = time.perf_counter()
         with self._on_codec_stream():
             decoded = self.decoder.decode(chunks, final)
-            audio = {slot: pcm.clamp(-1.0, 1.0).cpu().numpy() for slot, pcm in decoded.items()}
+            audio = {slot: pcm.clamp(-1.0, 1.0).numpy() for slot, pcm in decoded.items()}
         now = self.clock()
         self.telemetry.record_codec(
             time.perf_counter() - started, sum(int(c.shape[1]) for c in chunks.values())

@@ -10,6 +10,11 @@ on any device (the CPU path's tests and ``benchmarks/gpu_check.py`` on a GPU):
   ``int``, ``float`` or index (an ``if`` on a tensor, ``int(seq_lens.max())``), and the calls
   whose result's size depends on values (``nonzero``, ``masked_select``, ``unique``, indexing
   by a boolean mask).
+* **Blocking uploads**: tensors made from host values straight on a device
+  (``torch.tensor(values, device=...)``, ``torch.as_tensor`` likewise). On a GPU the copy from
+  pageable memory waits for the work queued on its stream, as a read does;
+  :func:`~cadenza.kernels.host_upload.upload` copies from pinned memory without waiting and is
+  not counted.
 * **Launches**: the computing operators dispatched (every ATen operator but views and bare
   allocations), each one kernel launch or more on a GPU unless a CUDA graph replays them.
 
@@ -45,6 +50,8 @@ READING_CALLS = frozenset(
         "unique_consecutive",
     }
 )
+# Torch functions that make a tensor from host values, on the device their ``device`` names.
+UPLOADING_CALLS = frozenset({"tensor", "as_tensor"})
 # Operators that launch nothing a step waits on: allocations, and the scalar read `item` makes
 # (counted as a host read; views are told by the operator itself).
 SILENT_OPERATORS = frozenset(
@@ -53,12 +60,20 @@ SILENT_OPERATORS = frozenset(
 
 
 class DeviceAudit:
-    """A context that counts the host reads and launches of the torch work done inside it
-    (this thread): ``reads`` and ``launches`` by call name. Re-entrant in sequence, not
-    nested: each ``with`` adds to the counts; :meth:`reset` clears them."""
+    """A context that counts the host reads, blocking uploads and launches of the torch work
+    done inside it (this thread): ``reads``, ``uploads`` and ``launches`` by call name.
+    Re-entrant in sequence, not nested: each ``with`` adds to the counts; :meth:`reset`
+    clears them.
 
-    def __init__(self) -> None:
+    ``device``: the device audited. On an accelerator, reads of host tensors (codes checked
+    before they go up, audio already back) and tensors made on the host are not counted:
+    they wait for nothing. On the CPU every tensor is the device's, so every read counts, as
+    it would if those tensors lived on a GPU."""
+
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self.device = torch.device(device)
         self.reads: Counter[str] = Counter()
+        self.uploads: Counter[str] = Counter()
         self.launches: Counter[str] = Counter()
         self._modes: list[Any] = []
 
@@ -67,15 +82,23 @@ class DeviceAudit:
         return sum(self.reads.values())
 
     @property
+    def blocking_uploads(self) -> int:
+        return sum(self.uploads.values())
+
+    @property
     def launch_count(self) -> int:
         return sum(self.launches.values())
 
     def reset(self) -> None:
         self.reads.clear()
+        self.uploads.clear()
         self.launches.clear()
 
     def __enter__(self) -> DeviceAudit:
-        self._modes = [_ReadCounter(self.reads), _LaunchCounter(self.launches)]
+        self._modes = [
+            _ReadCounter(self.reads, self.uploads, self.device.type != "cpu"),
+            _LaunchCounter(self.launches),
+        ]
         for mode in self._modes:
             mode.__enter__()
         return self
@@ -96,9 +119,11 @@ def _name(func: Callable[..., Any]) -> str:
 
 
 class _ReadCounter(TorchFunctionMode):
-    def __init__(self, reads: Counter[str]) -> None:
+    def __init__(self, reads: Counter[str], uploads: Counter[str], skip_host: bool) -> None:
         super().__init__()
         self.reads = reads
+        self.uploads = uploads
+        self.skip_host = skip_host  # an accelerator's audit: host tensors wait for nothing
 
     def __torch_function__(
         self,
@@ -108,13 +133,27 @@ class _ReadCounter(TorchFunctionMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         name = _name(func)
-        if name in READING_CALLS:
+        on_host = self.skip_host and _on_host(args)
+        if name in READING_CALLS and not on_host:
             self.reads[name] += 1
-        elif name == "__getitem__" and _masks(args[1:]):
+        elif name == "__getitem__" and _masks(args[1:]) and not on_host:
             self.reads["mask_index"] += 1
         elif name == "to" and _to_host(args, kwargs):
             self.reads["to_host"] += 1
+        elif name in UPLOADING_CALLS and self._uploads_to_device(kwargs):
+            self.uploads[name] += 1
         return func(*args, **(kwargs or {}))
+
+    def _uploads_to_device(self, kwargs: dict[str, Any] | None) -> bool:
+        device = (kwargs or {}).get("device")
+        if device is None:
+            return False
+        return not self.skip_host or torch.device(device).type != "cpu"
+
+
+def _on_host(args: tuple[Any, ...]) -> bool:
+    """Whether a call's tensor (its first argument) lives on the host."""
+    return bool(args) and isinstance(args[0], torch.Tensor) and args[0].device.type == "cpu"
 
 
 def _masks(indices: tuple[Any, ...]) -> bool:

@@ -33,7 +33,6 @@ import numpy as np
 import torch
 
 from cadenza.engine.device import available_memory_bytes
-from cadenza.engine.host_upload import upload
 from cadenza.engine.kv.paged_kv_cache import PagedKVCache
 from cadenza.engine.layouts.token_layout import TokenLayout
 from cadenza.engine.models.model import AudioTokenModel
@@ -47,6 +46,7 @@ from cadenza.engine.static_decode import DecodeForward, StaticDecodeStep, fixed_
 from cadenza.kernels.attention_backends import attention_backend_for
 from cadenza.kernels.attention_context import AttentionContext, PrefillSpan, decode_keys
 from cadenza.kernels.dense_decode_kv import DenseDecodeKV
+from cadenza.kernels.host_upload import upload
 
 log = logging.getLogger(__name__)
 

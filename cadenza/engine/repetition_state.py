@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from cadenza.engine.host_upload import upload
 from cadenza.engine.sequence import Sequence
+from cadenza.kernels.host_upload import upload
 
 
 class RepetitionState:

@@ -20,7 +20,7 @@ sequence by its own settings (never by the batch), both by inverse CDF:
   nucleus cut, then the uniform picks an id over the candidates in rank order.
 
 Everything else is one batched tensor operation over ``[S, K, V]``. Values a step uploads
-(temperatures, limits, indices) go through :func:`~cadenza.engine.host_upload.upload`.
+(temperatures, limits, indices) go through :func:`~cadenza.kernels.host_upload.upload`.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from cadenza.engine.host_upload import upload
 from cadenza.engine.repetition_state import RepetitionState
 from cadenza.engine.sampling_masks import MaskPlan, SamplingMasks
 from cadenza.engine.sequence import Sequence
 from cadenza.engine.stream_draws import stream_uniforms
 from cadenza.kernels import cpu_sampling
+from cadenza.kernels.host_upload import upload
 
 
 def sample_rows(

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cadenza.engine.host_upload import upload
+from cadenza.kernels.host_upload import upload
 
 # A shared mask banning at most one id in this many is applied by filling those ids alone.
 FEW_BANNED = 4

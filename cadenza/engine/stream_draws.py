@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from cadenza.engine.host_upload import upload
 from cadenza.engine.sequence import Sequence
+from cadenza.kernels.host_upload import upload
 
 MASK32 = 0xFFFFFFFF
 _SEED_SALT = 0x9E3779B9  # the golden ratio's bits: a zero seed does not hash to zero

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cadenza.engine.host_upload import upload
+from cadenza.kernels.host_upload import upload
 
 
 class RestrictedHeads(nn.Module):

@@ -11,6 +11,7 @@ import torch
 from cadenza.codecs import CodecError
 from cadenza.codecs.mimi import MimiCodec
 from cadenza.codecs.mimi_streaming import MimiStreamingDecoder, SlidingWindowTransformer
+from cadenza.codecs.slot_batch import SlotBatch
 from tests.unit.codecs.test_mimi import HOP, random_codes, tiny_mimi_codec
 
 
@@ -128,7 +129,7 @@ def test_the_transformer_matches_its_module_for_any_chunking(codec) -> None:
     with torch.no_grad():
         expected = transformer(x.transpose(1, 2)).last_hidden_state.transpose(1, 2)
         stage = SlidingWindowTransformer(transformer, max_streams=3)
-        slots = torch.tensor([2, 0])
+        slots = SlotBatch.on([2, 0], "cpu")
         outs: list[list[torch.Tensor]] = [[], []]
         cuts = [[0, 1, 2, 9, 9, 16, 23], [0, 5, 6, 7, 20, 23, 23]]
         for step in range(6):

@@ -19,6 +19,7 @@ from cadenza.codecs import load_codec
 from cadenza.codecs.codec import CodecError
 from cadenza.codecs.snac import SNAC_24KHZ_CONFIG, SnacCodec, load_snac
 from cadenza.codecs.snac_streaming import SnacStreamingDecoder
+from cadenza.engine.device_audit import DeviceAudit
 from tests.support.legacy_weight_norm import legacy_weight_norm_names
 
 snac = pytest.importorskip("snac")
@@ -173,6 +174,20 @@ def test_noise_comes_from_each_streams_own_generator() -> None:
     assert not torch.equal(out[a], out[b])  # two streams, two noise draws
     assert not torch.allclose(out[a], plain)
     assert out[a].abs().max() <= 1.0
+
+
+def test_a_decode_call_reads_its_audio_back_once_and_uploads_without_blocking() -> None:
+    # Every stage knows its slots on the host (no read to learn them); the codes and lengths go
+    # up through pinned uploads; the batch's audio comes back in one read. (Noise on: its
+    # generators are per slot on the host.)
+    decoder = load_snac(noise=True).streaming_decoder(max_streams=3)
+    slots = [decoder.open() for _ in range(3)]
+    codes = torch.randint(0, 4096, (7, 4), generator=torch.Generator().manual_seed(1))
+    with DeviceAudit() as audit:
+        out = decoder.decode({slot: codes[:, : 2 + slot] for slot in slots})
+    assert audit.reads["cpu"] == 1 and "tolist" not in audit.reads
+    assert audit.blocking_uploads == 0
+    assert all(pcm.device.type == "cpu" and pcm.dtype == torch.float32 for pcm in out.values())
 
 
 def test_bad_codes_and_configs_are_refused(codec, tmp_path) -> None:

@@ -1,6 +1,6 @@
-"""The device audit counts what a GPU would wait on (host reads) and what it would launch, the
-same way on the CPU: each kind of read once, views and allocations not as launches, and a
-decode step of the torch path (the one a GPU runs) counted per step."""
+"""The device audit counts what a GPU would wait on (host reads, blocking uploads) and what it
+would launch, the same way on the CPU: each kind of read once, views and allocations not as
+launches, and a decode step of the torch path (the one a GPU runs) counted per step."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from cadenza.contract.request import SynthesisRequest
 from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.device_audit import DeviceAudit
 from cadenza.engine.engine import Engine
+from cadenza.kernels.host_upload import upload
 from tests.support.float32_compute import float32_cpu_config
 
 
@@ -41,6 +42,34 @@ def test_every_kind_of_host_read_is_counted_once() -> None:
         "cpu": 1,
     }
     assert audit.host_reads == 10
+
+
+def test_tensors_made_from_host_values_on_a_named_device_are_blocking_uploads() -> None:
+    cpu = torch.device("cpu")
+    with DeviceAudit() as audit:
+        torch.tensor([1, 2], device=cpu)
+        torch.as_tensor([3.0], device="cpu")
+        torch.tensor([4])  # on the host: nothing to wait for
+        upload([5, 6], torch.long, cpu)  # pinned and without blocking on a GPU
+        torch.arange(3, device=cpu)  # made on the device
+    assert audit.uploads == {"tensor": 1, "as_tensor": 1} and audit.blocking_uploads == 2
+    assert audit.host_reads == 0
+    audit.reset()
+    assert audit.blocking_uploads == 0
+
+
+def test_an_accelerator_s_audit_leaves_out_host_tensors() -> None:
+    # On a GPU, checking codes before they go up or audio already back waits for nothing.
+    values = torch.arange(6.0)
+    with DeviceAudit("cuda") as audit:
+        values.tolist()
+        bool(values[3] > 2)
+        values[values > 2]
+        torch.tensor([1], device="cpu")
+    assert audit.host_reads == 0 and audit.blocking_uploads == 0
+    with DeviceAudit("cpu") as audit:  # on the CPU every tensor is the device's
+        values.tolist()
+    assert audit.host_reads == 1
 
 
 def test_launches_are_computing_operators_not_views_or_allocations() -> None:

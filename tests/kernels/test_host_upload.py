@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from cadenza.engine.host_upload import upload
+from cadenza.kernels.host_upload import upload
 
 CPU = torch.device("cpu")
 
