@@ -4,12 +4,36 @@ the torch path (no fused CPU step, whose kernels the audit cannot see)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from cadenza.contract.request import SynthesisRequest
+from cadenza.contract.sampling import SamplingParams
 from cadenza.engine.device_audit import DeviceAudit
 from cadenza.engine.engine import Engine
+from tests.support.float32_compute import float32_cpu_config
+
+TOP_P = SamplingParams(temperature=1.0, top_k=0, top_p=0.9, seed=2)  # the GPU's ranked draw
+
+
+def checkpoint_step_reads(
+    directory: Path,
+    texts: Sequence[str],
+    voice: str = "default",
+    sampling: SamplingParams = TOP_P,
+    **options: Any,
+) -> dict[str, int]:
+    """The host reads, by call, of four decode steps of a stream a text of the checkpoint in
+    ``directory``, served in float32 on the torch path (``options``: more of
+    ``Engine.from_pretrained``'s)."""
+    engine = Engine.from_pretrained(
+        str(directory), dtype="float32", cpu=float32_cpu_config(fused_decode=False), **options
+    )
+    requests = [
+        SynthesisRequest(f"r{i}", text, voice, 2.0, sampling) for i, text in enumerate(texts)
+    ]
+    return dict(decode_step_audit(engine, requests, steps=4).reads)
 
 
 def decode_step_audit(

@@ -19,11 +19,8 @@ from cadenza.engine.models import csm
 from cadenza.engine.models.checkpoint import CheckpointError
 from cadenza.engine.models.registry import load_model
 from cadenza.engine.offline import synthesize
-from tests.support.float32_compute import (
-    assert_float32_named_with_the_fused_step,
-    float32_cpu_config,
-)
-from tests.support.step_audit import decode_step_audit
+from tests.support.float32_compute import assert_float32_named_with_the_fused_step
+from tests.support.step_audit import checkpoint_step_reads
 from tests.unit.engine.csm_checkpoints import (
     reference_generate,
     reference_prompt_ids,
@@ -309,13 +306,7 @@ def test_a_decode_step_through_the_depth_decoder_reads_the_device_once(
     checkpoint, sampling
 ) -> None:
     # Every level's ids stay on the device; the step's one read is the rows with their flags.
-    # (The torch path a GPU runs: the audit cannot see the fused CPU step's kernels.)
-    engine = Engine.from_pretrained(
-        str(checkpoint[0]),
-        dtype="float32",
-        cpu=float32_cpu_config(fused_decode=False),
-        engine_config=EngineConfig(page_size=8, kv_cache_memory_bytes=8 << 20),
-    )
-    requests = [SynthesisRequest(f"r{i}", "Hi there.", "0", 2.0, sampling) for i in range(3)]
-    audit = decode_step_audit(engine, requests, steps=4)
-    assert dict(audit.reads) == {"tolist": 4}
+    settings = EngineConfig(page_size=8, kv_cache_memory_bytes=8 << 20)
+    texts = ["Hi there."] * 3
+    reads = checkpoint_step_reads(checkpoint[0], texts, "0", sampling, engine_config=settings)
+    assert reads == {"tolist": 4}

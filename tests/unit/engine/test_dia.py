@@ -30,7 +30,7 @@ from tests.support.dia_checkpoints import (
     tiny_dia_checkpoint,
 )
 from tests.support.float32_compute import float32_cpu_config
-from tests.support.step_audit import decode_step_audit
+from tests.support.step_audit import checkpoint_step_reads
 
 TEXTS = ("[S1] Hello there. [S2] Hi!", "[S1] A longer line, with commas; and more.", "[S2] Oh.")
 GREEDY = SamplingParams(temperature=0.0, top_k=50)
@@ -382,10 +382,4 @@ def test_the_guided_branch_doubles_the_paged_kv_and_the_state_is_its_own_class(e
 
 def test_a_guided_decode_step_reads_the_device_once(checkpoint) -> None:
     # The delay pattern's masks are planned on the host once; the one read is the rows.
-    engine = Engine.from_pretrained(
-        str(checkpoint), dtype="float32", cpu=float32_cpu_config(fused_decode=False)
-    )
-    sampling = SamplingParams(temperature=1.0, top_k=0, top_p=0.9, seed=2)
-    requests = [SynthesisRequest(f"r{i}", TEXTS[i], "default", 2.0, sampling) for i in range(2)]
-    audit = decode_step_audit(engine, requests, steps=4)
-    assert dict(audit.reads) == {"tolist": 4}
+    assert checkpoint_step_reads(checkpoint, TEXTS[:2]) == {"tolist": 4}

@@ -39,7 +39,7 @@ from tests.support.musicgen_checkpoints import (
     reference_musicgen_generate,
     tiny_musicgen_checkpoint,
 )
-from tests.support.step_audit import decode_step_audit
+from tests.support.step_audit import checkpoint_step_reads
 
 TEXTS = ("calm piano with soft drums", "heavy techno beat, fast and loud", "sad jazz guitar")
 GREEDY = SamplingParams(temperature=0.0)
@@ -256,10 +256,4 @@ def test_a_config_without_its_decoder_is_refused(checkpoint, tmp_path) -> None:
 
 def test_a_guided_decode_step_reads_the_device_once(checkpoint) -> None:
     # The delay pattern's masks are planned on the host once; the one read is the rows.
-    engine = Engine.from_pretrained(
-        str(checkpoint), dtype="float32", cpu=float32_cpu_config(fused_decode=False)
-    )
-    sampling = SamplingParams(temperature=1.0, top_k=0, top_p=0.9, seed=2)
-    requests = [SynthesisRequest(f"r{i}", TEXTS[i], "default", 2.0, sampling) for i in range(2)]
-    audit = decode_step_audit(engine, requests, steps=4)
-    assert dict(audit.reads) == {"tolist": 4}
+    assert checkpoint_step_reads(checkpoint, TEXTS[:2]) == {"tolist": 4}
