@@ -2,10 +2,10 @@
 checkpoints in a real Redis (behind a password). An SDK stream through the front door has its
 node SIGKILLed (edge and engines, the process group) mid-utterance; the SDK reconnects through
 the door, resumes on the other node, and the audio it yields equals the uninterrupted
-stream's, sample for sample (greedy, and seeded sampling). A stream whose node still serves it
-is not taken by a resume of its token and plays on; its client, once its connection dropped,
-resumes at once. Neither the Redis password nor the token secret is on a process's command
-line or in a log."""
+stream's, sample for sample to the codec's rounding (greedy, and seeded sampling). A stream
+whose node still serves it is not taken by a resume of its token and plays on; its client,
+once its connection dropped, resumes at once. Neither the Redis password nor the token secret
+is on a process's command line or in a log."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import redis
 import websockets
@@ -47,6 +48,23 @@ def fleet(tmp_path_factory):
             fleet.stop()
 
 
+# How far a resumed stream's 16-bit PCM may be from the uninterrupted stream's: the codec
+# rebuilds its state from the frames the listener heard, decoded in other chunks than the first
+# time, and a float32 convolution's rounding can follow its width (one step at most measured on
+# a Xeon with AMX; none on an EPYC). A repeated, missing or shifted sample, or a state rebuilt
+# wrong, is thousands of steps off.
+PCM_ROUNDING = 2
+
+
+def assert_same_audio(audio: bytes, reference: bytes) -> None:
+    """``audio`` is ``reference``: no sample repeated, none missing, none different beyond the
+    codec's rounding (:data:`PCM_ROUNDING`)."""
+    assert len(audio) == len(reference)
+    got = np.frombuffer(audio, dtype=np.int16).astype(np.int32)
+    expected = np.frombuffer(reference, dtype=np.int16).astype(np.int32)
+    assert int(np.abs(got - expected).max(initial=0)) <= PCM_ROUNDING
+
+
 async def _speak(url: str, **options) -> tuple[bytes, str, int]:
     """The utterance's PCM, the node that started it, and the session's resumes."""
     async with connect(url) as session:
@@ -76,8 +94,7 @@ def test_a_stream_goes_on_on_the_other_node_when_its_node_dies(fleet, options) -
     audio, lost, resumes = asyncio.run(_speak_losing_the_node(nodes, url, **options))
     try:
         assert resumes == 1
-        assert len(audio) == len(reference)
-        assert audio == reference  # no sample repeated, none missing, none different
+        assert_same_audio(audio, reference)
     finally:
         nodes.restart(lost)  # the fleet whole again for what follows
 
@@ -229,7 +246,7 @@ def test_a_client_whose_connection_dropped_resumes_at_once(fleet) -> None:
     assert resumed["type"] == "started" and resumed.get("resumed") is True, resumed
     assert waited < 2.0  # no live marker to wait out (it lives 3 s)
     assert last is not None and last["type"] == "done", last
-    assert heard + rest == reference
+    assert_same_audio(heard + rest, reference)
 
 
 def test_no_secret_is_on_a_command_line_or_in_a_log(fleet) -> None:
