@@ -10,9 +10,12 @@ const state = { pc: null, channel: null, speakingSince: null, micStream: null,
   // until the server starts it).
   typing: null };
 const SILENT_NODE_MS = 2000;  // no word from the node this long while playing: it is lost
-// How long a resume sent may go unanswered before the page tries again: the node that takes it
-// waits up to 3.5 s for the lost node's claim on the stream to lapse (docs/scaling.md).
-const RESUME_ANSWER_MS = 5000;
+// How long a resume delivered may go unanswered before the page offers it again: the node that
+// takes it waits up to 3.5 s for the lost node's claim on the stream to lapse (docs/scaling.md),
+// and a loaded node takes a while longer to admit it. Offering the token again once a node has
+// claimed it can only be refused (resume_not_found), so the page waits generously; a resume
+// that could not be sent (no open channel) is offered again at the next tick.
+const RESUME_ANSWER_MS = 15000;
 window.cadenza = state;
 
 function show(id, value) { $(id).textContent = value; }
@@ -130,7 +133,9 @@ setInterval(async () => {
   try {
     await connect(true);
     state.gapMs = Math.round(performance.now() - lostAt);
-    send({ type: "resume", token: playing.token, samples_heard: playing.played });
+    if (!send({ type: "resume", token: playing.token, samples_heard: playing.played })) {
+      throw new Error("no open channel to send the resume on");
+    }
     state.resumes += 1;
     state.heardAt = performance.now() + RESUME_ANSWER_MS - SILENT_NODE_MS;
   } catch (error) {  // no node answered the offer: try again on the next tick, for a while
@@ -141,8 +146,11 @@ setInterval(async () => {
   } finally { state.resuming = false; }
 }, 250);
 
+// Whether ``message`` went out (the control channel is open).
 function send(message) {
-  if (state.channel && state.channel.readyState === "open") state.channel.send(JSON.stringify(message));
+  if (!state.channel || state.channel.readyState !== "open") return false;
+  state.channel.send(JSON.stringify(message));
+  return true;
 }
 
 // Barge-in by voice: a few frames of microphone energy while playing cancel the utterance.
